@@ -1,0 +1,53 @@
+# The two commands a user needs: `make demo` and `make test`. Everything they need is installed
+# here, from pinned lock files, into two environments (as in production, training runs in its own
+# image): .venv (control: Airflow, providers, LightGBM, MLflow, this package) and .venv-train
+# (training: TensorFlow + Horovod, built once and cached by version; see scripts/build_horovod.sh).
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+UV := .tools/bin/uv
+VENV := .venv
+TRAIN_VENV := .venv-train
+export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench lint control-env training-env clean
+
+demo: control-env training-env
+	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
+
+test: control-env training-env
+	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: control-env training-env
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/local_overhead.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/lightgbm_parity.py
+
+lint: control-env
+	$(UV) pip install --python $(VENV)/bin/python --quiet ruff==0.14.5
+	$(VENV)/bin/ruff check airflow_ml_provider tests dags hooks operators sensors benchmarks scripts
+
+control-env: $(VENV)/.installed
+training-env: $(TRAIN_VENV)/.installed
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/pip install --quiet uv==$(UV_VERSION)
+
+$(VENV)/.installed: requirements/control.lock setup.cfg | $(UV)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
+	$(UV) pip install --quiet --python $(VENV)/bin/python -r requirements/control.lock
+	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -e .
+	touch $@
+
+# --seed: pip, setuptools and wheel, which Horovod's --no-build-isolation build needs.
+# The package goes in without dependencies: workers need its runtime/, not Airflow.
+$(TRAIN_VENV)/.installed: requirements/training.lock scripts/build_horovod.sh setup.cfg | $(UV)
+	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(TRAIN_VENV)
+	$(UV) pip install --quiet --python $(TRAIN_VENV)/bin/python -r requirements/training.lock
+	scripts/build_horovod.sh $(TRAIN_VENV)
+	$(UV) pip install --quiet --python $(TRAIN_VENV)/bin/python --no-deps -e .
+	touch $@
+
+clean:
+	rm -rf $(VENV) $(TRAIN_VENV) .tools .airflow-demo .airflow-test .airflow-bench

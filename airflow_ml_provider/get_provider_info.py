@@ -1,0 +1,54 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from airflow_ml_provider import __version__
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "airflow-ml-provider",
+        "name": "ML Training",
+        "description": "Distributed Horovod and LightGBM training on local processes, Kubeflow MPIJob, "
+        "Volcano and Kubernetes Indexed Jobs.",
+        "versions": [__version__],
+        "integrations": [
+            {"integration-name": "ML Training", "external-doc-url": "https://github.com/apache/airflow",
+             "tags": ["software"]},
+        ],
+        "hooks": [
+            {"integration-name": "ML Training",
+             "python-modules": ["airflow_ml_provider.hooks.training_backend"]},
+        ],
+        "operators": [
+            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.operators.training"]},
+        ],
+        "sensors": [
+            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.sensors.training_job"]},
+        ],
+        "triggers": [
+            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.triggers.training_job"]},
+        ],
+        "connection-types": [
+            {
+                "connection-type": "ml_training",
+                "hook-class-name": "airflow_ml_provider.hooks.training_backend.TrainingBackendHook",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["host", "schema", "login", "password", "port"],
+                    "relabeling": {},
+                    "placeholders": {
+                        "extra": '{"backend": "local", "local_root": "/data/ml", "local_image": "/opt/venvs/train"}'
+                    },
+                },
+                "conn-fields": {
+                    "backend": {
+                        "label": "Default backend",
+                        "schema": {"type": ["string", "null"],
+                                   "enum": ["local", None]},
+                    },
+                    "local_root": {"label": "Local backend: jobs and artifacts directory",
+                                   "schema": {"type": ["string", "null"]}},
+                    "local_image": {"label": "Local backend: training Python environment",
+                                    "schema": {"type": ["string", "null"]}},
+                },
+            }
+        ],
+    }

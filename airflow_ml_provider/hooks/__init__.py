@@ -1,0 +1,1 @@
+"""Connections and clients."""

@@ -1,0 +1,1 @@
+"""Airflow-free core: job specs, normalized states and the backends that run jobs."""

@@ -1,0 +1,20 @@
+"""Backends by name; imported lazily so that choosing one never imports the others' clients."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from airflow_ml_provider.jobs.backends.base import Backend
+
+BACKENDS = {
+    "local": "airflow_ml_provider.jobs.backends.local:LocalBackend",
+}
+
+
+def get_backend(name: str, **config: Any) -> Backend:
+    try:
+        module, _, cls = BACKENDS[name].partition(":")
+    except KeyError:
+        raise ValueError(f"backend: unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+    return getattr(import_module(module), cls)(**config)

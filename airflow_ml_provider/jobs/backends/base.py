@@ -1,0 +1,60 @@
+"""The contract every backend implements: submit (or re-attach), status, logs, cancel, delete."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobStatus
+from airflow_ml_provider.logs.source import LogSource
+
+
+class JobNotFound(LookupError):
+    """The backend has no job of that name (never submitted, deleted, or vanished)."""
+
+
+class JobSubmissionError(RuntimeError):
+    """The backend refused the job for a reason retrying cannot fix (bad image, schema rejection)."""
+
+
+class Backend(ABC):
+    """Runs TrainingJobSpecs. Jobs are addressed by a deterministic name, so submitting a name whose
+    job is still active attaches to it instead of starting a second one."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
+        """Start the job, or attach to the active job of that name. Returns True if it started one.
+
+        A finished job of the same name is archived (local) or replaced (cluster) first.
+        """
+
+    @abstractmethod
+    def status(self, name: str) -> JobStatus:
+        """The job's normalized status. Raises JobNotFound."""
+
+    @abstractmethod
+    def cancel(self, name: str) -> None:
+        """Stop every worker of the job; a no-op for a finished or unknown job."""
+
+    @abstractmethod
+    def delete(self, name: str) -> None:
+        """Cancel the job if active and remove what the backend keeps of it."""
+
+    @abstractmethod
+    def log_source(self, name: str) -> LogSource:
+        """The job's own log, read in order from a cursor."""
+
+    @abstractmethod
+    def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
+        """What submit would create (a manifest, or the launch plan), for review without running it."""
+
+    @abstractmethod
+    def config(self) -> dict[str, Any]:
+        """JSON-serializable constructor arguments, so a trigger can rebuild this backend."""
+
+    def default_artifact_dir(self, name: str) -> str | None:
+        """Where a job keeps its model and checkpoints when the task names no directory."""
+        return None

@@ -1,0 +1,59 @@
+"""Deterministic job names and labels, so a restarted task finds the job it already submitted."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+LABEL_PREFIX = "ml.airflow.apache.org"
+_NAME_BUDGET = 40  # leaves room for pod suffixes such as "-launcher-xxxxx" within DNS-1123's 63
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """The task instance a job belongs to. The try number is a label, not part of the name:
+    every try of one task instance addresses the same job."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+    @property
+    def name(self) -> str:
+        key = "\x1f".join((self.dag_id, self.task_id, self.run_id, str(self.map_index)))
+        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        readable = _NOT_DNS.sub("-", self.task_id.lower()).strip("-") or "job"
+        readable = readable[: _NAME_BUDGET - len(digest) - 5].rstrip("-")
+        return f"aml-{readable}-{digest}"
+
+    def labels(self) -> dict[str, str]:
+        """Kubernetes-safe labels (63 characters, restricted alphabet); the name's hash disambiguates."""
+        return {
+            f"{LABEL_PREFIX}/job-name": self.name,
+            f"{LABEL_PREFIX}/dag-id": _label_value(self.dag_id),
+            f"{LABEL_PREFIX}/task-id": _label_value(self.task_id),
+            f"{LABEL_PREFIX}/run-id": _label_value(self.run_id),
+            f"{LABEL_PREFIX}/map-index": str(self.map_index),
+            f"{LABEL_PREFIX}/try-number": str(self.try_number),
+        }
+
+    @classmethod
+    def from_context(cls, context) -> JobIdentity:
+        ti = context["ti"]
+        return cls(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index if ti.map_index is not None else -1,
+            try_number=ti.try_number,
+        )
+
+
+def _label_value(value: str) -> str:
+    cleaned = _NOT_LABEL.sub("_", value)[:63]
+    return cleaned.strip("._-") or "none"

@@ -1,0 +1,50 @@
+"""Metrics from the structured JSON lines the runtime prints (see runtime.metrics_log)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow_ml_provider.logs.source import LogLine
+
+
+def parse_event(text: str) -> dict[str, Any] | None:
+    """The JSON object of a structured line (``{"event": ...}``), or None for an ordinary line."""
+    if not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("event"), str) else None
+
+
+class MetricsCollector:
+    """Follows one reporting worker (the first source that reports metrics, normally rank 0):
+    its per-step metric series, its final ``result`` and where it saved the model."""
+
+    def __init__(self) -> None:
+        self.reporter: str | None = None
+        self.history: list[dict[str, Any]] = []
+        self.result: dict[str, Any] = {}
+        self.model_path: str | None = None
+
+    def feed(self, line: LogLine) -> None:
+        event = parse_event(line.text)
+        if event is None or event["event"] not in ("metrics", "result", "model_saved"):
+            return
+        self.reporter = self.reporter or line.source
+        if line.source != self.reporter:
+            return
+        fields = {key: value for key, value in event.items() if key not in ("event", "rank")}
+        if event["event"] == "metrics":
+            self.history.append(fields)
+        elif event["event"] == "result":
+            self.result.update(fields)
+        else:
+            self.model_path = fields.get("path")
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last step's metrics, overridden by the final result where both name a metric."""
+        return {**(self.history[-1] if self.history else {}), **self.result}

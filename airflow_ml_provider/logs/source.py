@@ -1,0 +1,32 @@
+"""The LogSource interface: one job's log lines, in order, from a resumable cursor."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line a worker printed; ``source`` names the worker (``rank 0``, a pod name, ``launcher``)."""
+
+    source: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"[{self.source}] {self.text}"
+
+
+@dataclass(frozen=True)
+class LogBatch:
+    lines: list[LogLine]
+    cursor: Any  # JSON-serializable; pass it back to read() to continue right after the last line
+
+
+class LogSource(ABC):
+    """Reads a job's log in order; reading from a cursor never repeats or skips a line."""
+
+    @abstractmethod
+    def read(self, cursor: Any = None, max_lines: int = 5000) -> LogBatch:
+        """Return the next complete lines after ``cursor`` (None: from the beginning)."""

@@ -1,0 +1,1 @@
+"""Airflow tasks: thin, templated, deferrable, cleaning up on kill."""

@@ -1,0 +1,237 @@
+"""Operators that run a distributed training job on any backend and wait for it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from enum import Enum
+from functools import cached_property
+from typing import Any, ClassVar
+
+from airflow.sdk import BaseOperator, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.follow import JobFollower, summarize_log
+from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import Framework, Resources, SpecError, TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
+
+
+class OnFinish(str, Enum):
+    """What to do with the job's record once the task is done (artifacts are always kept)."""
+
+    KEEP = "keep"
+    DELETE = "delete"
+    DELETE_SUCCEEDED = "delete_succeeded"
+
+
+class TrainingJobFailed(AirflowException):
+    """The job ended without succeeding; retryable, since workers fail for infrastructure reasons too."""
+
+
+class BaseTrainingOperator(BaseOperator):
+    """Submits one TrainingJobSpec, streams its workers' lines into the task log, returns a summary.
+
+    A task re-executed while its job is still running (a retry, a restarted worker) attaches to that
+    job instead of starting a second one: the job's name is derived from dag/task/run/map index.
+
+    Returns (XCom): ``{"job_name", "backend", "state", "metrics", "model_path"}``.
+    """
+
+    framework: ClassVar[Framework]
+    template_fields: Sequence[str] = ("command", "env", "image", "backend", "model_dir", "checkpoint_dir",
+                                      "working_dir")
+    template_fields_renderers = {"command": "json", "env": "json"}
+    ui_color = "#d6eaf8"
+
+    def __init__(
+        self,
+        *,
+        command: list[str] | None = None,
+        num_workers: int = 1,
+        backend: str | None = None,
+        image: str | None = None,
+        env: dict[str, str] | None = None,
+        resources: Resources | dict | None = None,
+        working_dir: str | None = None,
+        model_dir: str | None = None,
+        checkpoint_dir: str | None = None,
+        ml_conn_id: str = TrainingBackendHook.default_conn_name,
+        on_finish: OnFinish | str = OnFinish.KEEP,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 2.0,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.command = command
+        self.num_workers = num_workers
+        self.backend = backend
+        self.image = image
+        self.env = env or {}
+        self.resources = resources
+        self.working_dir = working_dir
+        self.model_dir = model_dir
+        self.checkpoint_dir = checkpoint_dir
+        self.ml_conn_id = ml_conn_id
+        self.on_finish = OnFinish(on_finish)
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self._job: tuple[Backend, str] | None = None
+
+    @cached_property
+    def hook(self) -> TrainingBackendHook:
+        return TrainingBackendHook(self.ml_conn_id)
+
+    def build_command(self) -> list[str] | None:
+        """The worker argv; subclasses that know their trainer build it from their own arguments."""
+        return self.command
+
+    def artifact_dirs(self, backend: Backend, name: str) -> tuple[str | None, str | None]:
+        """(model dir, checkpoint dir): the task's own, else the backend's default for this job."""
+        artifacts = backend.default_artifact_dir(name)
+        return (self.model_dir or (artifacts and f"{artifacts}/model"),
+                self.checkpoint_dir or (artifacts and f"{artifacts}/checkpoints"))
+
+    def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
+        model_dir, checkpoint_dir = self.artifact_dirs(backend, name)
+        try:
+            return TrainingJobSpec(
+                framework=self.framework,
+                command=self.build_command(),
+                num_workers=self.num_workers,
+                image=self.image,
+                resources=self.resources or Resources(),
+                env=self.env,
+                working_dir=self.working_dir,
+                model_dir=model_dir,
+                checkpoint_dir=checkpoint_dir,
+            )
+        except SpecError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}") from None
+
+    def execute(self, context) -> dict[str, Any]:
+        identity = JobIdentity.from_context(context)
+        backend = self.hook.get_backend(self.backend)
+        spec = self.build_spec(backend, identity.name)
+        try:
+            started = backend.submit(identity.name, spec, identity.labels())
+        except JobSubmissionError as exc:
+            raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the job: {exc}") from None
+        self._job = (backend, identity.name)
+        self.log.info("%s job %s on backend %s with %d worker(s): %s",
+                      "Submitted" if started else "Attached to the already running",
+                      identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
+        if self.deferrable:
+            self.defer(
+                trigger=TrainingJobTrigger(backend.name, backend.config(), identity.name,
+                                           poll_interval=self.poll_interval),
+                method_name="execute_complete",
+            )
+        return self._finish(backend, identity.name, self._wait(backend, identity.name))
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+        backend = self.hook.get_backend(self.backend)
+        if "error" in event:
+            raise TrainingJobFailed(f"{self.task_id}: {event['error']}")
+        return self._finish(backend, event["job_name"], JobStatus.from_dict(event["status"]))
+
+    def _wait(self, backend: Backend, name: str) -> JobStatus:
+        follower = JobFollower(backend, name)
+        while True:
+            try:
+                lines, status = follower.step()
+            except JobNotFound as exc:
+                raise TrainingJobFailed(f"{self.task_id}: job vanished while running: {exc}") from None
+            for line in lines:
+                self.log.info("%s", line)
+            if lines:
+                continue
+            if status.state.is_terminal:
+                return status
+            time.sleep(self.poll_interval)
+
+    def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
+        try:
+            metrics, tail = summarize_log(backend, name)
+            if status.state is not JobState.SUCCEEDED:
+                codes = ", ".join(f"rank {rank}: {code}" for rank, code in sorted(status.exit_codes.items()))
+                last_lines = "\n".join(f"  {line}" for line in tail)
+                raise TrainingJobFailed(
+                    f"{self.task_id}: job {name} {status.state.value}: {status.message or 'no reason given'}"
+                    f" (exit codes: {codes or 'none recorded'}). Last log lines:\n{last_lines}"
+                )
+            self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(metrics.final))
+            return {
+                "job_name": name,
+                "backend": backend.name,
+                "state": status.state.value,
+                "metrics": metrics.final,
+                "model_path": metrics.model_path or self.artifact_dirs(backend, name)[0],
+            }
+        finally:
+            if self.on_finish is OnFinish.DELETE or (
+                self.on_finish is OnFinish.DELETE_SUCCEEDED and status.state is JobState.SUCCEEDED
+            ):
+                backend.delete(name)
+            self._job = None
+
+    def on_kill(self) -> None:
+        if self._job is not None:
+            backend, name = self._job
+            self.log.info("Task killed: cancelling job %s on backend %s", name, backend.name)
+            backend.cancel(name)
+
+
+class HorovodTrainingOperator(BaseTrainingOperator):
+    """Data-parallel Horovod (ring-allreduce) training: ``command`` runs once per rank.
+
+    On the local backend the ranks are started by ``horovodrun`` with Gloo on localhost, from the
+    job's image (a Python environment with TensorFlow and Horovod).
+    """
+
+    framework = Framework.HOROVOD
+
+    def __init__(self, *, command: list[str], **kwargs: Any):
+        super().__init__(command=command, **kwargs)
+
+
+class LightGBMTrainingOperator(BaseTrainingOperator):
+    """LightGBM's own socket-based data-parallel training: one process per worker, each loading only
+    its shard of ``train_data``; rank 0 saves the model and reports the validation metrics.
+
+    ``params`` are LightGBM parameters; ``train_data``/``valid_data`` are .npz (X, y) or .csv files
+    with a ``label`` column, readable by every worker.
+    """
+
+    framework = Framework.LIGHTGBM
+    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "train_data", "valid_data", "params",
+                                      "num_boost_round")
+    template_fields_renderers = {**BaseTrainingOperator.template_fields_renderers, "params": "json"}
+
+    def __init__(
+        self,
+        *,
+        train_data: str,
+        params: dict[str, Any] | None = None,
+        valid_data: str | None = None,
+        num_boost_round: int = 100,
+        python: str = "python",
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.train_data = train_data
+        self.valid_data = valid_data
+        self.params = params or {}
+        self.num_boost_round = num_boost_round
+        self.python = python
+
+    def build_command(self) -> list[str]:
+        command = self.command or [self.python, "-m", "airflow_ml_provider.runtime.lightgbm_trainer"]
+        command = [*command, "--train-data", self.train_data, "--params-json", json.dumps(self.params),
+                   "--num-boost-round", str(self.num_boost_round)]
+        return command + (["--valid-data", self.valid_data] if self.valid_data else [])
+

@@ -1,0 +1,1 @@
+"""Code that runs inside a training worker; never imports Airflow."""

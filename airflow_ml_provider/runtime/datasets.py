@@ -1,0 +1,94 @@
+"""Load, shard and generate the small tabular datasets the trainers use (no downloads at run time)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+LABEL_COLUMN = "label"
+
+
+def load_npz_or_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(X, y)`` from an ``.npz`` (arrays ``X`` and ``y``) or a ``.csv`` with a header and a ``label`` column.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: unknown extension, or a CSV without a ``label`` column.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file not found: {path}")
+    if path.suffix == ".npz":
+        with np.load(path) as data:
+            return data["X"], data["y"]
+    if path.suffix == ".csv":
+        with path.open() as f:
+            header = [c.strip() for c in f.readline().split(",")]
+        if LABEL_COLUMN not in header:
+            raise ValueError(f"{path}: no {LABEL_COLUMN!r} column in header {header}")
+        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+        label = header.index(LABEL_COLUMN)
+        return np.delete(table, label, axis=1), table[:, label]
+    raise ValueError(f"{path}: unsupported data format {path.suffix!r} (use .npz or .csv)")
+
+
+def shard(X: np.ndarray, y: np.ndarray, rank: int, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return this rank's contiguous slice of the rows (``np.array_split`` order)."""
+    if not 0 <= rank < num_workers:
+        raise ValueError(f"rank {rank} is outside 0..{num_workers - 1}")
+    return np.array_split(X, num_workers)[rank], np.array_split(y, num_workers)[rank]
+
+
+def write_synthetic(
+    out: str | Path,
+    valid_out: str | Path | None = None,
+    rows: int = 20_000,
+    features: int = 20,
+    seed: int = 0,
+    valid_fraction: float = 0.2,
+) -> None:
+    """Write a binary classification set to ``out`` (and its last ``valid_fraction`` to ``valid_out``)."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(
+        n_samples=rows, n_features=features, n_informative=max(2, features // 2), random_state=seed
+    )
+    X, y = X.astype(np.float32), y.astype(np.float32)
+    cut = len(X) - int(len(X) * valid_fraction) if valid_out else len(X)
+    np.savez(out, X=X[:cut], y=y[:cut])
+    if valid_out:
+        np.savez(valid_out, X=X[cut:], y=y[cut:])
+
+
+def load_digits_split(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(X_train, y_train, X_test, y_test)`` of scikit-learn's digits, pixels scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_digits(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(
+        (X / 16.0).astype(np.float32), y.astype(np.int32), test_size=0.2, random_state=seed, stratify=y
+    )
+    return X_train, y_train, X_test, y_test
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m airflow_ml_provider.runtime.datasets synthetic --rows N --features F --seed S --out F``."""
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.datasets")
+    commands = parser.add_subparsers(dest="command", required=True)
+    synthetic = commands.add_parser("synthetic", help="write a synthetic binary classification set")
+    synthetic.add_argument("--rows", type=int, default=20_000)
+    synthetic.add_argument("--features", type=int, default=20)
+    synthetic.add_argument("--seed", type=int, default=0)
+    synthetic.add_argument("--valid-fraction", type=float, default=0.2)
+    synthetic.add_argument("--out", required=True)
+    synthetic.add_argument("--valid-out")
+    args = parser.parse_args(argv)
+    write_synthetic(args.out, args.valid_out, args.rows, args.features, args.seed, args.valid_fraction)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

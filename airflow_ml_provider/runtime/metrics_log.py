@@ -1,0 +1,48 @@
+"""Structured stdout lines (one JSON object per line) that the control side parses from worker logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+EVENT_KEY = "event"
+
+
+def emit(event: str, **fields) -> None:
+    """Print one JSON line ``{"event": event, **fields}`` with sorted keys and flush it."""
+    sys.stdout.write(json.dumps({EVENT_KEY: event, **fields}, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def emit_metrics(step: int, loss: float, **metrics: float) -> None:
+    """Emit a ``metrics`` line for one step (epoch or boosting round)."""
+    emit("metrics", step=int(step), loss=float(loss), **{k: float(v) for k, v in metrics.items()})
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """This worker's place in the job, as the backend described it through environment variables."""
+
+    rank: int
+    num_workers: int
+    machines: list[str]
+    local_port: int | None
+    model_dir: str | None
+    checkpoint_dir: str | None
+
+
+def worker_env() -> WorkerEnv:
+    """Read the ``AIRFLOW_ML_*`` variables (rank falls back to Kubernetes' ``JOB_COMPLETION_INDEX``)."""
+    env = os.environ
+    port = env.get("AIRFLOW_ML_LOCAL_PORT")
+    machines = env.get("AIRFLOW_ML_MACHINES", "")
+    return WorkerEnv(
+        rank=int(env.get("AIRFLOW_ML_RANK", env.get("JOB_COMPLETION_INDEX", "0"))),
+        num_workers=int(env.get("AIRFLOW_ML_NUM_WORKERS", "1")),
+        machines=[m.strip() for m in machines.split(",") if m.strip()],
+        local_port=int(port) if port else None,
+        model_dir=env.get("AIRFLOW_ML_MODEL_DIR") or None,
+        checkpoint_dir=env.get("AIRFLOW_ML_CHECKPOINT_DIR") or None,
+    )

@@ -1,0 +1,1 @@
+"""Async waiting in the triggerer."""

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build Horovod for the training environment once and install it from a wheel cached by version.
+#
+# Horovod 0.28.1 is the last release and ships only as a source distribution. Against
+# TensorFlow >= 2.16 on a CPU build its XLA ops do not compile (they need GPU headers), so they are
+# compiled only for GPU builds: upstream's own guard, extended with `&& HAVE_GPU`.
+# PyTorch is not built (the training image is TensorFlow-only), so upstream's C++17-for-torch fix
+# (#3998) is not needed. The wheel is only valid for the exact Horovod/TensorFlow/Python it was
+# built against, and for this script's patch: all of them key the cache.
+#
+# Usage: scripts/build_horovod.sh TRAINING_VENV
+set -euo pipefail
+
+venv=${1:?usage: build_horovod.sh TRAINING_VENV}
+py="$venv/bin/python"
+hvd_version=0.28.1
+cache_root=${AIRFLOW_ML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-ml-provider}
+
+tf_version=$("$py" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
+py_version=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+script_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+wheel_dir="$cache_root/horovod/$hvd_version-tf$tf_version-py$py_version-$script_hash"
+
+if ! compgen -G "$wheel_dir/horovod-*.whl" >/dev/null; then
+    echo "build_horovod: no cached wheel in $wheel_dir; building Horovod $hvd_version (takes minutes)"
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    "$py" -m pip download --quiet --no-deps --no-binary :all: -d "$work" "horovod==$hvd_version"
+    tar xzf "$work/horovod-$hvd_version.tar.gz" -C "$work"
+    src="$work/horovod-$hvd_version"
+    sed -i 's/^#if TENSORFLOW_VERSION >= 2006000000$/#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU/' \
+        "$src/horovod/tensorflow/xla_mpi_ops.cc"
+    grep -q '2006000000 && HAVE_GPU' "$src/horovod/tensorflow/xla_mpi_ops.cc"
+    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1 \
+        HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS="-j$(nproc)" \
+        "$py" -m pip wheel --no-build-isolation --no-deps -w "$work/wheel" "$src"
+    mkdir -p "$(dirname "$wheel_dir")"
+    rm -rf "$wheel_dir.partial" && mv "$work/wheel" "$wheel_dir.partial" && mv "$wheel_dir.partial" "$wheel_dir"
+fi
+"$py" -m pip install --quiet --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
+# --check-build can list extensions that were not built: import the TensorFlow op library instead.
+"$py" -c 'import horovod.tensorflow.mpi_lib, horovod.tensorflow as hvd; print("horovod", hvd.__version__ if hasattr(hvd, "__version__") else "", "ok")'
