@@ -18,8 +18,12 @@ cache_root=${AIRFLOW_ML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-ml-provid
 
 tf_version=$("$py" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
 py_version=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-script_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
-wheel_dir="$cache_root/horovod/$hvd_version-tf$tf_version-py$py_version-$script_hash"
+# What decides the wheel's content besides the versions: the source patch and the build flags.
+patch_expr='s/^#if TENSORFLOW_VERSION >= 2006000000$/#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU/'
+build_env=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1
+           HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_CPU_OPERATIONS=gloo)
+recipe_hash=$(printf '%s\n' "$patch_expr" "${build_env[@]}" | sha256sum | cut -c1-12)
+wheel_dir="$cache_root/horovod/$hvd_version-tf$tf_version-py$py_version-$recipe_hash"
 
 if ! compgen -G "$wheel_dir/horovod-*.whl" >/dev/null; then
     echo "build_horovod: no cached wheel in $wheel_dir; building Horovod $hvd_version (takes minutes)"
@@ -28,15 +32,13 @@ if ! compgen -G "$wheel_dir/horovod-*.whl" >/dev/null; then
     "$py" -m pip download --quiet --no-deps --no-binary :all: -d "$work" "horovod==$hvd_version"
     tar xzf "$work/horovod-$hvd_version.tar.gz" -C "$work"
     src="$work/horovod-$hvd_version"
-    sed -i 's/^#if TENSORFLOW_VERSION >= 2006000000$/#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU/' \
-        "$src/horovod/tensorflow/xla_mpi_ops.cc"
+    sed -i "$patch_expr" "$src/horovod/tensorflow/xla_mpi_ops.cc"
     grep -q '2006000000 && HAVE_GPU' "$src/horovod/tensorflow/xla_mpi_ops.cc"
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1 \
-        HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS="-j$(nproc)" \
+    env "${build_env[@]}" MAKEFLAGS="-j$(nproc)" \
         "$py" -m pip wheel --no-build-isolation --no-deps -w "$work/wheel" "$src"
     mkdir -p "$(dirname "$wheel_dir")"
     rm -rf "$wheel_dir.partial" && mv "$work/wheel" "$wheel_dir.partial" && mv "$wheel_dir.partial" "$wheel_dir"
 fi
 "$py" -m pip install --quiet --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
-# --check-build can list extensions that were not built: import the TensorFlow op library instead.
-"$py" -c 'import horovod.tensorflow.mpi_lib, horovod.tensorflow as hvd; print("horovod", hvd.__version__ if hasattr(hvd, "__version__") else "", "ok")'
+# --check-build can list extensions that were not built: load the TensorFlow op library instead.
+"$py" -c 'import horovod, horovod.tensorflow as hvd; assert hvd.gloo_built(); hvd.init(); print("horovod", horovod.__version__, "with TensorFlow ops and Gloo: ok")'

@@ -186,6 +186,15 @@ class BaseTrainingOperator(BaseOperator):
             backend.cancel(name)
 
 
+class TrainingJobOperator(BaseTrainingOperator):
+    """Any distributed job: ``command`` runs once per worker with ``AIRFLOW_ML_RANK``,
+    ``AIRFLOW_ML_NUM_WORKERS`` and ``AIRFLOW_ML_MACHINES`` in its environment."""
+
+    def __init__(self, *, command: list[str], framework: Framework | str = Framework.GENERIC, **kwargs: Any):
+        super().__init__(command=command, **kwargs)
+        self.framework = Framework(framework)
+
+
 class HorovodTrainingOperator(BaseTrainingOperator):
     """Data-parallel Horovod (ring-allreduce) training: ``command`` runs once per rank.
 
@@ -203,20 +212,21 @@ class LightGBMTrainingOperator(BaseTrainingOperator):
     """LightGBM's own socket-based data-parallel training: one process per worker, each loading only
     its shard of ``train_data``; rank 0 saves the model and reports the validation metrics.
 
-    ``params`` are LightGBM parameters; ``train_data``/``valid_data`` are .npz (X, y) or .csv files
-    with a ``label`` column, readable by every worker.
+    ``lightgbm_params`` are LightGBM parameters (not named ``params``: Airflow merges the DAG's
+    Params into any operator argument of that name). ``train_data``/``valid_data`` are .npz (X, y)
+    or .csv files with a ``label`` column, readable by every worker.
     """
 
     framework = Framework.LIGHTGBM
-    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "train_data", "valid_data", "params",
-                                      "num_boost_round")
-    template_fields_renderers = {**BaseTrainingOperator.template_fields_renderers, "params": "json"}
+    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "train_data", "valid_data",
+                                      "lightgbm_params", "num_boost_round")
+    template_fields_renderers = {**BaseTrainingOperator.template_fields_renderers, "lightgbm_params": "json"}
 
     def __init__(
         self,
         *,
         train_data: str,
-        params: dict[str, Any] | None = None,
+        lightgbm_params: dict[str, Any] | None = None,
         valid_data: str | None = None,
         num_boost_round: int = 100,
         python: str = "python",
@@ -225,13 +235,13 @@ class LightGBMTrainingOperator(BaseTrainingOperator):
         super().__init__(**kwargs)
         self.train_data = train_data
         self.valid_data = valid_data
-        self.params = params or {}
+        self.lightgbm_params = lightgbm_params or {}
         self.num_boost_round = num_boost_round
         self.python = python
 
     def build_command(self) -> list[str]:
         command = self.command or [self.python, "-m", "airflow_ml_provider.runtime.lightgbm_trainer"]
-        command = [*command, "--train-data", self.train_data, "--params-json", json.dumps(self.params),
+        command = [*command, "--train-data", self.train_data, "--params-json", json.dumps(self.lightgbm_params),
                    "--num-boost-round", str(self.num_boost_round)]
         return command + (["--valid-data", self.valid_data] if self.valid_data else [])
 

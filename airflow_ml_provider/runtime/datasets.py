@@ -11,7 +11,7 @@ LABEL_COLUMN = "label"
 
 
 def load_npz_or_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(X, y)`` from an ``.npz`` (arrays ``X`` and ``y``) or a ``.csv`` with a header and a ``label`` column.
+    """Return ``(X, y)`` from an ``.npz`` (arrays ``X``, ``y``) or a ``.csv`` with a header and ``label``.
 
     Raises:
         FileNotFoundError: the file does not exist.

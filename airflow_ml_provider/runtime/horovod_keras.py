@@ -23,13 +23,13 @@ CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.npz")
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = worker_env()
     parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.horovod_keras")
-    parser.add_argument("--epochs", type=int, default=3, help="last epoch to train (resumed runs continue to it)")
+    parser.add_argument("--epochs", type=int, default=3, help="last epoch to train (a resumed run continues)")
     parser.add_argument("--batch-size", type=int, default=32, help="per-worker batch size")
-    parser.add_argument("--learning-rate", type=float, default=0.05, help="per worker; scaled by the worker count")
+    parser.add_argument("--learning-rate", type=float, default=0.05, help="per worker; times worker count")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the smallest shard")
     parser.add_argument("--model-dir", default=env.model_dir, help="where rank 0 saves model.keras")
-    parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="per-epoch checkpoints and resume")
+    parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="per-epoch checkpoints; resume")
     return parser.parse_args(argv)
 
 
@@ -46,13 +46,13 @@ def latest_checkpoint(checkpoint_dir: str | None) -> tuple[int, str] | None:
 
 
 def save_checkpoint(checkpoint_dir: str, epoch: int, model, optimizer) -> str:
-    """Atomically write model weights, optimizer state (step, momenta) and the epoch; return the path."""
+    """Atomically write weights, optimizer state, the epoch and the optimizer ``step``; return the path."""
     os.makedirs(checkpoint_dir, exist_ok=True)
     path = os.path.join(checkpoint_dir, f"ckpt-{epoch:06d}.npz")
     arrays = {f"model_{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
     arrays.update({f"optimizer_{i}": np.asarray(v.numpy()) for i, v in enumerate(optimizer.variables)})
     tmp = os.path.join(checkpoint_dir, f".tmp-{os.getpid()}-ckpt-{epoch:06d}.npz")
-    np.savez(tmp, epoch=np.int64(epoch), **arrays)
+    np.savez(tmp, epoch=np.int64(epoch), step=np.int64(optimizer.iterations.numpy()), **arrays)
     os.replace(tmp, path)
     return path
 

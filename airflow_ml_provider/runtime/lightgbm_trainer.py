@@ -1,4 +1,4 @@
-"""LightGBM worker: one process of LightGBM's own socket-based data-parallel training (or a single process)."""
+"""LightGBM worker: one process of LightGBM's own socket-based data-parallel training, or a single process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, shard
-from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import WorkerEnv, emit, emit_metrics, worker_env
 
 # LightGBM accepts several spellings of a parameter; a user's alias must win over our default.
 _ALIASES = {
@@ -30,7 +30,7 @@ def _has(params: dict, name: str) -> bool:
     return any(alias in params for alias in _ALIASES[name])
 
 
-def build_params(user_params: dict, env) -> dict:
+def build_params(user_params: dict, env: WorkerEnv) -> dict:
     """Merge the user's parameters with single-threaded defaults and, for several workers, the network."""
     params = dict(user_params)
     if not _has(params, "num_threads"):

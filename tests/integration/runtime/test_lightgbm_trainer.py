@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_ml_provider.runtime.lightgbm_trainer import UsageError, build_params
+from airflow_ml_provider.runtime.metrics_log import WorkerEnv
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
@@ -49,7 +52,8 @@ def data(tmp_path_factory):
     out = tmp_path_factory.mktemp("lgb-data")
     subprocess.run(
         [sys.executable, "-m", "airflow_ml_provider.runtime.datasets", "synthetic", "--rows", "20000",
-         "--features", "20", "--seed", "0", "--out", str(out / "train.npz"), "--valid-out", str(out / "valid.npz")],
+         "--features", "20", "--seed", "0", "--out", str(out / "train.npz"),
+         "--valid-out", str(out / "valid.npz")],
         env=_env(), check=True, timeout=120,
     )  # fmt: skip
     return out
@@ -59,7 +63,7 @@ def data(tmp_path_factory):
 def single(data, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("lgb-single")
     proc = subprocess.run(
-        _trainer_argv(data, model_dir), env=_env(), capture_output=True, text=True, timeout=300
+        _trainer_argv(data, model_dir), env=_env(), capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr
     return model_dir, _events(proc.stdout)
@@ -84,10 +88,16 @@ def test_two_workers_match_single_process_auc(data, single, tmp_path):
     procs = [
         subprocess.Popen(
             _trainer_argv(data, tmp_path / f"model-{rank}", "--log-every", "10"),
-            env=_env(AIRFLOW_ML_RANK=str(rank), AIRFLOW_ML_NUM_WORKERS="2", AIRFLOW_ML_MACHINES=machines,
-                     AIRFLOW_ML_LOCAL_PORT=str(ports[rank])),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            env=_env(
+                AIRFLOW_ML_RANK=str(rank),
+                AIRFLOW_ML_NUM_WORKERS="2",
+                AIRFLOW_ML_MACHINES=machines,
+                AIRFLOW_ML_LOCAL_PORT=str(ports[rank]),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for rank in range(2)
     ]
     outputs = [p.communicate(timeout=300) for p in procs]
@@ -113,7 +123,25 @@ def test_two_workers_match_single_process_auc(data, single, tmp_path):
 def test_bad_input_exits_2_with_message(args, message):
     proc = subprocess.run(
         [sys.executable, "-m", "airflow_ml_provider.runtime.lightgbm_trainer", *args],
-        env=_env(), capture_output=True, text=True, timeout=120,
+        env=_env(), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_params_defaults_yield_to_user_aliases_and_add_the_network():
+    env = WorkerEnv(rank=1, num_workers=2, machines=["h0:1200", "h1:1201"], local_port=None,
+                    model_dir=None, checkpoint_dir=None)  # fmt: skip
+    params = build_params({"nthread": 4, "verbose": 1, "objective": "regression"}, env)
+    assert "num_threads" not in params and "verbosity" not in params and "metric" not in params
+    assert params["tree_learner"] == "data" and params["pre_partition"] is True
+    assert params["num_machines"] == 2 and params["machines"] == "h0:1200,h1:1201"
+    assert params["local_listen_port"] == 1201, "taken from this rank's entry when not set"
+    assert build_params({}, WorkerEnv(0, 1, [], None, None, None)) == {
+        "num_threads": 1, "verbosity": -1, "objective": "binary", "metric": ["binary_logloss", "auc"],
+    }  # fmt: skip
+
+
+def test_params_reject_a_machine_list_of_the_wrong_size():
+    with pytest.raises(UsageError, match="lists 1 machines for 2 workers"):
+        build_params({}, WorkerEnv(0, 2, ["h0:1200"], 1200, None, None))

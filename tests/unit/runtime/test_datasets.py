@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, main, shard, write_synthetic
+from airflow_ml_provider.runtime.datasets import (
+    load_digits_split,
+    load_npz_or_csv,
+    main,
+    shard,
+    write_synthetic,
+)
 
 
 def test_load_npz(tmp_path):

@@ -1,0 +1,1 @@
+"""Thin re-exports of airflow_ml_provider classes."""

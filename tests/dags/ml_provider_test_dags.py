@@ -1,0 +1,62 @@
+"""DAGs the integration tests run with dag.test(): real jobs on the local backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, task
+
+from airflow_ml_provider.operators.training import (
+    HorovodTrainingOperator,
+    LightGBMTrainingOperator,
+    TrainingJobOperator,
+)
+
+PY = "python"
+
+with DAG("ml_test_horovod_and_lightgbm", schedule=None, catchup=False, tags=["test"]) as horovod_and_lightgbm:
+
+    @task
+    def make_data() -> dict[str, str]:
+        from airflow_ml_provider.runtime.datasets import write_synthetic
+
+        out = Path(os.environ["AIRFLOW_HOME"]) / "data"
+        out.mkdir(parents=True, exist_ok=True)
+        write_synthetic(out / "train.npz", out / "valid.npz", rows=20_000, features=20, seed=7)
+        return {"train": str(out / "train.npz"), "valid": str(out / "valid.npz")}
+
+    data = make_data()
+    HorovodTrainingOperator(
+        task_id="horovod",
+        command=[PY, "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", "3", "--seed", "0"],
+        num_workers=2,
+        backend="local",
+    )
+    LightGBMTrainingOperator(
+        task_id="lightgbm",
+        train_data="{{ ti.xcom_pull('make_data')['train'] }}",
+        valid_data="{{ ti.xcom_pull('make_data')['valid'] }}",
+        lightgbm_params={"objective": "binary", "learning_rate": 0.1, "num_leaves": 31, "seed": 0},
+        num_boost_round=50,
+        num_workers=2,
+        backend="local",
+    ).set_upstream(data)
+
+_FAIL = "import os, sys\nrank = os.environ['AIRFLOW_ML_RANK']\nprint('working', rank, flush=True)\nsys.exit(3 if rank == '1' else 0)"
+_METRICS = (
+    "import json, os\n"
+    "for step in range(1, 4):\n"
+    "    print(json.dumps({'event': 'metrics', 'step': step, 'loss': 1.0 / step}), flush=True)\n"
+    "print(json.dumps({'event': 'result', 'accuracy': 0.9}), flush=True)"
+)
+
+with DAG("ml_test_generic", schedule=None, catchup=False, tags=["test"]) as generic:
+    TrainingJobOperator(task_id="fails", command=[PY, "-c", _FAIL], num_workers=2, retries=0)
+    TrainingJobOperator(task_id="deferred", command=[PY, "-c", _METRICS], num_workers=2, deferrable=True,
+                        poll_interval=0.5)
+
+_SLEEP = "import os, time\nprint('ready', flush=True)\ntime.sleep(600)"
+
+with DAG("ml_test_kill", schedule=None, catchup=False, tags=["test"]) as kill:
+    HorovodTrainingOperator(task_id="sleeper", command=[PY, "-c", _SLEEP], num_workers=2, retries=0)

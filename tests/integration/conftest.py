@@ -1,0 +1,45 @@
+"""Running the test DAGs for real with dag.test() and reading back what they recorded."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import pytest
+from support import TEST_DAGS
+
+
+@dataclass
+class DagRunResult:
+    state: str
+    run_id: str
+    task_states: dict[str, str]
+    xcom: dict[str, Any]
+
+
+@cache
+def _test_dags() -> dict[str, Any]:
+    from airflow.sdk import DAG
+
+    spec = importlib.util.spec_from_file_location("ml_provider_test_dags", TEST_DAGS / "ml_provider_test_dags.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {obj.dag_id: obj for obj in vars(module).values() if isinstance(obj, DAG)}
+
+
+@pytest.fixture
+def run_dag(airflow_db):
+    def run(dag_id: str) -> DagRunResult:
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+
+        dag_run = _test_dags()[dag_id].test()
+        with create_session() as session:
+            rows = session.query(XComModel).filter_by(dag_id=dag_id, run_id=dag_run.run_id, key="return_value")
+            xcom = {row.task_id: row.value for row in rows}
+            task_states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances(session=session)}
+        return DagRunResult(str(dag_run.state), dag_run.run_id, task_states, xcom)
+
+    return run

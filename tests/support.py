@@ -1,0 +1,36 @@
+"""Shared test settings: a private AIRFLOW_HOME and DAG bundles (set before Airflow is imported),
+and the probe for the training environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_DAGS = Path(__file__).resolve().parent / "dags"
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-ml-test-"))
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(TEST_DAGS)
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
+    {"name": name, "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {"path": str(path)}}
+    for name, path in (("shipped", REPO / "dags"), ("tests", TEST_DAGS))
+])
+os.environ.setdefault("AIRFLOW_ML_LOCAL_IMAGE", str(REPO / ".venv-train"))
+TRAINING_IMAGE = Path(os.environ["AIRFLOW_ML_LOCAL_IMAGE"])
+
+
+def horovod_available() -> bool:
+    python = TRAINING_IMAGE / "bin" / "python"
+    probe = "import horovod.tensorflow as hvd; assert hvd.gloo_built()"
+    return python.exists() and subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+
+
+needs_horovod = pytest.mark.skipif(
+    not horovod_available(), reason=f"no Horovod in the training environment {TRAINING_IMAGE} (make training-env)"
+)
