@@ -38,7 +38,7 @@ class JobIdentity:
             f"{LABEL_PREFIX}/dag-id": _label_value(self.dag_id),
             f"{LABEL_PREFIX}/task-id": _label_value(self.task_id),
             f"{LABEL_PREFIX}/run-id": _label_value(self.run_id),
-            f"{LABEL_PREFIX}/map-index": str(self.map_index),
+            f"{LABEL_PREFIX}/map-index": str(self.map_index) if self.map_index >= 0 else "unmapped",
             f"{LABEL_PREFIX}/try-number": str(self.try_number),
         }
 

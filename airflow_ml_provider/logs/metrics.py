@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from airflow_ml_provider.logs.source import LogLine
+from airflow_ml_provider.runtime.metrics_log import EVENT_KEY
 
 
 def parse_event(text: str) -> dict[str, Any] | None:
@@ -16,7 +17,7 @@ def parse_event(text: str) -> dict[str, Any] | None:
         data = json.loads(text)
     except ValueError:
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("event"), str) else None
+    return data if isinstance(data, dict) and isinstance(data.get(EVENT_KEY), str) else None
 
 
 class MetricsCollector:
@@ -31,15 +32,15 @@ class MetricsCollector:
 
     def feed(self, line: LogLine) -> None:
         event = parse_event(line.text)
-        if event is None or event["event"] not in ("metrics", "result", "model_saved"):
+        if event is None or event[EVENT_KEY] not in ("metrics", "result", "model_saved"):
             return
         self.reporter = self.reporter or line.source
         if line.source != self.reporter:
             return
-        fields = {key: value for key, value in event.items() if key not in ("event", "rank")}
-        if event["event"] == "metrics":
+        fields = {key: value for key, value in event.items() if key not in (EVENT_KEY, "rank")}
+        if event[EVENT_KEY] == "metrics":
             self.history.append(fields)
-        elif event["event"] == "result":
+        elif event[EVENT_KEY] == "result":
             self.result.update(fields)
         else:
             self.model_path = fields.get("path")

@@ -63,7 +63,7 @@ class BaseTrainingOperator(BaseOperator):
         ml_conn_id: str = TrainingBackendHook.default_conn_name,
         on_finish: OnFinish | str = OnFinish.KEEP,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 2.0,
+        poll_interval: float = 1.0,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)

@@ -1,0 +1,32 @@
+"""Metrics from structured lines: one reporting worker, its series, final result and model path."""
+
+from __future__ import annotations
+
+from airflow_ml_provider.logs.metrics import MetricsCollector, parse_event
+from airflow_ml_provider.logs.source import LogLine
+from airflow_ml_provider.runtime.metrics_log import EVENT_KEY
+
+
+def test_collector_follows_the_first_reporter_only():
+    collector = MetricsCollector()
+    for source, text in [
+        ("launcher", "starting"),
+        ("rank 0", '{"event": "metrics", "step": 1, "loss": 0.9}'),
+        ("rank 1", '{"event": "metrics", "step": 1, "loss": 5.0}'),
+        ("rank 0", "not json {"),
+        ("rank 0", '{"event": "metrics", "step": 2, "loss": 0.4, "auc": 0.8}'),
+        ("rank 0", '{"event": "model_saved", "path": "/m/model.txt"}'),
+        ("rank 0", '{"event": "result", "auc": 0.85}'),
+    ]:
+        collector.feed(LogLine(source, text))
+    assert collector.reporter == "rank 0"
+    assert [step["loss"] for step in collector.history] == [0.9, 0.4]
+    assert collector.final == {"step": 2, "loss": 0.4, "auc": 0.85}
+    assert collector.model_path == "/m/model.txt"
+
+
+def test_parse_event_accepts_only_objects_with_an_event_name():
+    assert parse_event(f'{{"{EVENT_KEY}": "metrics", "step": 1}}') == {"event": "metrics", "step": 1}
+    assert parse_event('{"step": 1}') is None
+    assert parse_event("[1, 2]") is None
+    assert parse_event("loss=0.1") is None
