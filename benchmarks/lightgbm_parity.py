@@ -1,0 +1,78 @@
+"""Quality parity and speed of LightGBM data-parallel training: 1 worker vs 2 workers on the local backend.
+
+Both train the same synthetic binary set (200k rows x 20 features, fixed seed, 20% held out for
+validation) for 200 rounds through ``LocalBackend`` (framework "lightgbm"), followed with the operator's
+wait loop. Each worker of the 2-worker job sees only its half of the rows, yet their model must be as
+good: target |AUC(1) - AUC(2)| <= 0.002 on the validation split, AUC read from the ``result`` line of
+the job log. Also reported: the speed-up, median time with 1 worker / with 2 workers. Runs alternate
+(1, 2, 1, 2, ...) so both see the same machine load.
+
+    AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/lightgbm_parity.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from local_overhead import TRAIN_ENV, run_job  # the sibling benchmark: the operator's wait loop
+
+from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.logs.metrics import MetricsCollector
+from airflow_ml_provider.runtime.datasets import write_synthetic
+
+PARAMS = {"seed": 0}  # the trainer's defaults otherwise: binary objective, one thread per worker
+AUC_TARGET = 0.002
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per worker count, alternated (default 3)")
+    parser.add_argument("--rows", type=int, default=200_000, help="synthetic rows, train + valid (default 200k)")
+    parser.add_argument("--num-boost-round", type=int, default=200, help="boosting rounds (default 200)")
+    args = parser.parse_args()
+    print(f"{args.rows} rows x 20 features, {args.num_boost_round} rounds, {args.runs} runs per worker "
+          f"count; image {TRAIN_ENV}")
+    results: dict[int, dict[str, list[float]]] = {n: {"auc": [], "seconds": []} for n in (1, 2)}
+    with tempfile.TemporaryDirectory(prefix="bench-lightgbm-") as tmp:
+        train, valid = Path(tmp, "train.npz"), Path(tmp, "valid.npz")
+        write_synthetic(train, valid, rows=args.rows, features=20, seed=0)
+        backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
+        command = ["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data", str(train),
+                   "--valid-data", str(valid), "--params-json", json.dumps(PARAMS),
+                   "--num-boost-round", str(args.num_boost_round)]
+        for run in range(1, args.runs + 1):
+            for workers in (1, 2):
+                name = f"lgbm-parity-{workers}w-{run}"
+                spec = TrainingJobSpec(framework="lightgbm", num_workers=workers, command=command,
+                                       model_dir=backend.default_artifact_dir(name))
+                seconds, lines = run_job(backend, name, spec)
+                collector = MetricsCollector()
+                for line in lines:
+                    collector.feed(line)
+                if "auc" not in collector.result:
+                    sys.exit(f"job {name}: no AUC in its result line ({collector.result})")
+                results[workers]["auc"].append(collector.result["auc"])
+                results[workers]["seconds"].append(seconds)
+                print(f"run {run}  {workers} worker(s)  AUC {collector.result['auc']:.5f}  {seconds:6.1f} s",
+                      flush=True)
+    median = {n: {key: statistics.median(values) for key, values in r.items()} for n, r in results.items()}
+    diff = median[1]["auc"] - median[2]["auc"]
+    speedup = median[1]["seconds"] / median[2]["seconds"]
+    print(f"\n{'workers':<10}{'median AUC':>12}{'median s':>10}  AUCs / times (s)")
+    for n, r in results.items():
+        print(f"{n:<10}{median[n]['auc']:>12.5f}{median[n]['seconds']:>10.2f}  "
+              + " ".join(f"{a:.5f}" for a in r["auc"]) + " / " + " ".join(f"{s:.1f}" for s in r["seconds"]))
+    print(f"AUC diff (1 - 2): {diff:+.5f}  target |diff| <= {AUC_TARGET}: "
+          f"{'met' if abs(diff) <= AUC_TARGET else 'NOT met'}")
+    print(f"speed ratio 1-worker/2-worker: {speedup:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Overhead of the local backend on a Horovod job: wall time through the operator's path vs bare horovodrun.
+
+(a) ``LocalBackend.submit()`` of a 2-rank Horovod TrainingJobSpec, then the operator's own wait loop
+    (``BaseTrainingOperator._wait``: ``JobFollower.step()``, its default ``poll_interval``), consuming
+    every line; the launcher, the per-rank exit-code wrapper, the log file and polling all count.
+(b) the same trainer under bare ``horovodrun`` from the training environment, output read to EOF.
+
+The runs alternate (a, b, a, b, ...) so both sides see the same machine load; every run gets a fresh job
+name and fresh model/checkpoint dirs, so none resumes from another. Target: median(a) / median(b) <= 1.05,
+i.e. running through the provider costs at most 5% over launching Horovod by hand.
+
+    AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/local_overhead.py [--runs 5] [--epochs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.follow import JobFollower
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.logs.source import LogLine
+from airflow_ml_provider.operators.training import BaseTrainingOperator
+
+TRAIN_ENV = Path(__file__).resolve().parent.parent / ".venv-train"
+POLL_INTERVAL = inspect.signature(BaseTrainingOperator.__init__).parameters["poll_interval"].default
+RANKS = 2
+TARGET = 1.05
+
+
+def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec) -> tuple[float, list[LogLine]]:
+    """Submit ``spec`` and follow it as ``BaseTrainingOperator._wait`` does; return (seconds, its lines).
+    A job that is refused or does not succeed ends the benchmark (exit 1) with its status message."""
+    start = time.perf_counter()
+    try:
+        backend.submit(name, spec, {"benchmark": name})
+    except JobSubmissionError as exc:
+        sys.exit(f"job {name}: the local backend refused it: {exc}")
+    follower, lines = JobFollower(backend, name), []
+    while True:
+        batch, status = follower.step()
+        lines.extend(batch)
+        if batch:
+            continue
+        if status.state.is_terminal:
+            break
+        time.sleep(POLL_INTERVAL)
+    elapsed = time.perf_counter() - start
+    if status.state is not JobState.SUCCEEDED:
+        tail = "\n".join(f"  {line}" for line in lines[-10:])
+        sys.exit(f"job {name} {status.state.value}: {status.message or 'no reason given'}\n{tail}")
+    return elapsed, lines
+
+
+def run_bare(command: list[str], cwd: Path) -> tuple[float, int]:
+    """Run ``command`` under bare horovodrun from the training env; return (seconds, output lines)."""
+    bin_dir = TRAIN_ENV / "bin"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+           "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    argv = [str(bin_dir / "horovodrun"), "-np", str(RANKS), "-H", f"localhost:{RANKS}", "--gloo",
+            "--network-interface", "lo", *command]
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    lines = proc.stdout.readlines()
+    code = proc.wait()
+    elapsed = time.perf_counter() - start
+    if code:
+        sys.exit(f"bare horovodrun exited with {code}\n" + "".join(f"  {line}" for line in lines[-10:]))
+    return elapsed, len(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs of each side, alternated (default 5)")
+    parser.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5: ~30 s on 2 cores)")
+    args = parser.parse_args()
+    if not (TRAIN_ENV / "bin" / "horovodrun").exists():
+        sys.exit(f"no horovodrun in {TRAIN_ENV}/bin: run `make training-env` first")
+    trainer = ["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", str(args.epochs)]
+    print(f"{RANKS} ranks, {args.epochs} epochs, {args.runs} runs per side; operator poll_interval "
+          f"{POLL_INTERVAL} s; training env {TRAIN_ENV}")
+    times: dict[str, list[float]] = {"operator": [], "bare": []}
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
+        backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
+        for run in range(1, args.runs + 1):
+            name = f"hvd-overhead-{run}"
+            artifacts = Path(backend.default_artifact_dir(name))
+            spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=[
+                *trainer, "--model-dir", str(artifacts / "model"), "--checkpoint-dir", str(artifacts / "ckpt")])
+            seconds, lines = run_job(backend, name, spec)
+            times["operator"].append(seconds)
+            print(f"run {run}  (a) operator path   {seconds:6.1f} s  ({len(lines)} lines)", flush=True)
+            bare = Path(tmp, f"bare-{run}")
+            bare.mkdir()
+            seconds, count = run_bare([*trainer, "--model-dir", str(bare / "model"),
+                                       "--checkpoint-dir", str(bare / "ckpt")], bare)
+            times["bare"].append(seconds)
+            print(f"run {run}  (b) bare horovodrun {seconds:6.1f} s  ({count} lines)", flush=True)
+    medians = {side: statistics.median(values) for side, values in times.items()}
+    ratio = medians["operator"] / medians["bare"]
+    print(f"\n{'side':<22}{'median s':>10}  runs (s)")
+    for side, label in (("operator", "(a) operator path"), ("bare", "(b) bare horovodrun")):
+        print(f"{label:<22}{medians[side]:>10.2f}  " + " ".join(f"{t:.1f}" for t in times[side]))
+    print(f"{'ratio a/b':<22}{ratio:>10.3f}  target <= {TARGET}: {'met' if ratio <= TARGET else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

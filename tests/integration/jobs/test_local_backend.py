@@ -1,0 +1,153 @@
+"""The local backend with real processes: attach, cancel without orphans, failure classification."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+from support import TRAINING_IMAGE, needs_horovod
+
+from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
+from airflow_ml_provider.jobs.follow import summarize_log
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState
+
+pytestmark = pytest.mark.integration
+
+READY_THEN_SLEEP = ["python", "-c", "import time; print('ready', flush=True); time.sleep(600)"]
+
+
+@pytest.fixture
+def backend(tmp_path) -> LocalBackend:
+    return LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=5)
+
+
+def generic(command, workers=2, framework="generic") -> TrainingJobSpec:
+    return TrainingJobSpec(framework=framework, command=command, num_workers=workers)
+
+
+def wait_for(predicate, timeout=90.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ready_ranks(backend: LocalBackend, name: str) -> set[str]:
+    path = backend.job_dir(name) / "output.log"
+    text = path.read_text() if path.exists() else ""
+    return {line.split("]")[0] for line in text.splitlines() if line.endswith("] ready")}
+
+
+def uid(backend: LocalBackend, name: str) -> str:
+    import json
+
+    return json.loads((backend.job_dir(name) / "job.json").read_text())["uid"]
+
+
+def assert_all_gone(pids: set[int], pgids: set[int]) -> None:
+    alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes of the job still alive: {alive}"
+    for pgid in pgids:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+
+
+@pytest.mark.parametrize("framework", ["generic", pytest.param("horovod", marks=needs_horovod)])
+def test_cancel_leaves_no_process_of_the_job_alive(backend, framework):
+    name = f"cancel-{framework}"
+    assert backend.submit(name, generic(READY_THEN_SLEEP, framework=framework), {})
+    wait_for(lambda: ready_ranks(backend, name) == {"[rank 0", "[rank 1"}, what="both ranks ready")
+    procs = job_processes(uid(backend, name))
+    pids = {p.pid for p in procs}
+    pgids = {os.getpgid(pid) for pid in pids}
+    assert len(pids) >= 3, "expected the launcher and two workers"
+    if framework == "horovod":
+        assert len(pgids) >= 2, "horovodrun's middlemen start their own sessions: the test must cover that"
+    backend.cancel(name)
+    assert_all_gone(pids, pgids)
+    assert backend.status(name).state is JobState.CANCELLED
+
+
+def test_submitting_a_running_job_again_attaches_and_runs_it_once(backend):
+    name = "attach"
+    assert backend.submit(name, generic(READY_THEN_SLEEP, workers=1), {}) is True
+    wait_for(lambda: ready_ranks(backend, name), what="the worker")
+    assert backend.submit(name, generic(READY_THEN_SLEEP, workers=1), {}) is False
+    assert LocalBackend(backend.root, image=backend.image).submit(name, generic(READY_THEN_SLEEP, workers=1), {}) is False
+    time.sleep(1)
+    assert (backend.job_dir(name) / "output.log").read_text().count("ready") == 1
+    assert not list(backend.root.glob("jobs/attach.*")), "nothing was archived: no second job"
+    backend.cancel(name)
+
+
+def test_a_finished_job_is_archived_and_a_new_one_started(backend):
+    name = "rerun"
+    backend.submit(name, generic(["python", "-c", "print('first')"], workers=1), {})
+    wait_for(lambda: backend.status(name).state.is_terminal, what="first job")
+    assert backend.submit(name, generic(["python", "-c", "print('second')"], workers=1), {}) is True
+    wait_for(lambda: backend.status(name).state.is_terminal, what="second job")
+    assert "first" in (backend.root / "jobs" / "rerun.1" / "output.log").read_text()
+    assert "second" in (backend.job_dir(name) / "output.log").read_text()
+
+
+def test_exit_codes_and_the_first_failing_rank_are_reported(backend):
+    name = "fails"
+    command = ["python", "-c", "import os, sys, time\nr = os.environ['AIRFLOW_ML_RANK']\nprint('rank', r)\n"
+               "sys.exit(7) if r == '1' else time.sleep(600)"]
+    backend.submit(name, generic(command), {})
+    status = wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, what="failure")
+    assert status.state is JobState.FAILED
+    assert status.message == "rank 1 exited with code 7"
+    assert status.exit_codes[1] == 7 and status.exit_codes[0] != 0, "the waiting peer is stopped, not left hanging"
+    _, tail = summarize_log(backend, name)
+    assert any(line.source == "rank 1" and line.text == "rank 1" for line in tail)
+
+
+def test_a_worker_killed_from_outside_is_a_preemption_not_a_user_failure(backend):
+    name = "preempted"
+    backend.submit(name, generic(READY_THEN_SLEEP), {})
+    wait_for(lambda: len(ready_ranks(backend, name)) == 2, what="workers")
+    workers = [p for p in job_processes(uid(backend, name)) if "time.sleep" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    workers[0].send_signal(signal.SIGKILL)
+    status = wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, what="preemption")
+    assert status.state is JobState.PREEMPTED and "killed by a signal" in status.message
+
+
+def test_a_killed_launcher_is_not_reported_as_running_or_succeeded(backend):
+    name = "launcher-killed"
+    backend.submit(name, generic(READY_THEN_SLEEP, workers=1), {})
+    wait_for(lambda: ready_ranks(backend, name), what="the worker")
+    import json
+
+    launcher = json.loads((backend.job_dir(name) / "launcher.json").read_text())["pid"]
+    os.kill(launcher, signal.SIGKILL)
+    status = wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, what="launcher death")
+    assert status.state is JobState.PREEMPTED
+    backend.cancel(name)  # the orphaned worker is still found by its marker and stopped
+    assert not job_processes(uid(backend, name))
+
+
+def test_missing_program_fails_with_its_name(backend):
+    backend.submit("noprog", generic(["no-such-program-xyz"], workers=1), {})
+    status = wait_for(lambda: (s := backend.status("noprog")).state.is_terminal and s, what="failure")
+    assert status.state is JobState.FAILED and "no-such-program-xyz" in (backend.job_dir("noprog") / "output.log").read_text()
+
+
+def test_unknown_jobs_and_images_without_horovod_are_refused(backend, tmp_path):
+    with pytest.raises(JobNotFound):
+        backend.status("never-submitted")
+    without_horovod = tmp_path / "env"
+    (without_horovod / "bin").mkdir(parents=True)
+    with pytest.raises(JobSubmissionError, match="no horovodrun"):
+        LocalBackend(tmp_path / "ml2", image=str(without_horovod)).submit(
+            "x", generic(["python", "t.py"], framework="horovod"), {})
+    with pytest.raises(JobSubmissionError, match="not a Python environment"):
+        LocalBackend(tmp_path, image=str(tmp_path / "nowhere")).submit("y", generic(["python"]), {})

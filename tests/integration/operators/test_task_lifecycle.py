@@ -1,0 +1,101 @@
+"""What happens to a job when its task is killed, or executed a second time while the job runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from support import TEST_DAGS, needs_horovod
+
+from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
+from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.operators.training import TrainingJobOperator
+
+pytestmark = pytest.mark.integration
+
+
+def _backend() -> LocalBackend:
+    return LocalBackend(Path(os.environ["AIRFLOW_HOME"]) / "ml")
+
+
+def _wait_for(predicate, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _running_job_of(dag_id: str, known: set[str]) -> str | None:
+    for record in _backend().root.glob("jobs/*/job.json"):
+        job = json.loads(record.read_text())
+        output = record.parent / "output.log"
+        ready = output.exists() and output.read_text().count("] ready") == 2
+        if job["name"] not in known and job["labels"]["ml.airflow.apache.org/dag-id"] == dag_id and ready:
+            return job["name"]
+    return None
+
+
+@needs_horovod
+def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
+    """SIGTERM to a running task process is how Airflow kills a task: on_kill must cancel the job."""
+    known = {p.parent.name for p in _backend().root.glob("jobs/*/job.json")}
+    script = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('dags', {str(TEST_DAGS / 'ml_provider_test_dags.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "module.kill.test()\n"
+    )
+    task = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        name = _wait_for(lambda: _running_job_of("ml_test_kill", known), what="both Horovod ranks to start")
+        uid = json.loads((_backend().job_dir(name) / "job.json").read_text())["uid"]
+        pids = {p.pid for p in job_processes(uid)}
+        pgids = {os.getpgid(pid) for pid in pids}
+        assert len(pids) >= 5 and len(pgids) >= 3, "launcher, horovodrun, middlemen and two ranks expected"
+        task.send_signal(signal.SIGTERM)
+        task.wait(timeout=120)
+    finally:
+        if task.poll() is None:
+            task.kill()
+    alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"job processes survived the task: {alive}"
+    for pgid in pgids:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+    assert _backend().status(name).state is JobState.CANCELLED
+
+
+def test_a_second_execution_attaches_to_the_running_job(tmp_path):
+    """A retry or a restarted worker executes the same task instance again while its job runs."""
+    marker = tmp_path / "started"
+    command = ["python", "-c", f"open({str(marker)!r}, 'a').write('x'); import time; time.sleep(4); print('done')"]
+    context = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id="manual__1", map_index=-1, try_number=1)}
+    retry = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id="manual__1", map_index=-1, try_number=2)}
+    results = {}
+
+    def run(key, ctx):
+        results[key] = TrainingJobOperator(task_id="train", command=command, num_workers=1,
+                                           poll_interval=0.2).execute(ctx)
+
+    first = threading.Thread(target=run, args=("first", context))
+    first.start()
+    _wait_for(marker.exists, what="the job to start")
+    second = threading.Thread(target=run, args=("second", retry))
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert results["first"] == results["second"] and results["first"]["state"] == "SUCCEEDED"
+    assert marker.read_text() == "x", "the job ran more than once"
+    name = results["first"]["job_name"]
+    assert not list(_backend().root.glob(f"jobs/{name}.*")), "a second job was submitted"
