@@ -43,7 +43,7 @@ class BaseTrainingOperator(BaseOperator):
     """
 
     framework: ClassVar[Framework]
-    template_fields: Sequence[str] = ("command", "env", "image", "backend", "model_dir", "checkpoint_dir",
+    template_fields: Sequence[str] = ("command", "num_workers", "env", "image", "backend", "model_dir", "checkpoint_dir",
                                       "working_dir")
     template_fields_renderers = {"command": "json", "env": "json"}
     ui_color = "#d6eaf8"
