@@ -1,0 +1,22 @@
+"""`airflow-ml render` prints the launch plan without running anything; bad input exits non-zero."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_ml_provider.cli import main
+
+
+def test_render_prints_the_plan_and_runs_nothing(tmp_path, capsys):
+    code = main(["render", "--local-root", str(tmp_path), "--image", "/opt/train", "--", "python", "t.py", "; rm"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert plan["argv"][:2] == ["/opt/train/bin/horovodrun", "-np"]
+    assert plan["argv"][-3:] == ["python", "t.py", "; rm"], "arguments stay data"
+    assert plan["labels"]["ml.airflow.apache.org/task-id"] == "train"
+    assert not (tmp_path / "jobs").exists(), "render must not create a job"
+
+
+def test_render_rejects_a_bad_spec_naming_the_field(capsys):
+    assert main(["render", "--workers", "0", "--", "python", "t.py"]) == 2
+    assert "TrainingJobSpec.num_workers" in capsys.readouterr().err
