@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,13 @@ def horovod_available() -> bool:
 needs_horovod = pytest.mark.skipif(
     not horovod_available(), reason=f"no Horovod in the training environment {TRAINING_IMAGE} (make training-env)"
 )
+
+
+def wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
+    """Poll until ``predicate()`` is truthy and return its value; fail naming what never happened."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

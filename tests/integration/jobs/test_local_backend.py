@@ -8,7 +8,7 @@ import time
 
 import psutil
 import pytest
-from support import TRAINING_IMAGE, needs_horovod
+from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
@@ -30,13 +30,6 @@ def generic(command, workers=2, framework="generic") -> TrainingJobSpec:
     return TrainingJobSpec(framework=framework, command=command, num_workers=workers)
 
 
-def wait_for(predicate, timeout=90.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (value := predicate()):
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ready_ranks(backend: LocalBackend, name: str) -> set[str]:

@@ -8,13 +8,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
 import pytest
-from support import TEST_DAGS, needs_horovod
+from support import TEST_DAGS, needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
 from airflow_ml_provider.jobs.state import JobState
@@ -27,13 +26,6 @@ def _backend() -> LocalBackend:
     return LocalBackend(Path(os.environ["AIRFLOW_HOME"]) / "ml")
 
 
-def _wait_for(predicate, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (value := predicate()):
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _running_job_of(dag_id: str, known: set[str]) -> str | None:
@@ -58,7 +50,7 @@ def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
     )
     task = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        name = _wait_for(lambda: _running_job_of("ml_test_kill", known), what="both Horovod ranks to start")
+        name = wait_for(lambda: _running_job_of("ml_test_kill", known), what="both Horovod ranks to start")
         uid = json.loads((_backend().job_dir(name) / "job.json").read_text())["uid"]
         pids = {p.pid for p in job_processes(uid)}
         pgids = {os.getpgid(pid) for pid in pids}
@@ -90,7 +82,7 @@ def test_a_second_execution_attaches_to_the_running_job(tmp_path):
 
     first = threading.Thread(target=run, args=("first", context))
     first.start()
-    _wait_for(marker.exists, what="the job to start")
+    wait_for(marker.exists, what="the job to start")
     second = threading.Thread(target=run, args=("second", retry))
     second.start()
     first.join(60)
