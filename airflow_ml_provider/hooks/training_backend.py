@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -17,7 +18,9 @@ class TrainingBackendHook(BaseHook):
     the local backend under ``$AIRFLOW_HOME/ml``, workers using this interpreter's environment or
     the environment in ``AIRFLOW_ML_LOCAL_IMAGE``.
 
-    Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``.
+    Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``, and for the
+    Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
+    context; default ``kubernetes_default``) and ``namespace``.
     """
 
     conn_name_attr = "ml_conn_id"
@@ -45,4 +48,19 @@ class TrainingBackendHook(BaseHook):
                 root=extras.get("local_root") or os.path.join(airflow_home, "ml"),
                 image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
             )
-        return get_backend(name, **extras.get(f"{name}_config", {}))
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        kubernetes = KubernetesHook(conn_id=self.kubernetes_conn_id(extras))
+        namespace = extras.get("namespace") or kubernetes.get_namespace() or "default"
+        return get_backend(name, api_client=kubernetes.api_client, namespace=namespace)
+
+    def kubernetes_conn_id(self, extras: dict[str, Any] | None = None) -> str:
+        extras = self.extras() if extras is None else extras
+        return extras.get("kubernetes_conn_id") or "kubernetes_default"
+
+    def async_api_factory(self) -> Callable[[], Any]:
+        """Opens an async Kubernetes API client from the same connection (for watches in the triggerer)."""
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+        conn_id = self.kubernetes_conn_id()
+        return lambda: AsyncKubernetesHook(conn_id=conn_id).get_conn()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -29,6 +29,82 @@ class Resources(BaseModel):
     cpu: Annotated[float, Field(gt=0)] | None = None
     memory: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")] | None = None
     gpu: Annotated[int, Field(ge=0)] = 0
+    gpu_type: str | None = None  # e.g. "NVIDIA-A100-SXM4-80GB": becomes a nvidia.com/gpu.product node selector
+
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class Scheduling(BaseModel):
+    """Cluster scheduling: gang scheduling places all workers at once or none (Volcano, MPIJob)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: str | None = None
+    priority_class: str | None = None
+    gang: bool = True
+
+
+class SecretRef(BaseModel):
+    """An environment variable taken from a Kubernetes Secret: the value never passes through Airflow."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    secret: Annotated[str, Field(pattern=_DNS_LABEL)]
+    key: Annotated[str, Field(min_length=1)]
+
+
+class Volume(BaseModel):
+    """Data or checkpoints mounted into every worker, from a PersistentVolumeClaim or a host path."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(pattern=_DNS_LABEL)]
+    mount_path: Annotated[str, Field(pattern=r"^/")]
+    claim: str | None = None
+    host_path: Annotated[str, Field(pattern=r"^/")] | None = None
+    read_only: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Volume:
+        if (self.claim is None) == (self.host_path is None):
+            raise ValueError(f"volume {self.name!r} needs exactly one of claim or host_path")
+        return self
+
+
+class Toleration(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class KubernetesOptions(BaseModel):
+    """Pod-level settings the Kubernetes backends render; the local backend ignores them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    service_account: str | None = None
+    secret_env: dict[str, SecretRef] = Field(default_factory=dict)
+    volumes: list[Volume] = Field(default_factory=list)
+    backoff_limit: Annotated[int, Field(ge=0)] = 0
+    active_deadline_seconds: Annotated[int, Field(gt=0)] | None = None
+    clean_pod_policy: Literal["None", "Running", "All"] = "Running"
+    slots_per_worker: Annotated[int, Field(ge=1)] = 1
+    worker_port: Annotated[int, Field(ge=1024, le=65535)] = 12400  # LightGBM's listen port on every pod
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env_names(cls, value: dict[str, SecretRef]) -> dict[str, SecretRef]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return value
 
 
 class SpecError(ValueError):
@@ -56,6 +132,8 @@ class TrainingJobSpec(BaseModel):
     model_dir: str | None = None
     min_workers: Annotated[int, Field(ge=1)] | None = None
     max_workers: Annotated[int, Field(ge=1)] | None = None
+    scheduling: Scheduling = Scheduling()
+    kubernetes: KubernetesOptions = KubernetesOptions()
 
     def __init__(self, **data):
         try:

@@ -127,7 +127,7 @@ class BaseTrainingOperator(BaseOperator):
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
         if self.deferrable:
             self.defer(
-                trigger=TrainingJobTrigger(backend.name, backend.config(), identity.name,
+                trigger=TrainingJobTrigger(identity.name, backend.name, self.ml_conn_id,
                                            poll_interval=self.poll_interval),
                 method_name="execute_complete",
             )

@@ -34,12 +34,13 @@ class WorkerEnv:
 
 
 def worker_env() -> WorkerEnv:
-    """Read the ``AIRFLOW_ML_*`` variables (rank falls back to Kubernetes' ``JOB_COMPLETION_INDEX``)."""
+    """Read the ``AIRFLOW_ML_*`` variables; on Kubernetes the rank is the pod's index, set by the
+    Indexed Job controller (``JOB_COMPLETION_INDEX``) or Volcano's env plugin (``VC_TASK_INDEX``)."""
     env = os.environ
     port = env.get("AIRFLOW_ML_LOCAL_PORT")
     machines = env.get("AIRFLOW_ML_MACHINES", "")
     return WorkerEnv(
-        rank=int(env.get("AIRFLOW_ML_RANK", env.get("JOB_COMPLETION_INDEX", "0"))),
+        rank=int(env.get("AIRFLOW_ML_RANK") or env.get("JOB_COMPLETION_INDEX") or env.get("VC_TASK_INDEX") or 0),
         num_workers=int(env.get("AIRFLOW_ML_NUM_WORKERS", "1")),
         machines=[m.strip() for m in machines.split(",") if m.strip()],
         local_port=int(port) if port else None,

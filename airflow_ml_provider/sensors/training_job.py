@@ -47,8 +47,8 @@ class TrainingJobSensor(BaseSensorOperator):
             return super().execute(context)
         backend = self.hook.get_backend(self.backend)
         self.defer(
-            trigger=TrainingJobTrigger(backend.name, backend.config(), self.job_name,
-                                       poll_interval=self.poke_interval),
+            trigger=TrainingJobTrigger(self.job_name, backend.name, self.ml_conn_id,
+                                       poll_interval=self.poke_interval, stream_logs=False),
             method_name="execute_complete",
         )
 

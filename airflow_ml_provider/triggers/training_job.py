@@ -3,57 +3,98 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_ml_provider.jobs.backends import get_backend
-from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.follow import JobFollower
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound
+from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
+from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend, resource_path
+from airflow_ml_provider.jobs.state import JobStatus
 
 
 class TrainingJobTrigger(BaseTrigger):
-    """Fires once the job is terminal and its whole log has been streamed.
+    """Fires once the job is terminal and (with ``stream_logs``) its whole log has been streamed.
 
-    The log cursor is part of the serialized state, so a trigger rebuilt after a triggerer restart
-    continues right after the last line it had printed.
+    Kubernetes jobs are followed through one shared watch per namespace and kind (no per-job
+    polling); local jobs by polling their status file. The backend is rebuilt from the connection,
+    so nothing but names and the log cursor is serialized.
     """
 
-    def __init__(self, backend: str, backend_config: dict[str, Any], job_name: str,
-                 cursor: Any = None, poll_interval: float = 2.0):
+    def __init__(self, job_name: str, backend: str | None = None,
+                 ml_conn_id: str = TrainingBackendHook.default_conn_name, cursor: Any = None,
+                 poll_interval: float = 2.0, stream_logs: bool = True):
         super().__init__()
-        self.backend = backend
-        self.backend_config = backend_config
         self.job_name = job_name
+        self.backend = backend
+        self.ml_conn_id = ml_conn_id
         self.cursor = cursor
         self.poll_interval = poll_interval
+        self.stream_logs = stream_logs
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"backend": self.backend, "backend_config": self.backend_config, "job_name": self.job_name,
-             "cursor": self.cursor, "poll_interval": self.poll_interval},
+            {"job_name": self.job_name, "backend": self.backend, "ml_conn_id": self.ml_conn_id,
+             "cursor": self.cursor, "poll_interval": self.poll_interval, "stream_logs": self.stream_logs},
         )
 
     async def run(self):
-        follower = JobFollower(get_backend(self.backend, **self.backend_config), self.job_name, self.cursor)
+        hook = TrainingBackendHook(self.ml_conn_id)
+        backend = await asyncio.to_thread(hook.get_backend, self.backend)
+        source = backend.log_source(self.job_name) if self.stream_logs else None
+        statuses = (self._watched(hook, backend) if isinstance(backend, KubernetesBackend)
+                    else self._polled(backend))
+        last_state = None
+        try:
+            async for status in statuses:  # read before the lines: a terminal status means the log is complete
+                if status.state != last_state:
+                    self.log.info("Job %s is %s %s", self.job_name, status.state.value, status.message)
+                    last_state = status.state
+                if source is not None:
+                    await self._drain(source)
+                if status.state.is_terminal:
+                    yield TriggerEvent({"job_name": self.job_name, "status": status.to_dict(), "cursor": self.cursor})
+                    return
+        except JobNotFound as exc:
+            yield TriggerEvent({"job_name": self.job_name, "error": f"job vanished: {exc}"})
+
+    async def _drain(self, source) -> None:
         while True:
-            try:
-                lines, status = await asyncio.to_thread(follower.step)
-            except JobNotFound as exc:
-                yield TriggerEvent({"job_name": self.job_name, "error": f"job vanished: {exc}"})
-                return
-            for line in lines:
+            batch = await asyncio.to_thread(source.read, self.cursor)
+            for line in batch.lines:
                 self.log.info("%s", line)
-            self.cursor = follower.cursor
-            if lines:
-                continue
-            if status.state.is_terminal:
-                yield TriggerEvent({"job_name": self.job_name, "status": status.to_dict(), "cursor": self.cursor})
+            self.cursor = batch.cursor
+            if not batch.lines:
                 return
+
+    async def _polled(self, backend: Backend) -> AsyncIterator[JobStatus]:
+        while True:
+            yield await asyncio.to_thread(backend.status, self.job_name)
             await asyncio.sleep(self.poll_interval)
+
+    async def _watched(self, hook: TrainingBackendHook, backend: KubernetesBackend) -> AsyncIterator[JobStatus]:
+        """Statuses from the shared watch: at once on every change, else every poll interval (for logs)."""
+        path = resource_path(backend.api_version, backend.kind, backend.namespace)
+        watcher = CollectionWatcher.shared((self.ml_conn_id,), hook.async_api_factory(), path, JOB_NAME_LABEL)
+        status = None
+        async with watcher.subscribe(self.job_name) as changes:
+            while True:
+                try:
+                    obj = await asyncio.wait_for(changes.get(), self.poll_interval)
+                except asyncio.TimeoutError:
+                    if status is not None:
+                        yield status
+                    continue
+                if obj is DELETED:  # or not yet seen by the watch: ask the API server directly
+                    status = await asyncio.to_thread(backend.status, self.job_name)
+                else:
+                    status = await asyncio.to_thread(backend.job_status, obj)
+                yield status
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop the job too."""
-        backend = get_backend(self.backend, **self.backend_config)
+        backend = await asyncio.to_thread(TrainingBackendHook(self.ml_conn_id).get_backend, self.backend)
         await asyncio.to_thread(backend.cancel, self.job_name)

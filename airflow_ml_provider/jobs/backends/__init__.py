@@ -9,6 +9,9 @@ from airflow_ml_provider.jobs.backends.base import Backend
 
 BACKENDS = {
     "local": "airflow_ml_provider.jobs.backends.local:LocalBackend",
+    "mpijob": "airflow_ml_provider.jobs.backends.mpijob:MPIJobBackend",
+    "volcano": "airflow_ml_provider.jobs.backends.volcano:VolcanoBackend",
+    "indexed-job": "airflow_ml_provider.jobs.backends.indexed_job:IndexedJobBackend",
 }
 
 

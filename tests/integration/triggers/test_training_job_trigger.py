@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -31,16 +32,23 @@ async def first_event(trigger: TrainingJobTrigger):
         return event.payload
 
 
+@pytest.fixture
+def backend(tmp_path, monkeypatch) -> LocalBackend:
+    """A local backend the trigger rebuilds from a connection, as it does in the triggerer."""
+    extra = {"backend": "local", "local_root": str(tmp_path / "ml"), "local_image": str(TRAINING_IMAGE)}
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TEST", json.dumps({"conn_type": "ml_training", "extra": extra}))
+    return LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=5)
+
+
 def streamed_lines(capfd) -> list[str]:
     """The worker lines the trigger logged (Airflow's structlog writes them to the captured stdout)."""
     out = capfd.readouterr()
     return re.findall(r"\[rank 0\] line \d+", out.out + out.err)
 
 
-def test_trigger_streams_every_line_once_and_resumes_from_its_cursor(tmp_path, capfd):
-    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE))
+def test_trigger_streams_every_line_once_and_resumes_from_its_cursor(backend, capfd):
     backend.submit("trig", TrainingJobSpec(framework="generic", command=PRINT_100, num_workers=1), {})
-    trigger = TrainingJobTrigger("local", backend.config(), "trig", poll_interval=0.1)
+    trigger = TrainingJobTrigger("trig", ml_conn_id="ml_test", poll_interval=0.1)
     assert rebuild(trigger).serialize() == trigger.serialize()
 
     payload = asyncio.run(first_event(rebuild(trigger)))
@@ -48,21 +56,19 @@ def test_trigger_streams_every_line_once_and_resumes_from_its_cursor(tmp_path, c
     assert streamed_lines(capfd) == [f"[rank 0] line {i}" for i in range(100)]
 
     # A triggerer restart rebuilds the trigger from the cursor it had reached: nothing is printed twice.
-    resumed = rebuild(TrainingJobTrigger("local", backend.config(), "trig", cursor=payload["cursor"]))
+    resumed = rebuild(TrainingJobTrigger("trig", ml_conn_id="ml_test", cursor=payload["cursor"]))
     again = asyncio.run(first_event(resumed))
     assert again["status"]["state"] == "SUCCEEDED"
     assert streamed_lines(capfd) == []
 
 
-def test_trigger_reports_a_vanished_job(tmp_path):
-    backend = LocalBackend(tmp_path / "ml")
-    payload = asyncio.run(first_event(TrainingJobTrigger("local", backend.config(), "ghost")))
+def test_trigger_reports_a_vanished_job(backend):
+    payload = asyncio.run(first_event(TrainingJobTrigger("ghost", ml_conn_id="ml_test")))
     assert "vanished" in payload["error"]
 
 
-def test_on_kill_cancels_the_job(tmp_path):
-    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=5)
+def test_on_kill_cancels_the_job(backend):
     sleep = ["python", "-c", "import time; time.sleep(600)"]
     backend.submit("killme", TrainingJobSpec(framework="generic", command=sleep, num_workers=2), {})
-    asyncio.run(TrainingJobTrigger("local", backend.config(), "killme").on_kill())
+    asyncio.run(TrainingJobTrigger("killme", ml_conn_id="ml_test").on_kill())
     assert backend.status("killme").state.value == "CANCELLED"

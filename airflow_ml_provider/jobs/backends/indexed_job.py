@@ -1,0 +1,72 @@
+"""A plain batch/v1 Indexed Job plus a headless Service: needs no operator installed in the cluster.
+
+The natural backend for LightGBM: pod ``i`` gets the stable hostname ``<job>-<i>.<job>`` and its
+index as ``JOB_COMPLETION_INDEX``, so every worker can be told the full machine list up front.
+"""
+
+from __future__ import annotations
+
+from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
+from airflow_ml_provider.jobs.backends.pod_template import container, metadata, pod_template
+from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState, JobStatus
+
+# Job condition types (batch/v1) and what each means once true.
+CONDITION_STATES = {
+    "Complete": JobState.SUCCEEDED,
+    "Failed": JobState.FAILED,
+    "Suspended": JobState.PENDING,
+    "FailureTarget": JobState.FAILED,
+    "SuccessCriteriaMet": JobState.SUCCEEDED,
+}
+_DISRUPTION = ("DisruptionTarget", "evict", "preempt")
+
+
+class IndexedJobBackend(KubernetesBackend):
+    name = "indexed-job"
+    api_version = "batch/v1"
+    kind = "Job"
+    frameworks = frozenset({Framework.LIGHTGBM, Framework.GENERIC})
+
+    def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        port = spec.kubernetes.worker_port
+        machines = ",".join(f"{name}-{i}.{name}:{port}" for i in range(spec.num_workers))
+        env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: JOB_COMPLETION_INDEX
+        template = pod_template(spec, labels, "worker", [container(spec, "worker", spec.command, env=env, ports=[port])],
+                                subdomain=name)
+        job_spec = {
+            "completionMode": "Indexed",
+            "completions": spec.num_workers,
+            "parallelism": spec.num_workers,
+            "backoffLimit": spec.kubernetes.backoff_limit,
+            "template": template,
+        }
+        if spec.kubernetes.active_deadline_seconds:
+            job_spec["activeDeadlineSeconds"] = spec.kubernetes.active_deadline_seconds
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(name, self.namespace, labels),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": {JOB_NAME_LABEL: name}, "ports": [{"name": "workers", "port": port}]},
+        }
+        return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata(name, self.namespace, labels),
+                 "spec": job_spec}, service]
+
+    def owned_kinds(self) -> list[tuple[str, str]]:
+        return [("batch/v1", "Job"), ("v1", "Service")]
+
+    def job_status(self, obj: dict) -> JobStatus:
+        status = obj.get("status", {})
+        for condition in status.get("conditions", []):
+            if condition.get("status") != "True" or condition.get("type") not in CONDITION_STATES:
+                continue
+            message = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+            state = CONDITION_STATES[condition["type"]]
+            if state is JobState.FAILED and any(word.lower() in message.lower() for word in _DISRUPTION):
+                return JobStatus(JobState.PREEMPTED, message)
+            if state.is_terminal or condition["type"] == "Suspended":
+                return JobStatus(state, message or condition["type"])
+        if status.get("active"):
+            return JobStatus(JobState.RUNNING, f"{status['active']} pod(s) active")
+        return JobStatus(JobState.PENDING, "waiting for pods")

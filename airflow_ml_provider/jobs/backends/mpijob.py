@@ -1,0 +1,86 @@
+"""Kubeflow MPIJob (kubeflow.org/v2beta1): the standard way to run Horovod on Kubernetes.
+
+A launcher pod runs ``horovodrun`` (or ``mpirun``) over the workers listed in the hostfile the MPI
+operator mounts; workers run sshd. The operator reports progress as conditions.
+"""
+
+from __future__ import annotations
+
+from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
+from airflow_ml_provider.jobs.backends.pod_template import container, metadata, pod_template
+from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState, JobStatus
+
+HOSTFILE = "/etc/mpi/hostfile"
+# Each condition type the MPI operator sets, and what it means for the job while it is the latest true one.
+CONDITION_STATES = {
+    "Created": JobState.PENDING,
+    "Running": JobState.RUNNING,
+    "Restarting": JobState.RESTARTING,
+    "Suspended": JobState.PENDING,  # paused, not finished: if it is deleted while suspended, it vanished
+    "Succeeded": JobState.SUCCEEDED,
+    "Failed": JobState.FAILED,
+}
+_EVICTION = ("evict", "preempt", "disruption")
+
+
+class MPIJobBackend(KubernetesBackend):
+    name = "mpijob"
+    api_version = "kubeflow.org/v2beta1"
+    kind = "MPIJob"
+    frameworks = frozenset({Framework.HOROVOD, Framework.GENERIC})
+
+    def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        slots = spec.kubernetes.slots_per_worker
+        ranks = str(spec.num_workers * slots)
+        if spec.framework is Framework.HOROVOD:
+            launch = ["horovodrun", "-np", ranks, "--hostfile", HOSTFILE, *spec.command]
+        else:
+            launch = ["mpirun", "-np", ranks, "--hostfile", HOSTFILE, *spec.command]
+        run_policy = {
+            "cleanPodPolicy": spec.kubernetes.clean_pod_policy,
+            "backoffLimit": spec.kubernetes.backoff_limit,
+        }
+        if spec.kubernetes.active_deadline_seconds:
+            run_policy["activeDeadlineSeconds"] = spec.kubernetes.active_deadline_seconds
+        scheduling = {
+            "minAvailable": spec.num_workers + 1 if spec.scheduling.gang else 1,
+            **({"queue": spec.scheduling.queue} if spec.scheduling.queue else {}),
+            **({"priorityClass": spec.scheduling.priority_class} if spec.scheduling.priority_class else {}),
+        }
+        run_policy["schedulingPolicy"] = scheduling
+        launcher = pod_template(spec, labels, "launcher", [container(spec, "launcher", launch, with_accelerators=False)],
+                                restart_policy="OnFailure", with_accelerators=False)
+        worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])])
+        return [{
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": metadata(name, self.namespace, labels),
+            "spec": {
+                "slotsPerWorker": slots,
+                "launcherCreationPolicy": "WaitForWorkersReady",
+                "mpiImplementation": "OpenMPI",
+                "runPolicy": run_policy,
+                "mpiReplicaSpecs": {
+                    "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": launcher},
+                    "Worker": {"replicas": spec.num_workers, "restartPolicy": "Never", "template": worker},
+                },
+            },
+        }]
+
+    def job_status(self, obj: dict) -> JobStatus:
+        true = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])
+                if c.get("status") == "True" and c.get("type") in CONDITION_STATES}
+        if not true:
+            return self.gang_status(obj) or JobStatus(JobState.PENDING, "waiting for the MPI operator")
+        final = [true[kind] for kind in ("Failed", "Succeeded") if kind in true]
+        order = list(CONDITION_STATES)
+        latest = final[0] if final else max(
+            true.values(), key=lambda c: (c.get("lastTransitionTime") or "", order.index(c["type"])))
+        message = f"{latest.get('reason', '')}: {latest.get('message', '')}".strip(": ")
+        state = CONDITION_STATES[latest["type"]]
+        if state is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
+            return JobStatus(JobState.PREEMPTED, message)
+        if latest["type"] == "Created":
+            return self.gang_status(obj) or JobStatus(state, message)
+        return JobStatus(state, message)

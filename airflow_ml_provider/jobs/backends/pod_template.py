@@ -1,0 +1,87 @@
+"""Pod templates shared by the Kubernetes backends: one TrainingJobSpec, one way to render a worker."""
+
+from __future__ import annotations
+
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+ROLE_LABEL = "ml.airflow.apache.org/role"
+
+
+def job_env(spec: TrainingJobSpec, extra: dict[str, str] | None = None) -> list[dict]:
+    """Plain variables as values; secrets only as references, so no value is ever in the manifest."""
+    plain = {
+        "AIRFLOW_ML_NUM_WORKERS": str(spec.num_workers),
+        "PYTHONUNBUFFERED": "1",
+        **({"AIRFLOW_ML_MODEL_DIR": spec.model_dir} if spec.model_dir else {}),
+        **({"AIRFLOW_ML_CHECKPOINT_DIR": spec.checkpoint_dir} if spec.checkpoint_dir else {}),
+        **(extra or {}),
+        **spec.env,
+    }
+    env = [{"name": name, "value": value} for name, value in plain.items()]
+    env += [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+        for name, ref in spec.kubernetes.secret_env.items()
+    ]
+    return env
+
+
+def container(spec: TrainingJobSpec, name: str, command: list[str], *, with_accelerators: bool = True,
+              env: dict[str, str] | None = None, ports: list[int] = ()) -> dict:
+    requests, limits = {}, {}
+    if spec.resources.cpu is not None:
+        requests["cpu"] = limits["cpu"] = str(spec.resources.cpu)
+    if spec.resources.memory is not None:
+        requests["memory"] = limits["memory"] = spec.resources.memory
+    if with_accelerators and spec.resources.gpu:
+        limits[GPU_RESOURCE] = str(spec.resources.gpu)  # extended resources: limits only
+    rendered = {
+        "name": name,
+        "image": spec.image,
+        "command": list(command),
+        "env": job_env(spec, env),
+        "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v},
+        "volumeMounts": [
+            {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.kubernetes.volumes
+        ],
+    }
+    if spec.working_dir:
+        rendered["workingDir"] = spec.working_dir
+    if ports:
+        rendered["ports"] = [{"containerPort": port} for port in ports]
+    return rendered
+
+
+def pod_template(spec: TrainingJobSpec, labels: dict[str, str], role: str, containers: list[dict], *,
+                 restart_policy: str = "Never", with_accelerators: bool = True, **pod_fields) -> dict:
+    options = spec.kubernetes
+    node_selector = dict(options.node_selector)
+    if with_accelerators and spec.resources.gpu_type:
+        node_selector[GPU_PRODUCT_LABEL] = spec.resources.gpu_type
+    pod = {
+        "restartPolicy": restart_policy,
+        "containers": containers,
+        **pod_fields,
+    }
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    if options.tolerations:
+        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in options.tolerations]
+    if options.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in options.image_pull_secrets]
+    if options.service_account:
+        pod["serviceAccountName"] = options.service_account
+    if spec.scheduling.priority_class:
+        pod["priorityClassName"] = spec.scheduling.priority_class
+    if options.volumes:
+        pod["volumes"] = [
+            {"name": v.name, "persistentVolumeClaim": {"claimName": v.claim, "readOnly": v.read_only}}
+            if v.claim else {"name": v.name, "hostPath": {"path": v.host_path}}
+            for v in options.volumes
+        ]
+    return {"metadata": {"labels": {**labels, ROLE_LABEL: role}}, "spec": pod}
+
+
+def metadata(name: str, namespace: str, labels: dict[str, str]) -> dict:
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}

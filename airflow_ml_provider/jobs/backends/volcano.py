@@ -1,0 +1,96 @@
+"""Volcano Job (batch.volcano.sh/v1alpha1): gang-scheduled batch jobs with queues and priorities.
+
+Horovod runs as a ``master`` task (horovodrun over the hostfile Volcano's svc plugin writes) plus a
+``worker`` task running sshd; LightGBM and generic jobs are one ``worker`` task whose pods find each
+other by the stable hostnames of the svc plugin.
+"""
+
+from __future__ import annotations
+
+from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
+from airflow_ml_provider.jobs.backends.pod_template import container, metadata, pod_template
+from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState, JobStatus
+
+# Every phase of the Job CRD's status.state.phase enum. Aborted and Terminated jobs were stopped
+# before finishing: failures, never successes.
+PHASE_STATES = {
+    "Pending": JobState.PENDING,
+    "Running": JobState.RUNNING,
+    "Restarting": JobState.RESTARTING,
+    "Completing": JobState.RUNNING,
+    "Completed": JobState.SUCCEEDED,
+    "Aborting": JobState.FAILED,
+    "Aborted": JobState.FAILED,
+    "Terminating": JobState.FAILED,
+    "Terminated": JobState.FAILED,
+    "Failed": JobState.FAILED,
+}
+_EVICTION = ("evict", "preempt")
+
+
+class VolcanoBackend(KubernetesBackend):
+    name = "volcano"
+    api_version = "batch.volcano.sh/v1alpha1"
+    kind = "Job"
+    frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.GENERIC})
+
+    def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        if spec.framework is Framework.HOROVOD:
+            tasks = self._horovod_tasks(name, spec, labels)
+            plugins = {"ssh": [], "svc": []}
+        else:
+            tasks = [self._peer_task(name, spec, labels)]
+            plugins = {"svc": [], "env": []}
+        total = sum(task["replicas"] for task in tasks)
+        job_spec = {
+            "schedulerName": "volcano",
+            "minAvailable": total if spec.scheduling.gang else 1,
+            "maxRetry": spec.kubernetes.backoff_limit,
+            "plugins": plugins,
+            # an evicted (preempted) pod restarts the whole job, which resumes from its checkpoint
+            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "tasks": tasks,
+        }
+        if spec.scheduling.queue:
+            job_spec["queue"] = spec.scheduling.queue
+        if spec.scheduling.priority_class:
+            job_spec["priorityClassName"] = spec.scheduling.priority_class
+        return [{"apiVersion": self.api_version, "kind": self.kind,
+                 "metadata": metadata(name, self.namespace, labels), "spec": job_spec}]
+
+    def _horovod_tasks(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        ranks = str(spec.num_workers * spec.kubernetes.slots_per_worker)
+        launch = ["horovodrun", "-np", ranks, "--hostfile", "/etc/volcano/worker.host", *spec.command]
+        master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
+                              restart_policy="OnFailure", with_accelerators=False)
+        worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
+                              restart_policy="OnFailure")
+        return [
+            {"name": "master", "replicas": 1, "template": master,
+             "policies": [{"event": "TaskCompleted", "action": "CompleteJob"},
+                          {"event": "PodFailed", "action": "AbortJob"}]},
+            {"name": "worker", "replicas": spec.num_workers, "template": worker},
+        ]
+
+    def _peer_task(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> dict:
+        port = spec.kubernetes.worker_port
+        machines = ",".join(f"{name}-worker-{i}.{name}:{port}" for i in range(spec.num_workers))
+        env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: VC_TASK_INDEX
+        worker = pod_template(spec, labels, "worker",
+                              [container(spec, "worker", spec.command, env=env, ports=[port])])
+        return {"name": "worker", "replicas": spec.num_workers, "template": worker,
+                "policies": [{"event": "PodFailed", "action": "AbortJob"}]}
+
+    def job_status(self, obj: dict) -> JobStatus:
+        state = obj.get("status", {}).get("state", {})
+        phase = state.get("phase") or "Pending"
+        message = f"{state.get('reason', '')}: {state.get('message', '')}".strip(": ")
+        if phase not in PHASE_STATES:
+            raise ValueError(f"Volcano Job {obj['metadata']['name']}: unknown phase {phase!r}")
+        mapped = PHASE_STATES[phase]
+        if mapped is JobState.PENDING:
+            return self.gang_status(obj) or JobStatus(mapped, message or "Pending")
+        if mapped is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
+            return JobStatus(JobState.PREEMPTED, f"{phase}: {message}")
+        return JobStatus(mapped, f"{phase}: {message}".rstrip(": ") if mapped is JobState.FAILED else message)
