@@ -11,12 +11,12 @@ TRAIN_VENV := .venv-train
 export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint control-env training-env clean
+.PHONY: demo test bench lint control-env training-env kube-apiserver clean
 
 demo: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
-test: control-env training-env
+test: control-env training-env kube-apiserver
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: control-env training-env
@@ -29,6 +29,12 @@ lint: control-env
 
 control-env: $(VENV)/.installed
 training-env: $(TRAIN_VENV)/.installed
+kube-apiserver: .tools/kube-apiserver
+
+# A real kube-apiserver (built from Debian's source package, cached by version) and etcd, for the
+# Kubernetes backend tests; the script installs Debian packages, so it needs root (as CI has).
+.tools/kube-apiserver: scripts/build_kube_apiserver.sh | $(UV)
+	ln -sf "$$(scripts/build_kube_apiserver.sh)" $@
 
 $(UV):
 	$(PYTHON) -m venv .tools

@@ -19,7 +19,8 @@ def _render(args: argparse.Namespace) -> int:
         print(f"airflow-ml render: {exc}", file=sys.stderr)
         return 2
     identity = JobIdentity(args.dag_id, args.task_id, args.run_id)
-    config = {"root": args.local_root} if args.backend == "local" else {}
+    # rendering needs no cluster: Kubernetes backends only build manifests here
+    config = {"root": args.local_root} if args.backend == "local" else {"api_client": None, "namespace": args.namespace}
     print(get_backend(args.backend, **config).render(identity.name, spec, identity.labels()))
     return 0
 
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("--task-id", default="train")
     render.add_argument("--run-id", default="manual")
     render.add_argument("--local-root", default="./ml")
+    render.add_argument("--namespace", default="default")
     render.add_argument("command", nargs=argparse.REMAINDER, help="the worker argv, after --")
     args = parser.parse_args(argv)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command

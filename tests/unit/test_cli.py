@@ -20,3 +20,14 @@ def test_render_prints_the_plan_and_runs_nothing(tmp_path, capsys):
 def test_render_rejects_a_bad_spec_naming_the_field(capsys):
     assert main(["render", "--workers", "0", "--", "python", "t.py"]) == 2
     assert "TrainingJobSpec.num_workers" in capsys.readouterr().err
+
+
+def test_render_prints_kubernetes_manifests_without_a_cluster(capsys):
+    import yaml
+
+    argv = ["render", "--backend", "indexed-job", "--framework", "lightgbm", "--image", "img:1", "--namespace", "ml",
+            "--", "python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer"]
+    assert main(argv) == 0
+    job, service = yaml.safe_load_all(capsys.readouterr().out)
+    assert (job["kind"], job["metadata"]["namespace"], job["spec"]["completions"]) == ("Job", "ml", 2)
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"

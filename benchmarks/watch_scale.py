@@ -1,0 +1,111 @@
+"""How cheaply one triggerer process follows N Kubernetes jobs: N = 10, 100, 1000 MPIJobs waited on by N
+TrainingJobTriggers in one event loop against a real kube-apiserver (tests/kube_cluster.py).
+
+Reports the API requests the triggers caused (counted by the API server itself, from its /metrics),
+per minute of waiting, beside what a per-job 2-second status poll would need (N x 30 per minute),
+and the trigger process's CPU time per job while the jobs run. Needs `make kube-apiserver`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="watch-scale-"))
+
+from kube_cluster import apiserver_binary, start_cluster  # noqa: E402
+
+_METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$')
+
+
+def mpijob_reads(cluster) -> int:
+    """GET/LIST/WATCH requests on mpijobs the API server has answered so far."""
+    import ssl
+    import urllib.request
+
+    from kube_cluster import TOKEN
+
+    request = urllib.request.Request(cluster.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    text = urllib.request.urlopen(request, context=ssl._create_unverified_context()).read().decode()
+    total = 0
+    for line in text.splitlines():
+        match = _METRIC.match(line)
+        if match and 'resource="mpijobs"' in match["labels"] and re.search(r'verb="(GET|LIST|WATCH)"', match["labels"]):
+            total += int(float(match["value"]))
+    return total
+
+
+async def follow(names: list[str], wait_s: float, cluster, namespace: str) -> tuple[float, float, int]:
+    from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
+
+    async def first(name: str):
+        async for event in TrainingJobTrigger(name, "mpijob", poll_interval=600, stream_logs=False).run():
+            return event.payload
+
+    tasks = [asyncio.create_task(first(name)) for name in names]
+    await asyncio.sleep(3)  # every trigger subscribed, the watch established
+    before, cpu_before, start = mpijob_reads(cluster), time.process_time(), time.monotonic()
+    await asyncio.sleep(wait_s)  # the jobs "train": nothing changes, nothing should be asked
+    waiting_cpu = time.process_time() - cpu_before  # the controller's patching below is not the triggers' cost
+    for name in names:  # the controller finishes every job
+        await asyncio.to_thread(cluster.patch_status, f"/apis/kubeflow.org/v2beta1/namespaces/{namespace}/mpijobs/{name}",
+                                {"conditions": [{"type": "Succeeded", "status": "True",
+                                                 "lastTransitionTime": "2026-11-21T00:00:00Z"}]})
+    events = await asyncio.gather(*tasks)
+    assert all(event["status"]["state"] == "SUCCEEDED" for event in events), events[:3]
+    elapsed = time.monotonic() - start
+    return elapsed, waiting_cpu, mpijob_reads(cluster) - before
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--wait", type=float, default=30.0, help="seconds the jobs run while being followed")
+    args = parser.parse_args()
+    binary = apiserver_binary()
+    if binary is None:
+        print("no kube-apiserver: run `make kube-apiserver` first", file=sys.stderr)
+        return 1
+    cluster = start_cluster(binary)
+    namespace = "bench"
+    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cluster.kubeconfig), "namespace": namespace}})
+    from airflow_ml_provider.jobs.backends import get_backend
+    from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+    jobs = get_backend("mpijob", api_client=cluster.api_client(), namespace=namespace)
+    spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, image="img:1")
+    rows = []
+    try:
+        for size in (int(n) for n in args.sizes.split(",")):
+            names = [f"bench-{size}-{i}" for i in range(size)]
+            for name in names:
+                jobs.submit(name, spec, {"ml.airflow.apache.org/job-name": name})
+            elapsed, cpu, requests = asyncio.run(follow(names, args.wait, cluster, namespace))
+            per_minute = requests / elapsed * 60
+            rows.append((size, requests, per_minute, size * 30, cpu / size * 1000, elapsed))
+            print(f"N={size}: {requests} read requests in {elapsed:.1f}s ({per_minute:.1f}/min) vs a 2 s poll: "
+                  f"{size * 30}/min; trigger CPU {cpu / size * 1000:.2f} ms per job", flush=True)
+            for name in names:
+                jobs.delete(name)
+    finally:
+        cluster.stop()
+    print("\n    N | reads | reads/min | 2s-poll reads/min | ratio poll/watch | CPU ms/job")
+    for size, requests, per_minute, poll, cpu_ms, _ in rows:
+        print(f"{size:5d} | {requests:5d} | {per_minute:9.1f} | {poll:17d} | {poll / max(per_minute, 1e-9):16.0f} | "
+              f"{cpu_ms:10.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

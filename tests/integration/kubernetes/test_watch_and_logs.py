@@ -1,0 +1,136 @@
+"""The deferrable wait over a real watch, kill while deferred, vanished jobs, and pod logs via a Node."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from support import wait_for
+
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.backends.base import JobNotFound
+from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
+from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, resource_path
+from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.logs.source import LogLine
+from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = JobIdentity("watch", "train", "manual__1")
+NAME = IDENTITY.name
+SPEC = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, image="img:1")
+
+
+@pytest.fixture
+def mpijobs(kube_cluster, namespace):
+    jobs = get_backend("mpijob", api_client=kube_cluster.api_client(), namespace=namespace)
+    jobs.submit(NAME, SPEC, IDENTITY.labels())
+    return jobs
+
+
+def path(namespace: str) -> str:
+    return resource_path("kubeflow.org/v2beta1", "MPIJob", namespace, NAME)
+
+
+async def _event_while(trigger: TrainingJobTrigger, action) -> dict:
+    """Run the trigger as the triggerer would, do ``action`` meanwhile, return the event it fires."""
+
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+
+    task = asyncio.create_task(first())
+    await asyncio.sleep(1.0)
+    await asyncio.to_thread(action)
+    return await asyncio.wait_for(task, 60)
+
+
+def test_deferred_wait_follows_the_job_through_one_shared_watch(mpijobs, kube_cluster, namespace):
+    CollectionWatcher._shared.clear()
+
+    def controller():
+        kube_cluster.patch_status(path(namespace), {"conditions": [
+            {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-21T00:00:00Z"}]})
+        kube_cluster.patch_status(path(namespace), {"conditions": [
+            {"type": "Running", "status": "False", "lastTransitionTime": "2026-11-21T00:01:00Z"},
+            {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-11-21T00:01:00Z"}]})
+
+    trigger = TrainingJobTrigger(NAME, "mpijob", poll_interval=30, stream_logs=False)
+    payload = asyncio.run(_event_while(trigger, controller))
+    assert payload["status"]["state"] == "SUCCEEDED"
+    (watcher,) = CollectionWatcher._shared.values()
+    assert watcher.requests == 2, "one list and one watch: no per-job polling"
+
+
+def test_killing_the_deferred_task_deletes_the_job(mpijobs, namespace):
+    killer = TrainingJobTrigger(NAME, "mpijob")
+    waiting = TrainingJobTrigger(NAME, "mpijob", poll_interval=30, stream_logs=False)
+    payload = asyncio.run(_event_while(waiting, lambda: asyncio.run(killer.on_kill())))
+    with pytest.raises(JobNotFound):
+        mpijobs.status(NAME)
+    assert "vanished" in payload["error"], "a deleted job is never reported as a success"
+
+
+def test_a_job_deleted_behind_our_back_is_reported_vanished(mpijobs, kube_cluster, namespace):
+    trigger = TrainingJobTrigger(NAME, "mpijob", poll_interval=30, stream_logs=False)
+    payload = asyncio.run(_event_while(trigger, lambda: kube_cluster.request("DELETE", path(namespace))))
+    assert "vanished" in payload["error"]
+
+
+def _pod(namespace: str, name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {JOB_NAME_LABEL: NAME}},
+            "spec": {"nodeName": "fake-node", "containers": [{"name": "worker", "image": "img:1"}]}}
+
+
+def test_pod_logs_come_through_the_api_server_in_time_order_and_resume_without_repeats(
+        mpijobs, kube_cluster, kubelet, namespace):
+    for pod in ("w-0", "w-1"):
+        kube_cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod(namespace, pod))
+    kubelet.append(namespace, "w-0", "worker", "a", "2026-11-21T10:00:00.100000000Z")
+    kubelet.append(namespace, "w-1", "worker", "b", "2026-11-21T10:00:00.2Z")
+    kubelet.append(namespace, "w-0", "worker", "c", "2026-11-21T10:00:01.5Z")
+    kubelet.append(namespace, "w-0", "worker", "c-again", "2026-11-21T10:00:01.5Z")
+    source = mpijobs.log_source(NAME)
+    first = source.read()
+    assert first.lines == [LogLine("w-0", "a"), LogLine("w-1", "b"), LogLine("w-0", "c"), LogLine("w-0", "c-again")]
+
+    kubelet.append(namespace, "w-1", "worker", "d", "2026-11-21T10:00:01.7Z")
+    kubelet.append(namespace, "w-0", "worker", "e", "2026-11-21T10:00:02Z")
+    second = source.read(first.cursor)
+    assert second.lines == [LogLine("w-1", "d"), LogLine("w-0", "e")]
+    assert source.read(second.cursor).lines == []
+
+
+def test_a_deferrable_operator_run_on_mpijob_end_to_end(mpijobs, kube_cluster, kubelet, namespace, run_dag):
+    """dag.test() of a Horovod task on the MPIJob backend while the test plays the MPI operator."""
+    mpijobs.delete(NAME)
+    done = threading.Event()
+
+    def mpi_operator():
+        listing = resource_path("kubeflow.org/v2beta1", "MPIJob", namespace)
+        job = wait_for(lambda: next(iter(kube_cluster.request("GET", listing)["items"]), None), what="the MPIJob")
+        name = job["metadata"]["name"]
+        launcher = f"{name}-launcher"
+        pod = _pod(namespace, launcher)
+        pod["metadata"]["labels"] = job["metadata"]["labels"]
+        kube_cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+        job_path = f"{listing}/{name}"
+        kube_cluster.patch_status(job_path, {"conditions": [
+            {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-21T00:00:00Z"}]})
+        kubelet.append(namespace, launcher, "worker", '{"event": "metrics", "step": 1, "loss": 0.5}')
+        kubelet.append(namespace, launcher, "worker", '{"event": "result", "accuracy": 0.93}')
+        kube_cluster.patch_status(job_path, {"conditions": [
+            {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-11-21T00:01:00Z"}]})
+        done.set()
+
+    controller = threading.Thread(target=mpi_operator, daemon=True)
+    controller.start()
+    result = run_dag("ml_test_mpijob")
+    controller.join(5)
+    assert done.is_set() and result.state == "success", result.task_states
+    assert result.xcom["train"]["backend"] == "mpijob"
+    assert result.xcom["train"]["metrics"] == {"step": 1, "loss": 0.5, "accuracy": 0.93}

@@ -1,0 +1,226 @@
+"""A real, tiny Kubernetes control plane for the tests: etcd + kube-apiserver on loopback ports.
+
+There is no scheduler, controller manager or kubelet: pods never run. Tests play the controllers by
+patching ``/status`` through the API, and pod logs are served by ``FakeKubelet``, a loopback TLS
+server registered as a Node's kubelet endpoint (a test double for the kubelet only; the API server
+that proxies to it is real).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from support import REPO
+
+CRDS_DIR = Path(os.environ.get("AIRFLOW_ML_CRDS_DIR", REPO.parent / "shared" / "crds"))
+TOKEN = "airflow-ml-test-token"
+
+
+def apiserver_binary() -> Path | None:
+    """The kube-apiserver `make kube-apiserver` built (scripts/build_kube_apiserver.sh), if any."""
+    configured = os.environ.get("KUBE_APISERVER_BIN")
+    candidate = Path(configured) if configured else REPO / ".tools" / "kube-apiserver"
+    return candidate if candidate.exists() and shutil.which("etcd") else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.crt"
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
+
+
+@dataclass
+class KubeCluster:
+    url: str
+    kubeconfig: Path
+    workdir: Path
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def request(self, method: str, path: str, body: dict | None = None,
+                content_type: str = "application/json") -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type,
+                                              "Accept": "application/json"})
+        context = ssl._create_unverified_context()  # the API server's self-generated serving certificate
+        with urllib.request.urlopen(req, context=context, timeout=30) as response:
+            return json.loads(response.read() or b"{}")
+
+    def patch_status(self, path: str, status: dict) -> dict:
+        """Play the controller: write the object's status through the /status subresource."""
+        return self.request("PATCH", f"{path}/status", {"status": status}, "application/merge-patch+json")
+
+    def api_client(self):
+        from kubernetes import config
+
+        return config.new_client_from_config(str(self.kubeconfig))
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_cluster(binary: Path) -> KubeCluster:
+    workdir = Path(tempfile.mkdtemp(prefix="kube-test-"))
+    client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    etcd = subprocess.Popen(
+        ["etcd", "--data-dir", str(workdir / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{client_port}",
+         "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer_port}"],
+        stdout=(workdir / "etcd.log").open("wb"), stderr=subprocess.STDOUT)
+    cluster = KubeCluster(f"https://127.0.0.1:{api_port}", workdir / "kubeconfig", workdir, [etcd])
+    try:
+        sa_key, _ = _self_signed(workdir, "service-account")
+        (workdir / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
+        apiserver = subprocess.Popen(
+            [str(binary), f"--etcd-servers=http://127.0.0.1:{client_port}", "--bind-address=127.0.0.1",
+             "--advertise-address=127.0.0.1", f"--secure-port={api_port}", f"--cert-dir={workdir / 'certs'}",
+             "--service-cluster-ip-range=10.96.0.0/24", f"--service-account-key-file={sa_key}",
+             f"--service-account-signing-key-file={sa_key}", "--service-account-issuer=https://kubernetes.default",
+             f"--token-auth-file={workdir / 'tokens.csv'}", "--authorization-mode=RBAC",
+             "--disable-admission-plugins=ServiceAccount", "--endpoint-reconciler-type=none",
+             "--kubelet-preferred-address-types=InternalIP"],
+            stdout=(workdir / "apiserver.log").open("wb"), stderr=subprocess.STDOUT)
+        cluster.processes.append(apiserver)
+        _wait_ready(cluster)
+        cluster.kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": cluster.url, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "admin", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+        }))
+        _install_crds(cluster)
+        return cluster
+    except BaseException:
+        cluster.stop()
+        raise
+
+
+def _wait_ready(cluster: KubeCluster, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            cluster.request("GET", "/readyz")
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            if any(proc.poll() is not None for proc in cluster.processes):
+                raise RuntimeError(f"control plane exited; see {cluster.workdir}/*.log") from None
+            time.sleep(0.3)
+    raise RuntimeError(f"kube-apiserver not ready after {timeout_s}s; see {cluster.workdir}/apiserver.log")
+
+
+def _install_crds(cluster: KubeCluster) -> None:
+    import yaml
+
+    names = []
+    for path in sorted(CRDS_DIR.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        names.append(crd["metadata"]["name"])
+    for name in names:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            crd = cluster.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            if any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])):
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"CRD {name} not established")
+    time.sleep(1)  # the new resources need a moment to appear in discovery and the storage layer
+
+
+class FakeKubelet:
+    """Serves ``/containerLogs/{namespace}/{pod}/{container}`` (with ``timestamps`` and ``sinceTime``) over
+    TLS on loopback, from lines the test appends. A test double for the kubelet's log endpoint only."""
+
+    def __init__(self, workdir: Path):
+        self.logs: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+        key, cert = _self_signed(workdir, "kubelet")
+        kubelet = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's naming
+                url = urlparse(self.path)
+                parts = url.path.strip("/").split("/")
+                if len(parts) != 4 or parts[0] != "containerLogs":
+                    self.send_error(404)
+                    return
+                query = parse_qs(url.query)
+                since = query.get("sinceTime", [None])[0]
+                with_ts = query.get("timestamps", ["false"])[0] == "true"
+                lines = kubelet.logs.get(tuple(parts[1:]), [])
+                out = [f"{ts} {text}" if with_ts else text for ts, text in lines
+                       if since is None or ts[:19] >= since.rstrip("Z")[:19]]
+                body = "".join(line + "\n" for line in out).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def append(self, namespace: str, pod: str, container: str, text: str, timestamp: str | None = None) -> None:
+        stamp = timestamp or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.logs.setdefault((namespace, pod, container), []).append((stamp, text))
+
+    def register_node(self, cluster: KubeCluster, name: str = "fake-node") -> str:
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                           "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}}}}
+        cluster.request("POST", "/api/v1/nodes", node)
+        cluster.patch_status(f"/api/v1/nodes/{name}", node["status"])
+        return name
+
+    def stop(self) -> None:
+        self.server.shutdown()
