@@ -60,3 +60,8 @@ _SLEEP = "import os, time\nprint('ready', flush=True)\ntime.sleep(600)"
 
 with DAG("ml_test_kill", schedule=None, catchup=False, tags=["test"]) as kill:
     HorovodTrainingOperator(task_id="sleeper", command=[PY, "-c", _SLEEP], num_workers=2, retries=0)
+
+with DAG("ml_test_mpijob", schedule=None, catchup=False, tags=["test"]) as mpijob:
+    # The test plays the MPI operator; the namespace comes from the kubernetes_default connection.
+    HorovodTrainingOperator(task_id="train", command=[PY, "-m", "train"], num_workers=2, backend="mpijob",
+                            image="registry.example/train:1", deferrable=True, poll_interval=0.5, retries=0)
