@@ -16,7 +16,15 @@ from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.follow import JobFollower, summarize_log
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.spec import Framework, Resources, SpecError, TrainingJobSpec
+from airflow_ml_provider.jobs.preemption import last_checkpoint, resubmission
+from airflow_ml_provider.jobs.spec import (
+    Framework,
+    KubernetesOptions,
+    Resources,
+    Scheduling,
+    SpecError,
+    TrainingJobSpec,
+)
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
@@ -39,13 +47,18 @@ class BaseTrainingOperator(BaseOperator):
     A task re-executed while its job is still running (a retry, a restarted worker) attaches to that
     job instead of starting a second one: the job's name is derived from dag/task/run/map index.
 
+    A job that ends PREEMPTED (evicted pods, a worker killed from outside) is resubmitted under the
+    same name, up to ``max_preemptions`` times, without spending an Airflow retry: the attempt carries
+    ``AIRFLOW_ML_PREEMPTIONS`` and ``AIRFLOW_ML_RESUME_FROM`` (the last checkpoint its log reported).
+    A FAILED job (the user's code exited non-zero) is never resubmitted this way.
+
     Returns (XCom): ``{"job_name", "backend", "state", "metrics", "model_path"}``.
     """
 
     framework: ClassVar[Framework]
     template_fields: Sequence[str] = ("command", "num_workers", "env", "image", "backend", "model_dir", "checkpoint_dir",
-                                      "working_dir")
-    template_fields_renderers = {"command": "json", "env": "json"}
+                                      "working_dir", "manifest")
+    template_fields_renderers = {"command": "json", "env": "json", "manifest": "yaml"}
     ui_color = "#d6eaf8"
 
     def __init__(
@@ -57,9 +70,14 @@ class BaseTrainingOperator(BaseOperator):
         image: str | None = None,
         env: dict[str, str] | None = None,
         resources: Resources | dict | None = None,
+        scheduling: Scheduling | dict | None = None,
+        kubernetes: KubernetesOptions | dict | None = None,
         working_dir: str | None = None,
         model_dir: str | None = None,
         checkpoint_dir: str | None = None,
+        min_workers: int | None = None,
+        max_workers: int | None = None,
+        max_preemptions: int = 3,
         ml_conn_id: str = TrainingBackendHook.default_conn_name,
         on_finish: OnFinish | str = OnFinish.KEEP,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -73,9 +91,15 @@ class BaseTrainingOperator(BaseOperator):
         self.image = image
         self.env = env or {}
         self.resources = resources
+        self.scheduling = scheduling
+        self.kubernetes = kubernetes
         self.working_dir = working_dir
+        self.manifest = ""  # filled at render time: what the backend will create, for the rendered view
         self.model_dir = model_dir
         self.checkpoint_dir = checkpoint_dir
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.max_preemptions = max_preemptions
         self.ml_conn_id = ml_conn_id
         self.on_finish = OnFinish(on_finish)
         self.deferrable = deferrable
@@ -105,13 +129,25 @@ class BaseTrainingOperator(BaseOperator):
                 num_workers=self.num_workers,
                 image=self.image,
                 resources=self.resources or Resources(),
+                scheduling=self.scheduling or Scheduling(),
+                kubernetes=self.kubernetes or KubernetesOptions(),
                 env=self.env,
                 working_dir=self.working_dir,
                 model_dir=model_dir,
                 checkpoint_dir=checkpoint_dir,
+                min_workers=self.min_workers,
+                max_workers=self.max_workers,
             )
         except SpecError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        """Also render the job's manifest (or local launch plan), so the UI's rendered view shows exactly
+        what is submitted. Secrets appear only as Secret references."""
+        super().render_template_fields(context, jinja_env)
+        identity = JobIdentity.from_context(context)
+        backend = self.hook.get_backend(self.backend)
+        self.manifest = backend.render(identity.name, self.build_spec(backend, identity.name), identity.labels())
 
     def execute(self, context) -> dict[str, Any]:
         identity = JobIdentity.from_context(context)
@@ -125,19 +161,47 @@ class BaseTrainingOperator(BaseOperator):
         self.log.info("%s job %s on backend %s with %d worker(s): %s",
                       "Submitted" if started else "Attached to the already running",
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
-        if self.deferrable:
-            self.defer(
-                trigger=TrainingJobTrigger(identity.name, backend.name, self.ml_conn_id,
-                                           poll_interval=self.poll_interval),
-                method_name="execute_complete",
-            )
-        return self._finish(backend, identity.name, self._wait(backend, identity.name))
+        return self._follow(context, backend, identity.name, preemptions=0)
 
-    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+    def execute_complete(self, context, event: dict[str, Any], preemptions: int = 0) -> dict[str, Any]:
         backend = self.hook.get_backend(self.backend)
         if "error" in event:
             raise TrainingJobFailed(f"{self.task_id}: {event['error']}")
-        return self._finish(backend, event["job_name"], JobStatus.from_dict(event["status"]))
+        return self._settle(context, backend, event["job_name"], JobStatus.from_dict(event["status"]), preemptions)
+
+    def _follow(self, context, backend: Backend, name: str, preemptions: int) -> dict[str, Any]:
+        """Wait for the job (in the triggerer when deferrable), then finish it or resubmit it."""
+        if self.deferrable:
+            self.defer(
+                trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id, poll_interval=self.poll_interval),
+                method_name="execute_complete",
+                kwargs={"preemptions": preemptions},
+            )
+        return self._settle(context, backend, name, self._wait(backend, name), preemptions)
+
+    def _settle(self, context, backend: Backend, name: str, status: JobStatus, preemptions: int) -> dict[str, Any]:
+        """A preempted job is resubmitted (up to ``max_preemptions`` times); anything else is final."""
+        if status.state is JobState.PREEMPTED:
+            if preemptions < self.max_preemptions:
+                return self._resubmit(context, backend, name, status, preemptions + 1)
+            self.log.error("Job %s was preempted %d time(s), the most max_preemptions allows", name, preemptions + 1)
+        return self._finish(backend, name, status)
+
+    def _resubmit(self, context, backend: Backend, name: str, status: JobStatus, preemptions: int) -> dict[str, Any]:
+        """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""
+        resume = last_checkpoint(backend.log_source(name))
+        base = self.build_spec(backend, name)
+        spec, labels = resubmission(base, JobIdentity.from_context(context).labels(), preemptions, resume)
+        self.log.warning(
+            "Job %s was preempted (%s). Resubmitting it (preemption %d of at most %d; not an Airflow retry), "
+            "resuming from %s", name, status.message or "no reason given", preemptions, self.max_preemptions,
+            resume.describe() if resume else f"whatever {base.checkpoint_dir} holds (its log reported no checkpoint)",
+        )
+        try:
+            backend.submit(name, spec, labels)
+        except JobSubmissionError as exc:
+            raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
+        return self._follow(context, backend, name, preemptions)
 
     def _wait(self, backend: Backend, name: str) -> JobStatus:
         follower = JobFollower(backend, name)
@@ -199,13 +263,22 @@ class HorovodTrainingOperator(BaseTrainingOperator):
     """Data-parallel Horovod (ring-allreduce) training: ``command`` runs once per rank.
 
     On the local backend the ranks are started by ``horovodrun`` with Gloo on localhost, from the
-    job's image (a Python environment with TensorFlow and Horovod).
+    job's image (a Python environment with TensorFlow and Horovod). With ``min_workers``/``max_workers``
+    the job is elastic (``horovodrun --min-np/--max-np`` with host discovery): workers may leave and
+    join while it runs. Without ``command``, the bundled trainer runs: ``runtime.horovod_elastic`` for an
+    elastic job, else ``runtime.horovod_keras``.
     """
 
     framework = Framework.HOROVOD
 
-    def __init__(self, *, command: list[str], **kwargs: Any):
+    def __init__(self, *, command: list[str] | None = None, python: str = "python", **kwargs: Any):
         super().__init__(command=command, **kwargs)
+        self.python = python
+
+    def build_command(self) -> list[str]:
+        elastic = self.min_workers is not None or self.max_workers is not None
+        trainer = "horovod_elastic" if elastic else "horovod_keras"
+        return self.command or [self.python, "-m", f"airflow_ml_provider.runtime.{trainer}"]
 
 
 class LightGBMTrainingOperator(BaseTrainingOperator):

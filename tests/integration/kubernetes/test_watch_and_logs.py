@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 import pytest
+import yaml
 from support import wait_for
 
 from airflow_ml_provider.jobs.backends import get_backend
@@ -134,3 +135,11 @@ def test_a_deferrable_operator_run_on_mpijob_end_to_end(mpijobs, kube_cluster, k
     assert done.is_set() and result.state == "success", result.task_states
     assert result.xcom["train"]["backend"] == "mpijob"
     assert result.xcom["train"]["metrics"] == {"step": 1, "loss": 0.5, "accuracy": 0.93}
+
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rendered = session.query(Rendered).filter_by(dag_id="ml_test_mpijob", run_id=result.run_id).one()
+        manifest = yaml.safe_load(rendered.rendered_fields["manifest"])
+    assert manifest["kind"] == "MPIJob" and manifest["metadata"]["namespace"] == namespace, "the UI shows the manifest"
