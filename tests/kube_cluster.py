@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,12 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from support import REPO
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
 
 CRDS_DIR = Path(os.environ.get("AIRFLOW_ML_CRDS_DIR", REPO.parent / "shared" / "crds"))
 TOKEN = "airflow-ml-test-token"
@@ -75,13 +82,18 @@ class KubeCluster:
 
     def request(self, method: str, path: str, body: dict | None = None,
                 content_type: str = "application/json") -> dict:
+        return json.loads(self.raw(method, path, body, content_type) or b"{}")
+
+    def raw(self, method: str, path: str, body: dict | None = None, content_type: str = "application/json") -> bytes:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type,
-                                              "Accept": "application/json"})
+                                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type})
         context = ssl._create_unverified_context()  # the API server's self-generated serving certificate
-        with urllib.request.urlopen(req, context=context, timeout=30) as response:
-            return json.loads(response.read() or b"{}")
+        try:
+            with urllib.request.urlopen(req, context=context, timeout=30) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            raise ApiError(exc.code, f"{method} {path}: {exc.code} {exc.read().decode(errors='replace')[:2000]}") from None
 
     def patch_status(self, path: str, status: dict) -> dict:
         """Play the controller: write the object's status through the /status subresource."""
@@ -142,8 +154,8 @@ def _wait_ready(cluster: KubeCluster, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            cluster.request("GET", "/readyz")
-            return
+            if cluster.raw("GET", "/readyz") == b"ok":
+                return
         except Exception:  # noqa: BLE001 - not up yet
             if any(proc.poll() is not None for proc in cluster.processes):
                 raise RuntimeError(f"control plane exited; see {cluster.workdir}/*.log") from None
@@ -151,19 +163,40 @@ def _wait_ready(cluster: KubeCluster, timeout_s: float = 60) -> None:
     raise RuntimeError(f"kube-apiserver not ready after {timeout_s}s; see {cluster.workdir}/apiserver.log")
 
 
+def _for_kubernetes_1_20(schema):
+    """Kubernetes 1.20 reads ``default: ""`` in a CRD schema as null and rejects it ("must be of type
+    string"), which newer servers accept; Volcano's Job CRD has 33 of them, all inside embedded pod
+    templates. Those defaults are dropped, and so is the list-map marker of the few lists whose key
+    then has no default (1.20 requires one): only defaulting and server-side-apply merge semantics
+    change; every type, enum, pattern and required list, and so validation, stays as shipped."""
+    if isinstance(schema, list):
+        return [_for_kubernetes_1_20(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    fixed = {k: _for_kubernetes_1_20(v) for k, v in schema.items() if not (k == "default" and v == "")}
+    items = fixed.get("items", {})
+    keys = fixed.get("x-kubernetes-list-map-keys", [])
+    if any("default" not in items.get("properties", {}).get(key, {}) and key not in items.get("required", [])
+           for key in keys):
+        fixed.pop("x-kubernetes-list-map-keys")
+        fixed.pop("x-kubernetes-list-type", None)
+    return fixed
+
+
 def _install_crds(cluster: KubeCluster) -> None:
     import yaml
 
     names = []
     for path in sorted(CRDS_DIR.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        crd = _for_kubernetes_1_20(yaml.safe_load(path.read_text()))
         cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         names.append(crd["metadata"]["name"])
     for name in names:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             crd = cluster.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            if any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])):
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 break
             time.sleep(0.2)
         else:

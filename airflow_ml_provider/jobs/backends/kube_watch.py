@@ -14,6 +14,8 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from airflow_ml_provider.jobs.backends.kube_rest import OBJECT
+
 log = logging.getLogger(__name__)
 DELETED = {"deleted": True}  # delivered to a subscriber whose object was deleted
 
@@ -88,7 +90,7 @@ class CollectionWatcher:
     async def _list(self, api) -> str:
         self.requests += 1
         listing = await api.call_api(self.path, "GET", query_params=[("labelSelector", self.selector)],
-                                     response_type="object", auth_settings=["BearerToken"],
+                                     response_types_map=OBJECT, auth_settings=["BearerToken"],
                                      header_params={"Accept": "application/json"}, _return_http_data_only=True)
         current = {item["metadata"]["name"]: item for item in listing.get("items", [])}
         for name in set(self.objects) - set(current):

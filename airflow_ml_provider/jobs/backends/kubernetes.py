@@ -17,32 +17,16 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.kube_rest import JOB_NAME_LABEL, OBJECT, api_message, resource_path
 from airflow_ml_provider.jobs.backends.pod_logs import PodLogSource
-from airflow_ml_provider.jobs.naming import LABEL_PREFIX
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
-JOB_NAME_LABEL = f"{LABEL_PREFIX}/job-name"
 _RETRYABLE = {429, 500, 502, 503, 504}
-_PLURALS = {"MPIJob": "mpijobs", "Job": "jobs", "Service": "services", "PodGroup": "podgroups"}
 
 
 class TransientApiError(RuntimeError):
     """The API server kept failing with 429/5xx or dropped connections through every retry."""
-
-
-def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
-    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    path = f"{base}/namespaces/{namespace}/{_PLURALS[kind]}"
-    return f"{path}/{name}" if name else path
-
-
-def api_message(exc: ApiException) -> str:
-    """The API server's own explanation (e.g. which schema field was rejected)."""
-    try:
-        return yaml.safe_load(exc.body).get("message") or str(exc.reason)
-    except Exception:  # noqa: BLE001 - any unparsable body: fall back to the status line
-        return f"{exc.status} {exc.reason}"
 
 
 class KubernetesBackend(Backend):
@@ -169,7 +153,7 @@ class KubernetesBackend(Backend):
         for attempt in range(self.retries):
             try:
                 return self.api.call_api(
-                    path, method, body=body, response_type="object", auth_settings=["BearerToken"],
+                    path, method, body=body, response_types_map=OBJECT, auth_settings=["BearerToken"],
                     header_params={"Accept": "application/json", "Content-Type": "application/json"},
                     _return_http_data_only=True, _request_timeout=30,
                 )

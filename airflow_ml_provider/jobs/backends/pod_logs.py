@@ -7,6 +7,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from airflow_ml_provider.jobs.backends.kube_rest import OBJECT
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource
 
 
@@ -53,7 +54,7 @@ class PodLogSource(LogSource):
     def _pods(self) -> list[tuple[str, str]]:
         pods = self.api.call_api(
             f"/api/v1/namespaces/{self.namespace}/pods", "GET", query_params=[("labelSelector", self.selector)],
-            response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True,
+            response_types_map=OBJECT, auth_settings=["BearerToken"], _return_http_data_only=True,
             header_params={"Accept": "application/json"}, _request_timeout=30,
         )
         return sorted(
@@ -69,7 +70,7 @@ class PodLogSource(LogSource):
             response = self.api.call_api(
                 f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log", "GET", query_params=query,
                 auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30,
-                header_params={"Accept": "text/plain"},
+                header_params={"Accept": "*/*"},
             )
         except ApiException as exc:
             if exc.status in (400, 404):  # container not started yet, or the pod is gone
