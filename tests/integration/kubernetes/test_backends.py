@@ -9,7 +9,6 @@ from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionErr
 from airflow_ml_provider.jobs.backends.kubernetes import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState
 
 pytestmark = pytest.mark.integration
 
