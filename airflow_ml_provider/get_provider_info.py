@@ -16,16 +16,20 @@ def get_provider_info() -> dict:
         ],
         "hooks": [
             {"integration-name": "ML Training",
-             "python-modules": ["airflow_ml_provider.hooks.training_backend"]},
+             "python-modules": ["airflow_ml_provider.hooks.training_backend",
+                                "airflow_ml_provider.hooks.elasticsearch_logs"]},
         ],
         "operators": [
-            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.operators.training"]},
+            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.operators.training",
+                                                                  "airflow_ml_provider.operators.search"]},
         ],
         "sensors": [
-            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.sensors.training_job"]},
+            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.sensors.training_job",
+                                                                  "airflow_ml_provider.sensors.elasticsearch_log"]},
         ],
         "triggers": [
-            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.triggers.training_job"]},
+            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.triggers.training_job",
+                                                                  "airflow_ml_provider.triggers.elasticsearch_log"]},
         ],
         "connection-types": [
             {
@@ -42,12 +46,15 @@ def get_provider_info() -> dict:
                     "backend": {
                         "label": "Default backend",
                         "schema": {"type": ["string", "null"],
-                                   "enum": ["local", None]},
+                                   "enum": ["local", "mpijob", "volcano", "indexed-job", None]},
                     },
                     "local_root": {"label": "Local backend: jobs and artifacts directory",
                                    "schema": {"type": ["string", "null"]}},
                     "local_image": {"label": "Local backend: training Python environment",
                                     "schema": {"type": ["string", "null"]}},
+                    "namespace": {"label": "Kubernetes backends: namespace", "schema": {"type": ["string", "null"]}},
+                    "kubernetes_conn_id": {"label": "Kubernetes backends: cncf-kubernetes connection id",
+                                           "schema": {"type": ["string", "null"]}},
                 },
             }
         ],
