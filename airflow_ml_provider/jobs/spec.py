@@ -6,7 +6,7 @@ import re
 from enum import Enum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A program name never contains these; their presence means a shell string was passed as argv[0].
@@ -33,6 +33,15 @@ class Resources(BaseModel):
 
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _env_name(name: str) -> str:
+    if not _ENV_NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid environment variable name")
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
 class Scheduling(BaseModel):
@@ -90,21 +99,13 @@ class KubernetesOptions(BaseModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     image_pull_secrets: list[str] = Field(default_factory=list)
     service_account: str | None = None
-    secret_env: dict[str, SecretRef] = Field(default_factory=dict)
+    secret_env: dict[EnvName, SecretRef] = Field(default_factory=dict)
     volumes: list[Volume] = Field(default_factory=list)
     backoff_limit: Annotated[int, Field(ge=0)] = 0
     active_deadline_seconds: Annotated[int, Field(gt=0)] | None = None
     clean_pod_policy: Literal["None", "Running", "All"] = "Running"
     slots_per_worker: Annotated[int, Field(ge=1)] = 1
     worker_port: Annotated[int, Field(ge=1024, le=65535)] = 12400  # LightGBM's listen port on every pod
-
-    @field_validator("secret_env")
-    @classmethod
-    def _secret_env_names(cls, value: dict[str, SecretRef]) -> dict[str, SecretRef]:
-        for name in value:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
-        return value
 
 
 class SpecError(ValueError):
@@ -126,7 +127,7 @@ class TrainingJobSpec(BaseModel):
     num_workers: int = Field(ge=1)
     image: str | None = None
     resources: Resources = Resources()
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
     working_dir: str | None = None
     checkpoint_dir: str | None = None
     model_dir: str | None = None
@@ -158,14 +159,6 @@ class TrainingJobSpec(BaseModel):
                 f"the program {value[0]!r} contains shell syntax; commands are argv lists and never "
                 "run through a shell: split it into separate elements"
             )
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
         return value
 
     @model_validator(mode="after")

@@ -34,6 +34,11 @@ def test_valid_spec_keeps_argv_and_defaults():
         ({"resources": {"memory": "lots"}}, "TrainingJobSpec.resources.memory", "pattern"),
         ({"min_workers": 3}, "TrainingJobSpec", "min_workers (3) <= num_workers (2)"),
         ({"surprise": 1}, "TrainingJobSpec.surprise", "Extra inputs are not permitted"),
+        ({"kubernetes": {"secret_env": {"1X": {"secret": "s", "key": "k"}}}}, "TrainingJobSpec.kubernetes.secret_env",
+         "not a valid environment variable name"),
+        ({"kubernetes": {"volumes": [{"name": "data", "mount_path": "/data"}]}}, "TrainingJobSpec.kubernetes.volumes.0",
+         "exactly one of claim or host_path"),
+        ({"scheduling": {"gang": "sometimes"}}, "TrainingJobSpec.scheduling.gang", "valid boolean"),
     ],
 )
 def test_bad_specs_name_the_field(overrides, field, fragment):
