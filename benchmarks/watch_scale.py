@@ -63,8 +63,12 @@ async def follow(names: list[str], wait_s: float, cluster, namespace: str):
     tasks = [asyncio.create_task(first(name)) for name in names]
     while sum(len(w._subscribers.get(name, ())) for w in CollectionWatcher._shared.values() for name in names) < len(names):
         await asyncio.sleep(0.5)  # until every trigger follows its job through the shared watch
-    await asyncio.sleep(2)
-    before, cpu_before, start = trigger_reads(cluster), time.process_time(), time.monotonic()
+    settled, before = -1, trigger_reads(cluster)
+    while settled != before:  # ... and has finished its first status check (PodGroup lookups)
+        settled = before
+        await asyncio.sleep(3)
+        before = trigger_reads(cluster)
+    cpu_before, start = time.process_time(), time.monotonic()
     await asyncio.sleep(wait_s)  # the jobs "train": nothing changes, nothing should be asked
     waiting = trigger_reads(cluster) - before, time.process_time() - cpu_before, time.monotonic() - start
     for name in names:  # the controller finishes every job (its PATCHes are not counted)

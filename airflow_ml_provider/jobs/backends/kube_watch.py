@@ -18,6 +18,11 @@ from airflow_ml_provider.jobs.backends.kube_rest import OBJECT
 
 log = logging.getLogger(__name__)
 DELETED = {"deleted": True}  # delivered to a subscriber whose object was deleted
+_WATCH_S = 240  # server-side lifetime of one watch request
+
+
+def _version(obj: dict | None) -> str | None:
+    return obj["metadata"].get("resourceVersion") if obj else None
 
 
 class CollectionWatcher:
@@ -83,7 +88,7 @@ class CollectionWatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure of the stream: log, back off, re-list
-                log.warning("watch on %s failed (%s); re-listing in %.1fs", self.path, exc, backoff)
+                log.warning("watch on %s failed (%r); re-listing in %.1fs", self.path, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30)
 
@@ -95,9 +100,10 @@ class CollectionWatcher:
         current = {item["metadata"]["name"]: item for item in listing.get("items", [])}
         for name in set(self.objects) - set(current):
             self._deliver(name, DELETED)
-        self.objects = current
-        for name, obj in current.items():
-            self._deliver(name, obj)
+        previous, self.objects = self.objects, current
+        for name, obj in current.items():  # after a re-list, only what changed meanwhile
+            if _version(previous.get(name)) != _version(obj):
+                self._deliver(name, obj)
         self.listed.set()
         return listing["metadata"]["resourceVersion"]
 
@@ -107,8 +113,9 @@ class CollectionWatcher:
         response = await api.call_api(
             self.path, "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
             query_params=[("watch", "true"), ("resourceVersion", version), ("labelSelector", self.selector),
-                          ("allowWatchBookmarks", "true"), ("timeoutSeconds", "240")],
+                          ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(_WATCH_S))],
             header_params={"Accept": "application/json"},
+            _request_timeout=_WATCH_S + 30,  # the server ends the watch first; then it is resumed, not re-listed
         )
         async with response:
             async for raw in response.content:
