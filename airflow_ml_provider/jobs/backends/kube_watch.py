@@ -98,13 +98,14 @@ class CollectionWatcher:
                                      response_types_map=OBJECT, auth_settings=["BearerToken"],
                                      header_params={"Accept": "application/json"}, _return_http_data_only=True)
         current = {item["metadata"]["name"]: item for item in listing.get("items", [])}
-        for name in set(self.objects) - set(current):
-            self._deliver(name, DELETED)
         previous, self.objects = self.objects, current
-        for name, obj in current.items():  # after a re-list, only what changed meanwhile
-            if _version(previous.get(name)) != _version(obj):
-                self._deliver(name, obj)
-        self.listed.set()
+        if self.listed.is_set():  # a re-list: tell subscribers what changed meanwhile
+            for name in set(previous) - set(current):
+                self._deliver(name, DELETED)
+            for name, obj in current.items():
+                if _version(previous.get(name)) != _version(obj):
+                    self._deliver(name, obj)
+        self.listed.set()  # the first list: each subscriber is handed its object once listed
         return listing["metadata"]["resourceVersion"]
 
     async def _watch(self, api, version: str) -> str | None:
