@@ -18,7 +18,8 @@ class TrainingBackendHook(BaseHook):
     the local backend under ``$AIRFLOW_HOME/ml``, workers using this interpreter's environment or
     the environment in ``AIRFLOW_ML_LOCAL_IMAGE``.
 
-    Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``, and for the
+    Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``, ``etcd`` (the
+    local backend's store of elastic worker slots; default ``$AIRFLOW_ML_ETCD``), and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
     context; default ``kubernetes_default``) and ``namespace``.
     """
@@ -47,6 +48,7 @@ class TrainingBackendHook(BaseHook):
                 "local",
                 root=extras.get("local_root") or os.path.join(airflow_home, "ml"),
                 image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
+                etcd=extras.get("etcd"),
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.follow import JobFollower, summarize_log
@@ -26,6 +27,8 @@ from airflow_ml_provider.jobs.spec import (
     TrainingJobSpec,
 )
 from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.logs.source import LogSource
+from airflow_ml_provider.operators.links import GrafanaJobLink, KibanaJobLink
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
 
@@ -52,6 +55,10 @@ class BaseTrainingOperator(BaseOperator):
     ``AIRFLOW_ML_PREEMPTIONS`` and ``AIRFLOW_ML_RESUME_FROM`` (the last checkpoint its log reported).
     A FAILED job (the user's code exited non-zero) is never resubmitted this way.
 
+    With an Elasticsearch connection (``elasticsearch_conn_id``, else the training connection's extra of
+    that name), the job's lines and metrics are read from the pods' logs in Elasticsearch instead of
+    the backend (see ElasticsearchLogsHook); an Elasticsearch outage shorter than 10 minutes only delays them.
+
     Returns (XCom): ``{"job_name", "backend", "state", "metrics", "model_path"}``.
     """
 
@@ -59,6 +66,7 @@ class BaseTrainingOperator(BaseOperator):
     template_fields: Sequence[str] = ("command", "num_workers", "env", "image", "backend", "model_dir", "checkpoint_dir",
                                       "working_dir", "manifest")
     template_fields_renderers = {"command": "json", "env": "json", "manifest": "yaml"}
+    operator_extra_links = (KibanaJobLink(), GrafanaJobLink())  # shown when their URL templates are configured
     ui_color = "#d6eaf8"
 
     def __init__(
@@ -79,6 +87,7 @@ class BaseTrainingOperator(BaseOperator):
         max_workers: int | None = None,
         max_preemptions: int = 3,
         ml_conn_id: str = TrainingBackendHook.default_conn_name,
+        elasticsearch_conn_id: str | None = None,
         on_finish: OnFinish | str = OnFinish.KEEP,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 1.0,
@@ -90,7 +99,7 @@ class BaseTrainingOperator(BaseOperator):
         self.backend = backend
         self.image = image
         self.env = env or {}
-        self.resources = resources
+        self.job_resources = resources  # not self.resources: BaseOperator turns that into its own Resources
         self.scheduling = scheduling
         self.kubernetes = kubernetes
         self.working_dir = working_dir
@@ -101,6 +110,7 @@ class BaseTrainingOperator(BaseOperator):
         self.max_workers = max_workers
         self.max_preemptions = max_preemptions
         self.ml_conn_id = ml_conn_id
+        self.elasticsearch_conn_id = elasticsearch_conn_id
         self.on_finish = OnFinish(on_finish)
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -109,6 +119,14 @@ class BaseTrainingOperator(BaseOperator):
     @cached_property
     def hook(self) -> TrainingBackendHook:
         return TrainingBackendHook(self.ml_conn_id)
+
+    @cached_property
+    def logs_conn_id(self) -> str | None:
+        """The Elasticsearch connection the job's log is read from, if one is configured."""
+        return self.elasticsearch_conn_id or self.hook.extras().get("elasticsearch_conn_id")
+
+    def _log_source(self, backend: Backend, name: str) -> LogSource:
+        return job_log_source(backend, name, self.logs_conn_id, self.log)
 
     def build_command(self) -> list[str] | None:
         """The worker argv; subclasses that know their trainer build it from their own arguments."""
@@ -128,7 +146,7 @@ class BaseTrainingOperator(BaseOperator):
                 command=self.build_command(),
                 num_workers=self.num_workers,
                 image=self.image,
-                resources=self.resources or Resources(),
+                resources=self.job_resources or Resources(),
                 scheduling=self.scheduling or Scheduling(),
                 kubernetes=self.kubernetes or KubernetesOptions(),
                 env=self.env,
@@ -173,7 +191,9 @@ class BaseTrainingOperator(BaseOperator):
         """Wait for the job (in the triggerer when deferrable), then finish it or resubmit it."""
         if self.deferrable:
             self.defer(
-                trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id, poll_interval=self.poll_interval),
+                trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id,
+                                           poll_interval=self.poll_interval,
+                                           elasticsearch_conn_id=self.logs_conn_id),
                 method_name="execute_complete",
                 kwargs={"preemptions": preemptions},
             )
@@ -189,7 +209,7 @@ class BaseTrainingOperator(BaseOperator):
 
     def _resubmit(self, context, backend: Backend, name: str, status: JobStatus, preemptions: int) -> dict[str, Any]:
         """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""
-        resume = last_checkpoint(backend.log_source(name))
+        resume = last_checkpoint(self._log_source(backend, name))
         base = self.build_spec(backend, name)
         spec, labels = resubmission(base, JobIdentity.from_context(context).labels(), preemptions, resume)
         self.log.warning(
@@ -204,7 +224,7 @@ class BaseTrainingOperator(BaseOperator):
         return self._follow(context, backend, name, preemptions)
 
     def _wait(self, backend: Backend, name: str) -> JobStatus:
-        follower = JobFollower(backend, name)
+        follower = JobFollower(backend, name, source=self._log_source(backend, name))
         while True:
             try:
                 lines, status = follower.step()
@@ -220,7 +240,7 @@ class BaseTrainingOperator(BaseOperator):
 
     def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
         try:
-            metrics, tail = summarize_log(backend, name)
+            metrics, tail = summarize_log(backend, name, source=self._log_source(backend, name))
             if status.state is not JobState.SUCCEEDED:
                 codes = ", ".join(f"rank {rank}: {code}" for rank, code in sorted(status.exit_codes.items()))
                 last_lines = "\n".join(f"  {line}" for line in tail)
@@ -278,7 +298,7 @@ class HorovodTrainingOperator(BaseTrainingOperator):
     def build_command(self) -> list[str]:
         elastic = self.min_workers is not None or self.max_workers is not None
         trainer = "horovod_elastic" if elastic else "horovod_keras"
-        return self.command or [self.python, "-m", f"airflow_ml_provider.runtime.{trainer}"]
+        return self.command if self.command is not None else [self.python, "-m", f"airflow_ml_provider.runtime.{trainer}"]
 
 
 class LightGBMTrainingOperator(BaseTrainingOperator):

@@ -11,13 +11,20 @@ LABEL_COLUMN = "label"
 
 
 def load_npz_or_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(X, y)`` from an ``.npz`` (arrays ``X``, ``y``) or a ``.csv`` with a header and ``label``.
+    """Return ``(X, y)`` from an ``.npz`` (arrays ``X``, ``y``) or a ``.csv`` with a header and ``label``;
+    a directory of such shards is read as their concatenation, in file name order.
 
     Raises:
-        FileNotFoundError: the file does not exist.
+        FileNotFoundError: the file does not exist (or the directory holds no shard).
         ValueError: unknown extension, or a CSV without a ``label`` column.
     """
     path = Path(path)
+    if path.is_dir():
+        shards = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".csv"))
+        if not shards:
+            raise FileNotFoundError(f"no .npz or .csv shard in directory {path}")
+        parts = [load_npz_or_csv(shard) for shard in shards]
+        return np.concatenate([X for X, _ in parts]), np.concatenate([y for _, y in parts])
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
     if path.suffix == ".npz":

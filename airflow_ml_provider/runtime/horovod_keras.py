@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from airflow_ml_provider.runtime.datasets import load_digits_split, shard
+from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, shard
 from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
 
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.npz")
@@ -30,6 +30,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the smallest shard")
     parser.add_argument("--model-dir", default=env.model_dir, help="where rank 0 saves model.keras")
     parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="per-epoch checkpoints; resume")
+    parser.add_argument("--train-data", help=".npz/.csv file or shard directory instead of the bundled digits")
+    parser.add_argument("--test-data", help="held-out .npz/.csv for the final result (with --train-data)")
     return parser.parse_args(argv)
 
 
@@ -75,6 +77,46 @@ def weights_checksum(model) -> str:
     return digest.hexdigest()
 
 
+def _load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The bundled digits split, or the given files (features as float32, labels as int32 classes)."""
+    if not args.train_data:
+        return load_digits_split(args.seed)
+    X_train, y_train = load_npz_or_csv(args.train_data)
+    X_test, y_test = load_npz_or_csv(args.test_data) if args.test_data else (X_train, y_train)
+    return X_train.astype(np.float32), y_train.astype(np.int32), X_test.astype(np.float32), y_test.astype(np.int32)
+
+
+def build_model(n_features: int, n_classes: int, learning_rate: float):
+    """The MLP, its built SGD optimizer (so checkpoints and Horovod see every variable) and its loss."""
+    import keras
+
+    model = keras.Sequential(
+        [keras.Input((n_features,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(n_classes)]
+    )
+    optimizer = keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+    return model, optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def make_train_step(model, optimizer, loss_fn):
+    """One synchronous data-parallel step (gradients averaged over the ranks); returns (loss, accuracy)."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    @tf.function
+    def train_step(xb, yb):
+        with tf.GradientTape() as tape:
+            logits = model(xb, training=True)
+            loss = loss_fn(yb, logits)
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, [v.value for v in model.trainable_variables])
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        correct = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), yb)
+        return loss, tf.reduce_mean(tf.cast(correct, tf.float32))
+
+    return train_step
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train, checkpoint every epoch on rank 0, and report metrics, checksums and the test result."""
     args = _parse_args(argv)
@@ -88,16 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     keras.utils.set_random_seed(args.seed)
-    X_train, y_train, X_test, y_test = load_digits_split(args.seed)
+    X_train, y_train, X_test, y_test = _load_data(args)
     X, y = shard(X_train, y_train, rank, size)
     steps = args.steps_per_epoch or max(1, len(X_train) // size // args.batch_size)
 
-    model = keras.Sequential(
-        [keras.Input((X.shape[1],)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)]
-    )
-    optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=0.9)
-    optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    n_classes = int(max(y_train.max(), y_test.max())) + 1
+    model, optimizer, loss_fn = build_model(X.shape[1], n_classes, args.learning_rate * size)
 
     start_epoch, resumed = 0, None
     if rank == 0 and (found := latest_checkpoint(args.checkpoint_dir)):
@@ -106,19 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     start_epoch, resumed = hvd.broadcast_object((start_epoch, resumed), root_rank=0, name="resume")
     hvd.broadcast_variables([v.value for v in model.variables + optimizer.variables], root_rank=0)
     if resumed:
-        emit("resumed", epoch=start_epoch, path=resumed, rank=rank)
+        emit("resumed", epoch=start_epoch, step=int(optimizer.iterations.numpy()), path=resumed, rank=rank)
 
-    @tf.function
-    def train_step(xb, yb):
-        with tf.GradientTape() as tape:
-            logits = model(xb, training=True)
-            loss = loss_fn(yb, logits)
-        tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, [v.value for v in model.trainable_variables])
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        correct = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), yb)
-        return loss, tf.reduce_mean(tf.cast(correct, tf.float32))
-
+    train_step = make_train_step(model, optimizer, loss_fn)
     for epoch in range(start_epoch + 1, args.epochs + 1):
         order = np.random.default_rng((args.seed, rank, epoch)).permutation(len(X))
         order = np.resize(order, steps * args.batch_size)  # every rank runs the same number of steps
@@ -130,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             emit_metrics(step=epoch, loss=mean[0], accuracy=mean[1])
             if args.checkpoint_dir:
                 path = save_checkpoint(args.checkpoint_dir, epoch, model, optimizer)
-                emit("checkpoint", epoch=epoch, path=path)
+                emit("checkpoint", epoch=epoch, step=int(optimizer.iterations.numpy()), path=path)
 
     emit("weights_checksum", rank=rank, checksum=weights_checksum(model))
     if rank == 0:

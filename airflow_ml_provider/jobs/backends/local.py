@@ -22,6 +22,8 @@ from typing import Any
 import psutil
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.local_discovery import ETCD_ENV, slots_prefix, write_slots
+from airflow_ml_provider.jobs.etcd_kv import EtcdError, EtcdKV
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.files import FileLogSource
@@ -38,18 +40,22 @@ class LocalBackend(Backend):
         image: default Python environment prefix for workers (a spec's ``image`` overrides it);
             None means this interpreter's environment.
         cancel_grace_s: seconds between SIGTERM and SIGKILL when cancelling.
+        etcd: etcd endpoint holding elastic jobs' worker slots (default: ``$AIRFLOW_ML_ETCD``); a job's
+            slots are ``/airflow-ml/jobs/<name>/slots/<n>`` keys, and adding one adds a worker.
     """
 
     name = "local"
 
-    def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0):
+    def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
+                 etcd: str | None = None):
         self.root = Path(root)
         self.image = image
         self.cancel_grace_s = cancel_grace_s
+        self.etcd = etcd or os.environ.get(ETCD_ENV) or None
         self._launchers: dict[str, subprocess.Popen] = {}
 
     def config(self) -> dict[str, Any]:
-        return {"root": str(self.root), "image": self.image, "cancel_grace_s": self.cancel_grace_s}
+        return {"root": str(self.root), "image": self.image, "cancel_grace_s": self.cancel_grace_s, "etcd": self.etcd}
 
     def job_dir(self, name: str) -> Path:
         return self.root / "jobs" / name
@@ -60,7 +66,7 @@ class LocalBackend(Backend):
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
         from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
 
-        plan = launch_plan(spec, self._image_for(spec), self.job_dir(name))
+        plan = launch_plan(spec, self._image_for(spec), self.job_dir(name), self.etcd)
         return json.dumps({"name": name, "labels": labels, **plan}, indent=2)
 
     def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
@@ -79,8 +85,10 @@ class LocalBackend(Backend):
         else:
             raise JobSubmissionError(f"could not claim job directory {job_dir}")
         uid = uuid.uuid4().hex
+        if _is_elastic_horovod(spec):
+            self._write_slots(name, spec)
         record = {"name": name, "uid": uid, "labels": labels, "image": image, "submitted_at": time.time(),
-                  "spec": spec.model_dump(mode="json")}
+                  "etcd": self.etcd, "spec": spec.model_dump(mode="json")}
         _write_json(job_dir / "job.json", record)
         launcher = subprocess.Popen(
             [sys.executable, "-m", "airflow_ml_provider.jobs.backends.local_launcher", str(job_dir)],
@@ -131,10 +139,23 @@ class LocalBackend(Backend):
 
     def delete(self, name: str) -> None:
         self.cancel(name, "deleted")
+        record = _read_json(self.job_dir(name) / "job.json")
+        if record and record.get("etcd") and _is_elastic_horovod(TrainingJobSpec(**record["spec"])):
+            EtcdKV(record["etcd"]).delete_prefix(slots_prefix(name))
         shutil.rmtree(self.job_dir(name), ignore_errors=True)
 
     def log_source(self, name: str) -> FileLogSource:
         return FileLogSource(self.job_dir(name) / "output.log")
+
+    def _write_slots(self, name: str, spec: TrainingJobSpec) -> None:
+        """One etcd slot per initial worker; the job's discovery reads them while it runs."""
+        try:
+            if not self.etcd:
+                raise EtcdError(f"no etcd endpoint configured (set {ETCD_ENV} or the connection's etcd extra)")
+            write_slots(EtcdKV(self.etcd), name, spec.num_workers)
+        except EtcdError as exc:
+            shutil.rmtree(self.job_dir(name), ignore_errors=True)
+            raise JobSubmissionError(f"min_workers/max_workers: could not write the worker slots: {exc}") from None
 
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix
@@ -204,6 +225,10 @@ def _signal(proc: psutil.Process, sig: int) -> None:
         proc.send_signal(sig)
     except psutil.NoSuchProcess:
         pass
+
+
+def _is_elastic_horovod(spec: TrainingJobSpec) -> bool:
+    return spec.elastic and spec.framework is Framework.HOROVOD
 
 
 def _check_image(spec: TrainingJobSpec, image: str) -> None:

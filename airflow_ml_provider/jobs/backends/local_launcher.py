@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -24,11 +25,15 @@ from airflow_ml_provider.jobs.state import JobState, JobStatus
 _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$")
 # Variables of the Airflow process that must not leak into user code (connections, DB URLs, secrets).
 _PRIVATE_ENV = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "_AIRFLOW")
+_ELASTIC_GLOO_TIMEOUT_S = 120  # seconds; also how long a survivor may wait on a dead peer
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
 
-def launch_plan(spec: TrainingJobSpec, image: str, job_dir: Path) -> dict:
-    """What the launcher will run: the argv, the variables it adds to the workers' environment, cwd."""
+def launch_plan(spec: TrainingJobSpec, image: str, job_dir: Path, etcd: str | None = None) -> dict:
+    """What the launcher will run: the argv, the variables it adds to the workers' environment, cwd.
+
+    An elastic Horovod job discovers its worker slots in ``etcd`` (see local_discovery).
+    """
     bin_dir = str(Path(image) / "bin")
     env = {
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", os.defpath),
@@ -42,8 +47,9 @@ def launch_plan(spec: TrainingJobSpec, image: str, job_dir: Path) -> dict:
     }
     if spec.framework is Framework.HOROVOD:
         n = str(spec.num_workers)
+        hosts = _elastic_args(spec, job_dir, etcd) if spec.elastic else ["-H", f"localhost:{n}"]
         argv = [
-            os.path.join(bin_dir, "horovodrun"), "-np", n, "-H", f"localhost:{n}", "--gloo",
+            os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo",
             "--network-interface", "lo",
             # records each rank's exit code, then execs nothing: the user's argv runs unchanged
             sys.executable, "-m", "airflow_ml_provider.jobs.backends.local_rank", str(job_dir / "exit"), "--",
@@ -55,10 +61,24 @@ def launch_plan(spec: TrainingJobSpec, image: str, job_dir: Path) -> dict:
             "cwd": spec.working_dir or str(job_dir)}
 
 
+def _elastic_args(spec: TrainingJobSpec, job_dir: Path, etcd: str | None) -> list[str]:
+    """horovodrun's elastic options: size bounds, and the discovery command reading the slots in etcd.
+    (No ``--log-level``: horovodrun hands it to the workers too, whose C++ log lines then tear the
+    trainer's JSON lines apart; the trainer reports each membership change itself.) The Gloo timeout
+    is raised because a re-forming ring waits for a joining worker to import TensorFlow, which takes
+    longer than the default 30 s on a loaded machine."""
+    if not etcd:
+        raise ValueError("an elastic job needs etcd for its worker slots: set AIRFLOW_ML_ETCD or the backend's etcd")
+    discovery = [sys.executable, "-m", "airflow_ml_provider.jobs.local_discovery", "--etcd", etcd,
+                 "--job", job_dir.name]
+    return ["--min-np", str(spec.min_workers or spec.num_workers), "--max-np", str(spec.max_workers or spec.num_workers),
+            "--host-discovery-script", shlex.join(discovery), "--gloo-timeout-seconds", str(_ELASTIC_GLOO_TIMEOUT_S)]
+
+
 def main(job_dir: Path) -> int:
     record = json.loads((job_dir / "job.json").read_text())
     spec = TrainingJobSpec(**record["spec"])
-    plan = launch_plan(spec, record["image"], job_dir)
+    plan = launch_plan(spec, record["image"], job_dir, record.get("etcd"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_ENV)} | plan["env"]
     (job_dir / "exit").mkdir(exist_ok=True)
     for directory in (spec.model_dir, spec.checkpoint_dir):
@@ -105,6 +125,10 @@ def _run_horovod(spec, plan, env, writer: _LineWriter, job_dir: Path) -> JobStat
     code = proc.wait()
     exits = _recorded_exits(job_dir / "exit")
     failures = [(rank, c) for rank, c in exits if c != 0]
+    if spec.elastic and code == 0:  # horovodrun finished the job with the workers it had left
+        lost = ", ".join(f"rank {rank} (exit {c})" for rank, c in failures)
+        return JobStatus(JobState.SUCCEEDED, f"elastic: lost {lost}; finished without them" if lost else "",
+                         dict(exits))
     return _verdict(dict(exits), failures, code)
 
 

@@ -6,6 +6,7 @@ operator mounts; workers run sshd. The operator reports progress as conditions.
 
 from __future__ import annotations
 
+from airflow_ml_provider.jobs.backends.elastic_launch import MPI_OPERATOR_DISCOVERY, horovodrun_hosts
 from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
 from airflow_ml_provider.jobs.backends.pod_template import container, metadata, pod_template
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
@@ -34,7 +35,8 @@ class MPIJobBackend(KubernetesBackend):
         slots = spec.kubernetes.slots_per_worker
         ranks = str(spec.num_workers * slots)
         if spec.framework is Framework.HOROVOD:
-            launch = ["horovodrun", "-np", ranks, "--hostfile", HOSTFILE, *spec.command]
+            hosts = horovodrun_hosts(spec, HOSTFILE, MPI_OPERATOR_DISCOVERY)
+            launch = ["horovodrun", "-np", ranks, *hosts, *spec.command]
         else:
             launch = ["mpirun", "-np", ranks, "--hostfile", HOSTFILE, *spec.command]
         run_policy = {

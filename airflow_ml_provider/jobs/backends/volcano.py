@@ -7,8 +7,9 @@ other by the stable hostnames of the svc plugin.
 
 from __future__ import annotations
 
-from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import container, metadata, pod_template
+from airflow_ml_provider.jobs.backends.elastic_launch import horovodrun_hosts, pod_discovery
+from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
+from airflow_ml_provider.jobs.backends.pod_template import ROLE_LABEL, container, metadata, pod_template
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -43,6 +44,8 @@ class VolcanoBackend(KubernetesBackend):
             tasks = [self._peer_task(name, spec, labels)]
             plugins = {"svc": [], "env": []}
         total = sum(task["replicas"] for task in tasks)
+        if spec.elastic:  # the gang is the launcher plus the fewest workers the job can run with
+            total -= spec.num_workers - (spec.min_workers or spec.num_workers)
         job_spec = {
             "schedulerName": "volcano",
             "minAvailable": total if spec.scheduling.gang else 1,
@@ -60,8 +63,10 @@ class VolcanoBackend(KubernetesBackend):
                  "metadata": metadata(name, self.namespace, labels), "spec": job_spec}]
 
     def _horovod_tasks(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
-        ranks = str(spec.num_workers * spec.kubernetes.slots_per_worker)
-        launch = ["horovodrun", "-np", ranks, "--hostfile", "/etc/volcano/worker.host", *spec.command]
+        slots = spec.kubernetes.slots_per_worker
+        discovery = pod_discovery(f"{JOB_NAME_LABEL}={name},{ROLE_LABEL}=worker", slots)
+        hosts = horovodrun_hosts(spec, "/etc/volcano/worker.host", discovery)
+        launch = ["horovodrun", "-np", str(spec.num_workers * slots), *hosts, *spec.command]
         master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
                               restart_policy="OnFailure", with_accelerators=False)
         worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],

@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_ml_provider.logs.rules import LogRules
+
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GRID_LIMIT = 100_000  # a grid is enumerated up front; beyond this, use a sampler that does not need to
 
@@ -176,9 +178,9 @@ class SearchSettings(BaseModel):
     """How the search runs: which sampler, how many trials, how many at once, what it optimizes.
 
     ``n_trials`` counts every trial that reached a verdict (completed, pruned or failed); for the grid
-    sampler it defaults to the whole grid. ``metric_pattern`` reads the objective from plain log lines
-    instead of the structured metric lines: a regex with a ``value`` group and optionally a ``step``
-    group. Pruning (median-stop) compares a trial's objective at each step with the median of the
+    sampler it defaults to the whole grid. ``metric_patterns`` also read the objective from plain log
+    lines: metric regexes as in :class:`~airflow_ml_provider.logs.rules.LogRules`, one with a group named
+    after the objective (``val_auc=(?P<auc>[0-9.]+)``) and optionally a ``step`` group. Pruning (median-stop) compares a trial's objective at each step with the median of the
     completed trials at the same step, once ``pruning_startup_trials`` have completed and after
     ``pruning_warmup_steps`` steps.
     """
@@ -194,20 +196,18 @@ class SearchSettings(BaseModel):
     pruner: Literal["median", "none"] = "median"
     pruning_startup_trials: Annotated[int, Field(ge=0)] = 3
     pruning_warmup_steps: Annotated[int, Field(ge=0)] = 0
-    metric_pattern: str | None = None
+    metric_patterns: list[str] | None = None
     poll_interval: Annotated[float, Field(gt=0)] = 1.0
 
-    @field_validator("metric_pattern")
+    @field_validator("metric_patterns")
     @classmethod
-    def _pattern(cls, value: str | None) -> str | None:
-        if value is None:
+    def _patterns(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if not value:
             return None
-        try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
-        if "value" not in compiled.groupindex:
-            raise ValueError("needs a named group (?P<value>...) that captures the objective's number")
+        LogRules(metrics=value)  # raises ValueError naming the pattern's index
+        metric = info.data.get("objective_metric")
+        if metric and not any(metric in re.compile(pattern).groupindex for pattern in value):
+            raise ValueError(f"no pattern has a group named after the objective, e.g. (?P<{metric}>[0-9.]+)")
         return value
 
     @field_validator("n_trials")

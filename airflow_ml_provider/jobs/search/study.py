@@ -10,6 +10,13 @@ import optuna
 from sqlalchemy.engine import make_url
 
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.search.space import (
+    SearchSettings,
+    SearchSpace,
+    SearchSpaceError,
+    make_pruner,
+    make_sampler,
+)
 
 OPTUNA_SCHEMA = "airflow_ml_optuna"
 
@@ -65,3 +72,23 @@ def study_name(identity: JobIdentity) -> str:
     """One study per task instance (dag, task, run, map index): every try of it loads the same study."""
     parts = [identity.dag_id, identity.task_id, identity.run_id]
     return "/".join(parts + ([str(identity.map_index)] if identity.map_index >= 0 else []))
+
+
+def open_study(storage: optuna.storages.BaseStorage, name: str, settings: SearchSettings,
+               space: SearchSpace) -> optuna.Study:
+    """Create the study, or load the one an earlier try of the task created.
+
+    Raises:
+        SearchSpaceError: the stored study optimizes in the other direction.
+    """
+    try:
+        trials_so_far = len(storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False))
+    except KeyError:
+        trials_so_far = 0
+    study = optuna.create_study(storage=storage, study_name=name, direction=settings.direction,
+                                sampler=make_sampler(settings, space, trials_so_far),
+                                pruner=make_pruner(settings), load_if_exists=True)
+    if study.direction.name.lower() != settings.direction:
+        raise SearchSpaceError(f"direction: study {name!r} already exists and was created to "
+                               f"{study.direction.name.lower()} (got {settings.direction!r})")
+    return study

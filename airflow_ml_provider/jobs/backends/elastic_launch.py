@@ -1,0 +1,26 @@
+"""How a Kubernetes launcher's ``horovodrun`` finds its workers: a fixed hostfile, or for an elastic job
+(``min_workers``/``max_workers``) size bounds and a discovery command that lists the running workers."""
+
+from __future__ import annotations
+
+import shlex
+
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+# Written and kept current by the MPI operator (v2) in the launcher's /etc/mpi: the Running worker pods.
+MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
+
+
+def horovodrun_hosts(spec: TrainingJobSpec, hostfile: str, discovery: str) -> list[str]:
+    """``--hostfile`` for a fixed-size job; ``--min-np/--max-np/--host-discovery-script`` for an elastic one."""
+    if not spec.elastic:
+        return ["--hostfile", hostfile]
+    slots = spec.kubernetes.slots_per_worker
+    low, high = spec.min_workers or spec.num_workers, spec.max_workers or spec.num_workers
+    return ["--min-np", str(low * slots), "--max-np", str(high * slots), "--host-discovery-script", discovery]
+
+
+def pod_discovery(selector: str, slots: int) -> str:
+    """The discovery command that reads the job's Running worker pods from the API (see jobs.pod_discovery)."""
+    return shlex.join(["python", "-m", "airflow_ml_provider.jobs.pod_discovery", "--selector", selector,
+                       "--slots", str(slots)])

@@ -1,0 +1,64 @@
+"""Host discovery for elastic Horovod on Kubernetes: the job's running worker pods, read from the API.
+
+Runs inside the launcher pod, once a second, as ``horovodrun --host-discovery-script``:
+``python -m airflow_ml_provider.jobs.pod_discovery --selector LABELS --slots N`` prints ``host:N`` for
+every worker pod that is Running and not being deleted, so an evicted pod leaves the ring and a
+rescheduled or added one joins it. It uses the pod's service account (which needs ``list pods`` in
+its namespace) and only the standard library, so any training image that holds this package can run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import sys
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def worker_hosts(pods: list[dict]) -> list[str]:
+    """Addresses of the pods that can take a rank now: the stable DNS name (hostname.subdomain, as
+    Volcano's svc plugin sets) when the pod has one, else its IP; sorted, so ranks stay stable."""
+    hosts = []
+    for pod in pods:
+        spec, status = pod.get("spec", {}), pod.get("status", {})
+        if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+            continue
+        if spec.get("hostname") and spec.get("subdomain"):
+            hosts.append(f"{spec['hostname']}.{spec['subdomain']}")
+        elif status.get("podIP"):
+            hosts.append(status["podIP"])
+    return sorted(hosts)
+
+
+def list_pods(selector: str, service_account_dir: Path) -> list[dict]:
+    """The pods matching ``selector`` in the service account's namespace, through the in-cluster API."""
+    namespace = (service_account_dir / "namespace").read_text().strip()
+    token = (service_account_dir / "token").read_text().strip()
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    query = urllib.parse.urlencode({"labelSelector": selector})
+    request = urllib.request.Request(f"https://{host}:{port}/api/v1/namespaces/{namespace}/pods?{query}",
+                                     headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    context = ssl.create_default_context(cafile=str(service_account_dir / "ca.crt"))
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        return json.loads(response.read())["items"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.jobs.pod_discovery")
+    parser.add_argument("--selector", required=True, help="label selector of the job's worker pods")
+    parser.add_argument("--slots", type=int, default=1, help="ranks per worker pod")
+    parser.add_argument("--service-account-dir", type=Path, default=Path(SERVICE_ACCOUNT_DIR))
+    args = parser.parse_args(argv)
+    for host in worker_hosts(list_pods(args.selector, args.service_account_dir)):
+        print(f"{host}:{args.slots}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

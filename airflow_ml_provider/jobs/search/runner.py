@@ -1,0 +1,243 @@
+"""The ask/tell loop: trials become training jobs on a backend, at most ``max_parallel`` at a time.
+
+Every trial's job has a deterministic name (the search task's identity plus the trial number), and the
+study lives in an RDB storage, so a restarted search re-attaches to the jobs of the trials that were
+running, keeps every finished trial, and only asks the sampler for the rest of the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.follow import JobFollower
+from airflow_ml_provider.jobs.naming import LABEL_PREFIX, JobIdentity
+from airflow_ml_provider.jobs.search.progress import ObjectiveTracker
+from airflow_ml_provider.jobs.search.space import SearchSettings, SearchSpace, trial_budget
+from airflow_ml_provider.jobs.search.template import render_trial
+from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState, JobStatus
+
+TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it
+JOB_NAME_ATTR = "job_name"
+FAILURE_ATTR = "failure"
+MODEL_PATH_ATTR = "model_path"
+
+
+class SearchFailed(RuntimeError):
+    """No trial completed: the objective could not be measured for any parameters."""
+
+
+def trial_identity(search: JobIdentity, number: int) -> JobIdentity:
+    """The identity of one trial's job, derived from the search task's, so its name is stable."""
+    return replace(search, task_id=f"{search.task_id}.trial-{number}")
+
+
+@dataclass
+class _Running:
+    trial: optuna.Trial
+    job_name: str
+    follower: JobFollower
+    tracker: ObjectiveTracker
+    reported: set[int]
+    tail: deque = field(default_factory=lambda: deque(maxlen=5))
+
+
+class TrialScheduler:
+    """Runs one search to its budget.
+
+    Args:
+        backend: where trial jobs run.
+        study: the (persisted) Optuna study; its sampler and pruner drive the search.
+        space: the validated search space.
+        settings: budget, parallelism, objective and pruning settings.
+        template: builds a trial's job spec (with placeholders) from the job's name.
+        identity: the search task's identity; trial job names and labels derive from it.
+        on_trial_finished: called with every trial this session finishes (tracking, progress).
+        log: where trial events are logged.
+    """
+
+    def __init__(self, backend: Backend, study: optuna.Study, space: SearchSpace, settings: SearchSettings,
+                 template: TrialTemplate, identity: JobIdentity, *,
+                 on_trial_finished: Callable[[FrozenTrial], None] | None = None,
+                 log: logging.Logger | None = None):
+        self.backend = backend
+        self.study = study
+        self.space = space
+        self.settings = settings
+        self.template = template
+        self.identity = identity
+        self.on_trial_finished = on_trial_finished
+        self.log = log or logging.getLogger(__name__)
+        self.budget = trial_budget(settings, space)
+        self.running: dict[int, _Running] = {}
+        self._failures_in_a_row = 0
+
+    def run(self) -> None:
+        """Resume what a previous session left, then keep ``max_parallel`` trials running until the
+        budget is spent. A systematic error (a bad data path, a broken image) fails every trial, so after
+        ``max(3, max_parallel)`` failures in a row the search stops asking instead of spending its budget."""
+        self._resume()
+        while True:
+            self._fill()
+            if not self.running:
+                return
+            if not any([self._poll(run) for run in list(self.running.values())]):
+                time.sleep(self.settings.poll_interval)
+
+    def cancel_running(self) -> None:
+        """Cancel the job of every running trial (the task is being killed)."""
+        for run in list(self.running.values()):
+            self.backend.cancel(run.job_name)
+
+    def _resume(self) -> None:
+        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+            self.backend.delete(frozen.user_attrs.get(JOB_NAME_ATTR) or self._job_name(frozen.number))
+        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            trial = optuna.Trial(self.study, frozen._trial_id)
+            name = self._job_name(frozen.number)
+            try:
+                status = self.backend.status(name)
+            except JobNotFound:  # the previous session died between asking and submitting:
+                self._start(trial, self.space.suggest(trial))  # drawn values are kept, missing ones drawn
+                continue
+            self.log.info("Trial %d: re-attached to its job %s (%s)", frozen.number, name, status.state.value)
+            self._track(trial, name, reported=set(frozen.intermediate_values))
+
+    def _fill(self) -> None:
+        while (len(self.running) < self.settings.max_parallel
+               and len(self.study.get_trials(deepcopy=False)) < self.budget
+               and self._failures_in_a_row < max(3, self.settings.max_parallel)):
+            trial = self.study.ask()
+            self._start(trial, self.space.suggest(trial))
+
+    def _start(self, trial: optuna.Trial, values: dict) -> None:
+        name = self._job_name(trial.number)
+        trial.set_user_attr(JOB_NAME_ATTR, name)
+        labels = {**trial_identity(self.identity, trial.number).labels(),
+                  f"{LABEL_PREFIX}/search": self.identity.name, f"{LABEL_PREFIX}/trial": str(trial.number)}
+        try:
+            started = self.backend.submit(name, render_trial(self.template(name), values), labels)
+        except (SpecError, JobSubmissionError) as exc:
+            self._fail(trial, f"its job was not submitted: {exc}")
+            return
+        self.log.info("Trial %d: %s job %s with %s", trial.number, "submitted" if started else "attached to",
+                      name, values)
+        self._track(trial, name, reported=set())
+
+    def _track(self, trial: optuna.Trial, name: str, reported: set[int]) -> None:
+        tracker = ObjectiveTracker(self.settings.objective_metric, self.settings.metric_patterns)
+        self.running[trial.number] = _Running(trial, name, JobFollower(self.backend, name), tracker, reported)
+
+    def _poll(self, run: _Running) -> bool:
+        """Read the job's new lines and status; True when anything happened."""
+        try:
+            lines, status = run.follower.step()
+        except JobNotFound as exc:
+            self._end(run)
+            self._fail(run.trial, f"its job vanished: {exc}")
+            return True
+        for line in lines:
+            run.tracker.feed(line)
+            run.tail.append(line)
+        if self._report(run):
+            return True
+        if lines:
+            return True
+        if status.state.is_terminal:
+            self._complete(run, status)
+            return True
+        return False
+
+    def _report(self, run: _Running) -> bool:
+        """Report the new steps to the trial, then ask the pruner; True when the trial was pruned.
+
+        The decision depends on the reported values alone, not on whether the job happens to have
+        finished when its lines were read, so a search with one trial at a time prunes reproducibly.
+        """
+        new = sorted(set(run.tracker.intermediate) - run.reported)
+        for step in new:
+            run.trial.report(run.tracker.intermediate[step], step)
+            run.reported.add(step)
+        if not new or not run.trial.should_prune():
+            return False
+        self._end(run)
+        frozen = self.study.tell(run.trial, state=TrialState.PRUNED)
+        self.backend.delete(run.job_name)  # after tell: a restart deletes the jobs of pruned trials again
+        self.log.info("Trial %d: pruned at step %d (%s %.6g, below the median); job %s deleted",
+                      run.trial.number, new[-1], self.settings.objective_metric,
+                      run.tracker.intermediate[new[-1]], run.job_name)
+        self._failures_in_a_row = 0
+        self._finished(frozen)
+        return True
+
+    def _complete(self, run: _Running, status: JobStatus) -> None:
+        self._end(run)
+        value = run.tracker.final
+        if status.state is not JobState.SUCCEEDED or value is None:
+            reason = (f"its job {status.state.value}: {status.message or 'no reason given'}"
+                      if status.state is not JobState.SUCCEEDED
+                      else f"its job never reported {self.settings.objective_metric!r}")
+            last = "\n".join(f"  {line}" for line in run.tail)
+            self._fail(run.trial, f"{reason}; last lines:\n{last}" if last else reason)
+            return
+        if run.tracker.model_path:
+            run.trial.set_user_attr(MODEL_PATH_ATTR, run.tracker.model_path)
+        frozen = self.study.tell(run.trial, value)
+        self.log.info("Trial %d: %s = %.6g (best so far %.6g)", run.trial.number,
+                      self.settings.objective_metric, value, self.study.best_value)
+        self._failures_in_a_row = 0
+        self._finished(frozen)
+
+    def _fail(self, trial: optuna.Trial, reason: str) -> None:
+        trial.set_user_attr(FAILURE_ATTR, reason[:2000])
+        frozen = self.study.tell(trial, state=TrialState.FAIL)
+        self.log.warning("Trial %d failed: %s", trial.number, reason)
+        self._failures_in_a_row += 1
+        self._finished(frozen)
+
+    def _end(self, run: _Running) -> None:
+        self.running.pop(run.trial.number, None)
+
+    def _finished(self, frozen: FrozenTrial) -> None:
+        if self.on_trial_finished is not None:
+            self.on_trial_finished(frozen)
+
+    def _job_name(self, number: int) -> str:
+        return trial_identity(self.identity, number).name
+
+
+def summarize(study: optuna.Study) -> dict:
+    """Best parameters and value, plus a small table of every trial (JSON-serializable, for XCom).
+
+    Raises:
+        SearchFailed: no trial completed.
+    """
+    trials = study.get_trials(deepcopy=False)
+    table = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
+              "job_name": t.user_attrs.get(JOB_NAME_ATTR)} for t in trials]
+    completed = [t for t in trials if t.state is TrialState.COMPLETE]
+    if not completed:
+        reasons = sorted({t.user_attrs.get(FAILURE_ATTR, "") for t in trials if t.state is TrialState.FAIL})
+        raise SearchFailed(f"no trial of study {study.study_name!r} completed ({len(trials)} trials). "
+                           f"Failures: {'; '.join(reasons)[:4000] or 'none recorded'}")
+    best = study.best_trial
+    counts = {state: sum(t.state is state for t in trials) for state in TrialState}
+    return {
+        "best_params": best.params,
+        "best_value": best.value,
+        "best_trial": best.number,
+        "best_job_name": best.user_attrs.get(JOB_NAME_ATTR),
+        "best_model_path": best.user_attrs.get(MODEL_PATH_ATTR),
+        "n_complete": counts[TrialState.COMPLETE],
+        "n_pruned": counts[TrialState.PRUNED],
+        "n_failed": counts[TrialState.FAIL],
+        "trials": table,
+    }

@@ -1,0 +1,73 @@
+"""Evaluation worker: a trained model on a held-out set, reported as one ``result`` line.
+
+Runs as a one-worker job in the training image (loading a Keras model needs TensorFlow, which
+the Airflow worker does not have): ``python -m airflow_ml_provider.runtime.evaluate --model M
+--test-data T``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from airflow_ml_provider.runtime.datasets import load_npz_or_csv
+from airflow_ml_provider.runtime.metrics_log import emit
+from airflow_ml_provider.runtime.predict import load_predictor
+from airflow_ml_provider.runtime.splits import file_sha256
+
+
+def classification_metrics(y: np.ndarray, probabilities: np.ndarray) -> dict[str, float]:
+    """Accuracy, macro F1, log loss, and ROC AUC (one-vs-rest beyond two classes; omitted when the
+    held-out set has a single class)."""
+    from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
+
+    labels = list(range(probabilities.shape[1]))
+    y = y.astype(int)
+    predicted = probabilities.argmax(axis=1)
+    metrics = {
+        "accuracy": accuracy_score(y, predicted),
+        "f1": f1_score(y, predicted, average="macro", labels=labels, zero_division=0),
+        "log_loss": log_loss(y, np.clip(probabilities, 1e-15, 1), labels=labels),
+    }
+    if len(np.unique(y)) > 1:
+        metrics["auc"] = (
+            roc_auc_score(y, probabilities[:, 1])
+            if len(labels) == 2
+            else roc_auc_score(y, probabilities, multi_class="ovr", labels=labels)
+        )
+    return {name: round(float(value), 6) for name, value in metrics.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Evaluate and emit metrics, shapes (for the model signature) and the model's content hash."""
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.evaluate")
+    parser.add_argument("--model", required=True, help="model.txt (LightGBM) or model.keras")
+    parser.add_argument("--test-data", required=True, help="held-out .npz (X, y) or .csv with a label column")
+    args = parser.parse_args(argv)
+    try:
+        X, y = load_npz_or_csv(args.test_data)
+        probabilities = load_predictor(args.model)(X.astype(np.float32))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"evaluate: error: {exc}", file=sys.stderr)
+        return 2
+    from sklearn.metrics import confusion_matrix
+
+    labels = list(range(probabilities.shape[1]))
+    emit(
+        "result",
+        **classification_metrics(y, probabilities),
+        rows=len(y),
+        n_features=int(X.shape[1]),
+        n_classes=len(labels),
+        model_sha256=file_sha256(args.model),
+        confusion_matrix=confusion_matrix(
+            y.astype(int), probabilities.argmax(axis=1), labels=labels
+        ).tolist(),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

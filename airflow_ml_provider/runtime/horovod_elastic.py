@@ -1,0 +1,116 @@
+"""Elastic Horovod trainer (digits MLP): workers may leave (killed, preempted) and join mid-training.
+
+Runs under ``horovodrun --min-np/--max-np --host-discovery-script``. The model, optimizer and step
+function are horovod_keras's; what differs is the loop: ``hvd.elastic.run`` with a
+``TensorFlowState`` holding every variable plus the global ``step``, committed every
+``--commit-every`` steps. When a worker is lost, the survivors roll back to the last commit (model,
+optimizer and step counter together) and continue with fewer ranks, so a step trained after the
+last commit is trained again but counted once; when one joins, the next commit re-forms the ring and
+the newcomer receives the committed state. Each step's global batch is a function of the step
+alone, split over however many ranks there are. Rank 0 also writes ``ckpt-<step>.npz`` every
+``--checkpoint-every`` steps, so a whole-job restart resumes from disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+from airflow_ml_provider.runtime.datasets import load_digits_split
+from airflow_ml_provider.runtime.horovod_keras import (
+    build_model,
+    latest_checkpoint,
+    load_checkpoint,
+    make_train_step,
+    save_checkpoint,
+    weights_checksum,
+)
+from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = worker_env()
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.horovod_elastic")
+    parser.add_argument("--total-steps", type=int, default=300, help="global steps to train, whatever the size")
+    parser.add_argument("--batch-size", type=int, default=32, help="per-worker batch size")
+    parser.add_argument("--learning-rate", type=float, default=0.05, help="fixed: the worker count changes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--commit-every", type=int, default=1, help="steps between in-memory commits")
+    parser.add_argument("--log-every", type=int, default=10, help="steps between metrics lines")
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints on disk")
+    parser.add_argument("--model-dir", default=env.model_dir, help="where rank 0 saves model.keras")
+    parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="ckpt-<step>.npz files; resume")
+    return parser.parse_args(argv)
+
+
+def step_batch(n_rows: int, seed: int, step: int, batch_size: int, rank: int, size: int) -> np.ndarray:
+    """This rank's row indices for ``step``: its share of a global batch that depends on the step only."""
+    rows = np.random.default_rng((seed, step)).permutation(n_rows)[: batch_size * size]
+    return rows[rank::size]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    import horovod.tensorflow as hvd
+    import keras
+
+    hvd.init()
+    keras.utils.set_random_seed(args.seed)
+    X_train, y_train, X_test, y_test = load_digits_split(args.seed)
+    model, optimizer, loss_fn = build_model(X_train.shape[1], 10, args.learning_rate)
+    train_step = make_train_step(model, optimizer, loss_fn)
+
+    start = 0
+    if hvd.rank() == 0 and (found := latest_checkpoint(args.checkpoint_dir)):
+        start = load_checkpoint(found[1], model, optimizer)
+        emit("resumed", step=start, path=found[1], rank=0)
+    state = hvd.elastic.TensorFlowState([v.value for v in model.variables + optimizer.variables], step=start)
+    sizes = [hvd.size()]
+
+    def on_reset():
+        if hvd.rank() == 0:  # every rank sees the same reset; one line tells the story
+            emit("membership", previous_size=sizes[-1], size=hvd.size(), step=state.step)
+        sizes.append(hvd.size())
+
+    state.register_reset_callbacks([on_reset])
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < args.total_steps:
+            batch = step_batch(len(X_train), args.seed, state.step, args.batch_size, hvd.rank(), hvd.size())
+            loss, accuracy = train_step(X_train[batch], y_train[batch])
+            state.step += 1
+            last = state.step == args.total_steps
+            if state.step % args.commit_every == 0 or last:
+                state.commit()
+            if hvd.rank() != 0:
+                continue
+            if state.step % args.log_every == 0 or last:
+                emit_metrics(step=state.step, loss=float(loss), accuracy=float(accuracy), workers=hvd.size())
+            if args.checkpoint_dir and (state.step % args.checkpoint_every == 0 or last):
+                path = save_checkpoint(args.checkpoint_dir, state.step, model, optimizer)
+                emit("checkpoint", step=state.step, path=path)
+
+    train(state)
+    emit("weights_checksum", rank=hvd.rank(), checksum=weights_checksum(model))
+    if hvd.rank() == 0:
+        if args.model_dir:
+            os.makedirs(args.model_dir, exist_ok=True)
+            path = os.path.join(args.model_dir, "model.keras")
+            model.save(path)
+            emit("model_saved", path=path)
+        logits = model(X_test, training=False)
+        emit("result", accuracy=float(np.mean(np.argmax(logits, axis=1) == y_test)),
+             loss=float(loss_fn(y_test, logits)), steps=state.step,
+             optimizer_steps=int(optimizer.iterations.numpy()), workers=hvd.size())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

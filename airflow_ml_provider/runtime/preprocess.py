@@ -1,0 +1,49 @@
+"""Preprocessing worker: one data shard in, its cleaned copy out (``--input IN --output OUT``).
+
+Stateless on purpose (no statistics fitted across shards), so every shard, and the held-out
+sets, can go through the same command independently, in parallel: rows with missing or infinite
+values are dropped, features are clipped to ``[-clip, clip]`` and stored as float32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from airflow_ml_provider.runtime.datasets import load_npz_or_csv
+from airflow_ml_provider.runtime.metrics_log import emit
+from airflow_ml_provider.runtime.splits import file_sha256
+
+
+def clean(X: np.ndarray, y: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    keep = np.isfinite(X).all(axis=1) & np.isfinite(y)
+    return np.clip(X[keep], -clip, clip).astype(np.float32), y[keep].astype(np.float32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.preprocess")
+    parser.add_argument("--input", required=True, help=".npz (X, y) or .csv with a label column")
+    parser.add_argument("--output", required=True, help="the cleaned shard (.npz)")
+    parser.add_argument(
+        "--clip", type=float, default=10.0, help="feature values are clipped to [-clip, clip]"
+    )
+    args = parser.parse_args(argv)
+    try:
+        X, y = load_npz_or_csv(args.input)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"preprocess: error: {exc}", file=sys.stderr)
+        return 2
+    X_out, y_out = clean(X, y, args.clip)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    tmp = f"{args.output}.tmp-{os.getpid()}.npz"
+    np.savez(tmp, X=X_out, y=y_out)
+    os.replace(tmp, args.output)  # a retried shard never leaves a half-written file behind
+    emit("result", rows_in=len(y), rows_out=len(y_out), sha256=file_sha256(args.output))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

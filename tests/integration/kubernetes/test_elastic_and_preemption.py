@@ -1,0 +1,164 @@
+"""Elastic rendering and preemption retries against a real kube-apiserver (the test plays the operators)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from urllib.parse import urlparse
+
+import pytest
+from kube_cluster import TOKEN
+from support import wait_for
+
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, resource_path
+from airflow_ml_provider.jobs.backends.pod_template import ROLE_LABEL
+from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, PREEMPTIONS_LABEL, RESUME_ENV
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = JobIdentity("elastic", "train", "manual__1")
+ELASTIC = TrainingJobSpec(framework="horovod", command=["python", "-m", "train"], num_workers=2, min_workers=1,
+                          max_workers=4, image="img:1")
+CHECKPOINT = '{"event": "checkpoint", "epoch": 2, "step": 44, "path": "/ckpt/ckpt-000002.npz"}'
+
+
+def _container(obj: dict, *path: str) -> dict:
+    for key in path:
+        obj = obj[key]
+    return obj["template"]["spec"]["containers"][0]
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+def test_an_elastic_mpijob_runs_horovodrun_with_bounds_and_the_operators_discovery(kube_cluster, namespace):
+    jobs = get_backend("mpijob", api_client=kube_cluster.api_client(), namespace=namespace)
+    jobs.submit(IDENTITY.name, ELASTIC, IDENTITY.labels())
+    stored = jobs.get("MPIJob", IDENTITY.name)  # what the API server kept after schema validation and pruning
+    replicas = stored["spec"]["mpiReplicaSpecs"]
+    launcher = _container(replicas, "Launcher")
+    assert launcher["command"] == ["horovodrun", "-np", "2", "--min-np", "1", "--max-np", "4",
+                                   "--host-discovery-script", "/etc/mpi/discover_hosts.sh", "python", "-m", "train"]
+    assert replicas["Worker"]["replicas"] == 2
+
+
+def test_an_elastic_volcano_job_gangs_the_minimum_and_discovers_running_worker_pods(kube_cluster, namespace):
+    jobs = get_backend("volcano", api_client=kube_cluster.api_client(), namespace=namespace)
+    jobs.submit(IDENTITY.name, ELASTIC, IDENTITY.labels())
+    stored = jobs.get("Job", IDENTITY.name)
+    assert stored["spec"]["minAvailable"] == 2  # the master and min_workers=1 worker
+    master = stored["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    selector = f"{JOB_NAME_LABEL}={IDENTITY.name},{ROLE_LABEL}=worker"
+    assert master["command"][:8] == ["horovodrun", "-np", "2", "--min-np", "1", "--max-np", "4",
+                                     "--host-discovery-script"]
+    assert master["command"][8] == ("python -m airflow_ml_provider.jobs.pod_discovery --selector "
+                                    f"{selector} --slots 1")
+
+
+def _pod(namespace: str, name: str, labels: dict, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"containers": [{"name": "worker", "image": "img:1"}], **spec}}
+
+
+def test_pod_discovery_lists_the_running_worker_pods_that_are_not_being_deleted(kube_cluster, namespace, tmp_path):
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    worker = {JOB_NAME_LABEL: "job-a", ROLE_LABEL: "worker"}
+    cases = [  # name, labels, phase, pod IP, extra spec
+        ("w-0", worker, "Running", "10.0.0.5", {}),
+        ("w-1", worker, "Running", "10.0.0.6", {"hostname": "job-a-worker-1", "subdomain": "job-a"}),
+        ("w-2", worker, "Pending", None, {}),
+        ("w-3", worker, "Running", "10.0.0.8", {}),  # evicted below: deleting, held by a finalizer
+        ("launcher", {JOB_NAME_LABEL: "job-a", ROLE_LABEL: "launcher"}, "Running", "10.0.0.9", {}),
+        ("other", {JOB_NAME_LABEL: "job-b", ROLE_LABEL: "worker"}, "Running", "10.0.0.10", {}),
+    ]
+    for name, labels, phase, ip, spec in cases:
+        pod = _pod(namespace, name, labels, **spec)
+        if name == "w-3":
+            pod["metadata"]["finalizers"] = ["example.com/hold"]
+        kube_cluster.request("POST", pods, pod)
+        kube_cluster.patch_status(f"{pods}/{name}", {"phase": phase, **({"podIP": ip} if ip else {})})
+    kube_cluster.request("DELETE", f"{pods}/w-3")
+
+    account = tmp_path / "serviceaccount"  # what Kubernetes mounts into the launcher pod
+    account.mkdir()
+    (account / "token").write_text(TOKEN)
+    (account / "namespace").write_text(namespace)
+    (account / "ca.crt").write_bytes((kube_cluster.workdir / "certs" / "apiserver.crt").read_bytes())
+    url = urlparse(kube_cluster.url)
+    env = {**os.environ, "KUBERNETES_SERVICE_HOST": url.hostname, "KUBERNETES_SERVICE_PORT": str(url.port)}
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "airflow_ml_provider.jobs.pod_discovery", "--selector",
+             f"{JOB_NAME_LABEL}=job-a,{ROLE_LABEL}=worker", "--slots", "2", "--service-account-dir", str(account)],
+            env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.split() == ["10.0.0.5:2", "job-a-worker-1.job-a:2"]
+    finally:
+        kube_cluster.request("PATCH", f"{pods}/w-3", {"metadata": {"finalizers": None}},
+                             "application/merge-patch+json")
+
+
+def _mpijobs(kube_cluster, namespace: str) -> list[dict]:
+    return kube_cluster.request("GET", resource_path("kubeflow.org/v2beta1", "MPIJob", namespace))["items"]
+
+
+def _play_mpi_operator(kube_cluster, kubelet, namespace: str, failure: dict, seen: list[dict]) -> None:
+    """Run the first MPIJob's launcher (which reports a checkpoint), then fail it with ``failure``; for an
+    eviction, wait for the job to come back as a new object and let that one succeed. Every MPIJob seen
+    is appended to ``seen``."""
+    listing = resource_path("kubeflow.org/v2beta1", "MPIJob", namespace)
+    first = wait_for(lambda: next(iter(_mpijobs(kube_cluster, namespace)), None), what="the MPIJob")
+    seen.append(first)
+    name = first["metadata"]["name"]
+    launcher = _pod(namespace, f"{name}-launcher", first["metadata"]["labels"], nodeName="fake-node")
+    kube_cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", launcher)
+    kubelet.append(namespace, f"{name}-launcher", "worker", CHECKPOINT)
+    kube_cluster.patch_status(f"{listing}/{name}", {"conditions": [
+        {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-21T00:00:00Z"},
+        {**failure, "type": "Failed", "status": "True", "lastTransitionTime": "2026-11-21T00:01:00Z"}]})
+    if failure["reason"] != "MPIJobEvicted":
+        return
+    uid = first["metadata"]["uid"]
+    again = wait_for(lambda: next((job for job in _mpijobs(kube_cluster, namespace)
+                                   if job["metadata"]["uid"] != uid), None), timeout=60, what="a resubmission")
+    seen.append(again)
+    kubelet.append(namespace, f"{name}-launcher", "worker", '{"event": "result", "accuracy": 0.95}')
+    kube_cluster.patch_status(f"{listing}/{name}", {"conditions": [
+        {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-11-21T00:02:00Z"}]})
+
+
+def test_an_evicted_mpijob_is_resubmitted_with_its_resume_point(kube_cluster, kubelet, namespace, run_dag, capfd):
+    seen: list[dict] = []
+    evicted = {"reason": "MPIJobEvicted", "message": f"MPIJob {namespace}/x is evicted"}
+    operator = threading.Thread(target=_play_mpi_operator, args=(kube_cluster, kubelet, namespace, evicted, seen),
+                                daemon=True)
+    operator.start()
+    result = run_dag("ml_test_mpijob_evicted")
+    operator.join(10)
+    assert result.state == "success", result.task_states
+    first, second = seen
+    launcher = _container(second["spec"]["mpiReplicaSpecs"], "Launcher")
+    assert _env(launcher)[RESUME_ENV] == "/ckpt/ckpt-000002.npz"
+    assert _env(launcher)[PREEMPTIONS_ENV] == "1"
+    assert second["metadata"]["labels"][PREEMPTIONS_LABEL] == "1"
+    assert RESUME_ENV not in _env(_container(first["spec"]["mpiReplicaSpecs"], "Launcher"))
+    assert "resuming from checkpoint /ckpt/ckpt-000002.npz at step 44, epoch 2" in capfd.readouterr().out
+
+
+def test_an_mpijob_failed_by_user_code_is_not_resubmitted(kube_cluster, kubelet, namespace, run_dag):
+    seen: list[dict] = []
+    failed = {"reason": "MPIJobFailed", "message": "launcher exited with code 1"}
+    operator = threading.Thread(target=_play_mpi_operator, args=(kube_cluster, kubelet, namespace, failed, seen),
+                                daemon=True)
+    operator.start()
+    result = run_dag("ml_test_mpijob_user_failure")
+    operator.join(10)
+    assert result.task_states["train"] == "failed"
+    [job] = _mpijobs(kube_cluster, namespace)
+    assert job["metadata"]["uid"] == seen[0]["metadata"]["uid"], "a user failure must not be resubmitted"
+    assert PREEMPTIONS_LABEL not in job["metadata"]["labels"]
