@@ -38,7 +38,8 @@ RANKS = 2
 TARGET = 1.05
 
 
-def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec) -> tuple[float, list[LogLine]]:
+def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec,
+            poll_interval: float = POLL_INTERVAL) -> tuple[float, list[LogLine]]:
     """Submit ``spec`` and follow it as ``BaseTrainingOperator._wait`` does; return (seconds, its lines).
     A job that is refused or does not succeed ends the benchmark (exit 1) with its status message."""
     start = time.perf_counter()
@@ -54,7 +55,7 @@ def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec) -> tuple[fl
             continue
         if status.state.is_terminal:
             break
-        time.sleep(POLL_INTERVAL)
+        time.sleep(poll_interval)
     elapsed = time.perf_counter() - start
     if status.state is not JobState.SUCCEEDED:
         tail = "\n".join(f"  {line}" for line in lines[-10:])
@@ -80,6 +81,11 @@ def run_bare(command: list[str], cwd: Path) -> tuple[float, int]:
     return elapsed, len(lines)
 
 
+def artifact_args(base: Path) -> list[str]:
+    """Fresh model and checkpoint dirs under ``base``: the same argv on both sides, and no run resumes."""
+    return ["--model-dir", str(base / "model"), "--checkpoint-dir", str(base / "ckpt")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of each side, alternated (default 5)")
@@ -95,16 +101,14 @@ def main() -> int:
         backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
         for run in range(1, args.runs + 1):
             name = f"hvd-overhead-{run}"
-            artifacts = Path(backend.default_artifact_dir(name))
-            spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=[
-                *trainer, "--model-dir", str(artifacts / "model"), "--checkpoint-dir", str(artifacts / "ckpt")])
+            command = trainer + artifact_args(Path(backend.default_artifact_dir(name)))
+            spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=command)
             seconds, lines = run_job(backend, name, spec)
             times["operator"].append(seconds)
             print(f"run {run}  (a) operator path   {seconds:6.1f} s  ({len(lines)} lines)", flush=True)
             bare = Path(tmp, f"bare-{run}")
             bare.mkdir()
-            seconds, count = run_bare([*trainer, "--model-dir", str(bare / "model"),
-                                       "--checkpoint-dir", str(bare / "ckpt")], bare)
+            seconds, count = run_bare(trainer + artifact_args(bare), bare)
             times["bare"].append(seconds)
             print(f"run {run}  (b) bare horovodrun {seconds:6.1f} s  ({count} lines)", flush=True)
     medians = {side: statistics.median(values) for side, values in times.items()}
