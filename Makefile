@@ -21,7 +21,11 @@ test: control-env training-env kube-apiserver
 
 bench: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/local_overhead.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/log_tail.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/lightgbm_parity.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/dag_parse.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/hpo_scaling.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/preemption_cost.py
 
 lint: control-env
 	$(UV) pip install --python $(VENV)/bin/python --quiet ruff==0.14.5

@@ -19,9 +19,44 @@ def _render(args: argparse.Namespace) -> int:
         print(f"airflow-ml render: {exc}", file=sys.stderr)
         return 2
     identity = JobIdentity(args.dag_id, args.task_id, args.run_id)
+    print(_backend(args.backend, args).render(identity.name, spec, identity.labels()))
+    return 0
+
+
+def _backend(name: str, args: argparse.Namespace):
     # rendering needs no cluster: Kubernetes backends only build manifests here
-    config = {"root": args.local_root} if args.backend == "local" else {"api_client": None, "namespace": args.namespace}
-    print(get_backend(args.backend, **config).render(identity.name, spec, identity.labels()))
+    config = {"root": args.local_root} if name == "local" else {"api_client": None, "namespace": args.namespace}
+    return get_backend(name, **config)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """Check recipes: every error with its file, line and YAML path; exit 1 if any recipe is invalid."""
+    from airflow_ml_provider.recipes import RecipeError, load_recipe
+
+    failed = 0
+    for path in args.recipes:
+        try:
+            recipe = load_recipe(path)
+        except (RecipeError, OSError) as exc:
+            print(exc, file=sys.stderr)
+            failed += 1
+            continue
+        trials = sum(experiment.num_samples for experiment in recipe.experiments.values())
+        print(f"{path}: ok (DAG {recipe.name}: {len(recipe.experiments)} tasks, {trials} jobs)")
+    return 1 if failed else 0
+
+
+def _render_recipe(args: argparse.Namespace) -> int:
+    """Print a recipe's tasks and each trial's job manifest (``--backend`` where the recipe names none)."""
+    from airflow_ml_provider.recipes import RecipeError, load_recipe
+    from airflow_ml_provider.recipes.render import render_recipe
+
+    try:
+        recipe = load_recipe(args.command[0])
+    except (RecipeError, OSError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(render_recipe(recipe, lambda name: _backend(name or args.backend, args), args.run_id, args.max_trials))
     return 0
 
 
@@ -38,8 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("--run-id", default="manual")
     render.add_argument("--local-root", default="./ml")
     render.add_argument("--namespace", default="default")
-    render.add_argument("command", nargs=argparse.REMAINDER, help="the worker argv, after --")
+    render.add_argument("--max-trials", type=int, default=None, help="with a recipe: jobs shown per task")
+    render.add_argument("command", nargs=argparse.REMAINDER, help="the worker argv after --, or a recipe file")
+    validate = commands.add_parser("validate", help=_validate.__doc__)
+    validate.add_argument("recipes", nargs="+", help="recipe YAML files")
     args = parser.parse_args(argv)
+    if args.command_name == "validate":
+        return _validate(args)
+    if len(args.command) == 1 and args.command[0].endswith((".yaml", ".yml")):
+        return _render_recipe(args)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return _render(args)
 

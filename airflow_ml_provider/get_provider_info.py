@@ -17,11 +17,17 @@ def get_provider_info() -> dict:
         "hooks": [
             {"integration-name": "ML Training",
              "python-modules": ["airflow_ml_provider.hooks.training_backend",
-                                "airflow_ml_provider.hooks.elasticsearch_logs"]},
+                                "airflow_ml_provider.hooks.elasticsearch_logs",
+                                "airflow_ml_provider.hooks.model_registry"]},
         ],
         "operators": [
             {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.operators.training",
-                                                                  "airflow_ml_provider.operators.search"]},
+                                                                  "airflow_ml_provider.operators.search",
+                                                                  "airflow_ml_provider.operators.preprocess",
+                                                                  "airflow_ml_provider.operators.evaluate",
+                                                                  "airflow_ml_provider.operators.gate",
+                                                                  "airflow_ml_provider.operators.deploy",
+                                                                  "airflow_ml_provider.operators.recipe"]},
         ],
         "sensors": [
             {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.sensors.training_job",
@@ -56,6 +62,30 @@ def get_provider_info() -> dict:
                     "kubernetes_conn_id": {"label": "Kubernetes backends: cncf-kubernetes connection id",
                                            "schema": {"type": ["string", "null"]}},
                 },
-            }
+            },
+            {
+                "connection-type": "ml_registry",
+                "hook-class-name": "airflow_ml_provider.hooks.model_registry.ModelRegistryHook",
+                "ui-field-behaviour": {
+                    "hidden-fields": [],
+                    "relabeling": {"host": "Tracking URI or host", "login": "Username", "password": "Password"},
+                    "placeholders": {"host": "http://mlflow:5000 (no connection: embedded SQLite registry)",
+                                     "extra": '{"registry_uri": "...", "artifact_root": "s3://bucket/mlflow"}'},
+                },
+                "conn-fields": {
+                    "registry_uri": {"label": "Registry URI (default: the tracking URI)",
+                                     "schema": {"type": ["string", "null"]}},
+                    "artifact_root": {"label": "Artifact root for new experiments",
+                                      "schema": {"type": ["string", "null"]}},
+                    "token": {"label": "Token (MLFLOW_TRACKING_TOKEN)", "schema": {"type": ["string", "null"]},
+                              "sensitive": True},
+                    "ui_url": {"label": "MLflow UI URL for links", "schema": {"type": ["string", "null"]}},
+                },
+            },
+        ],
+        "extra-links": [
+            "airflow_ml_provider.operators.links.MLflowModelVersionLink",
+            "airflow_ml_provider.operators.links.KibanaJobLink",
+            "airflow_ml_provider.operators.links.GrafanaJobLink",
         ],
     }

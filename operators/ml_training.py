@@ -1,5 +1,11 @@
 """Re-export for deployments that mount this repository as their Airflow home (no logic here)."""
 
+from airflow_ml_provider.operators.deploy import DeployModelOperator
+from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
+from airflow_ml_provider.operators.gate import ModelGateOperator
+from airflow_ml_provider.operators.preprocess import PreprocessOperator
+from airflow_ml_provider.operators.recipe import RecipeTrialOperator
+from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.operators.training import (
     BaseTrainingOperator,
     HorovodTrainingOperator,
@@ -11,9 +17,15 @@ from airflow_ml_provider.operators.training import (
 
 __all__ = [
     "BaseTrainingOperator",
+    "DeployModelOperator",
+    "EvaluateModelOperator",
     "HorovodTrainingOperator",
+    "HyperparameterSearchOperator",
     "LightGBMTrainingOperator",
+    "ModelGateOperator",
     "OnFinish",
+    "PreprocessOperator",
+    "RecipeTrialOperator",
     "TrainingJobFailed",
     "TrainingJobOperator",
 ]

@@ -1,4 +1,5 @@
-"""`make demo`: run the quick-start DAG once for real on the local backend and say where things are."""
+"""`make demo`: run the ml_training_pipeline DAG once for real (embedded defaults: local backend, SQLite
+model registry) and say where the data, model, metrics, artifacts and registered version are."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,26 +22,49 @@ def main() -> int:
     from airflow.utils.session import create_session
 
     sys.path.insert(0, str(REPO / "dags"))
-    from ml_quickstart import dag
+    from ml_training_pipeline import dag
 
+    started = time.monotonic()
     dag_run = dag.test()
+    took = time.monotonic() - started
     with create_session() as session:
-        summary = (
-            session.query(XComModel)
-            .filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id="report", key="return_value")
-            .one_or_none()
-        )
-    print("\n==== airflow-ml-provider demo ====")
-    print(f"DAG run {dag_run.run_id}: {dag_run.state}")
-    if summary is None:
+        rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, map_index=-1)
+        xcom = {(row.task_id, row.key): row.value for row in rows}
+    print("\n==== airflow-ml-provider demo: ml_training_pipeline ====")
+    print(f"DAG run {dag_run.run_id}: {dag_run.state} in {took:.0f} s")
+    deploy = xcom.get(("deploy", "return_value"))
+    if deploy is None:
         print("the run did not finish; see the task logs above")
         return 1
-    for name, result in summary.value.items():
-        print(f"{name:9s} job {result['job_name']} ({result['backend']} backend)")
-        print(f"          model:   {result['model_path']}")
-        print(f"          metrics: {json.dumps(result['metrics'])}")
-    print(f"job logs and records: {Path(os.environ['AIRFLOW_HOME']) / 'ml' / 'jobs'}")
+    _report(xcom, deploy)
     return 0 if str(dag_run.state) == "success" else 1
+
+
+def _report(xcom: dict, deploy: dict) -> None:
+    from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
+
+    registry = ModelRegistryHook()
+    train = xcom.get(("train_lightgbm", "return_value")) or xcom[("train_horovod", "return_value")]
+    evaluation, gate = xcom[("evaluate", "return_value")], xcom[("gate", "return_value")]
+    with registry.mlflow() as mlflow:
+        artifacts = mlflow.MlflowClient().get_run(evaluation["mlflow_run_id"]).info.artifact_uri
+    print(f"data        version {xcom[('prepare_data', 'data_version')]}; preprocessed shards in "
+          f"{Path(xcom[('prepare_data', 'train_dir')]).parent}")
+    print(f"training    {evaluation['framework']} job {train['job_name']} ({train['backend']} backend)")
+    print(f"            model:   {train['model_path']}")
+    print(f"            final training metrics: {json.dumps(train['metrics'])}")
+    print(f"evaluation  held-out metrics: {json.dumps(evaluation['metrics'])}")
+    print(f"            MLflow run {evaluation['mlflow_run_id']}; artifacts (training_curve.png, "
+          f"evaluation_report.md, metrics.json): {artifacts}")
+    print(f"gate        {'PASSED' if gate['passed'] else 'REJECTED'}: {'; '.join(gate['reasons'])}")
+    print(f"registry    model {deploy['model_name']} version {deploy['version']}, aliases: "
+          f"{', '.join(deploy['aliases'])}; load it with mlflow.pyfunc.load_model('{deploy['model_uri']}')")
+    print(f"            store: {registry.settings().tracking_uri}")
+    print(f"            link:  {deploy['url']} (serve a UI: mlflow ui --backend-store-uri "
+          f"{registry.settings().tracking_uri}, with the full mlflow package)")
+    print(f"job logs    {Path(os.environ['AIRFLOW_HOME']) / 'ml' / 'jobs'}")
+    print("run `make demo` again: the new model is registered as challenger and becomes champion only if it"
+          " passes the gate")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,16 @@ class LogBatch:
     cursor: Any  # JSON-serializable; pass it back to read() to continue right after the last line
 
 
+class LogSourceUnavailable(ConnectionError):
+    """The log store cannot be read right now (unreachable, overloaded); the same read may succeed later."""
+
+
 class LogSource(ABC):
     """Reads a job's log in order; reading from a cursor never repeats or skips a line."""
+
+    # How long after a line is printed it may still reach the store. A reader is complete only this
+    # long after the job ended: 0 for files written in place, a few seconds for a shipped log.
+    settle_s: float = 0.0
 
     @abstractmethod
     def read(self, cursor: Any = None, max_lines: int = 5000) -> LogBatch:

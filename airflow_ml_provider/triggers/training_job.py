@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound
 from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
@@ -20,12 +21,14 @@ class TrainingJobTrigger(BaseTrigger):
 
     Kubernetes jobs are followed through one shared watch per namespace and kind (no per-job
     polling); local jobs by polling their status file. The backend is rebuilt from the connection,
-    so nothing but names and the log cursor is serialized.
+    so nothing but names and the log cursor is serialized. With ``elasticsearch_conn_id`` the lines
+    come from Elasticsearch, read once more after the job ends and the log's settle time has passed.
     """
 
     def __init__(self, job_name: str, backend: str | None = None,
                  ml_conn_id: str = TrainingBackendHook.default_conn_name, cursor: Any = None,
-                 poll_interval: float = 2.0, stream_logs: bool = True):
+                 poll_interval: float = 2.0, stream_logs: bool = True,
+                 elasticsearch_conn_id: str | None = None):
         super().__init__()
         self.job_name = job_name
         self.backend = backend
@@ -33,18 +36,21 @@ class TrainingJobTrigger(BaseTrigger):
         self.cursor = cursor
         self.poll_interval = poll_interval
         self.stream_logs = stream_logs
+        self.elasticsearch_conn_id = elasticsearch_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"job_name": self.job_name, "backend": self.backend, "ml_conn_id": self.ml_conn_id,
-             "cursor": self.cursor, "poll_interval": self.poll_interval, "stream_logs": self.stream_logs},
+             "cursor": self.cursor, "poll_interval": self.poll_interval, "stream_logs": self.stream_logs,
+             "elasticsearch_conn_id": self.elasticsearch_conn_id},
         )
 
     async def run(self):
         hook = TrainingBackendHook(self.ml_conn_id)
         backend = await asyncio.to_thread(hook.get_backend, self.backend)
-        source = backend.log_source(self.job_name) if self.stream_logs else None
+        source = (await asyncio.to_thread(job_log_source, backend, self.job_name, self.elasticsearch_conn_id,
+                                          self.log) if self.stream_logs else None)
         statuses = (self._watched(hook, backend) if isinstance(backend, KubernetesBackend)
                     else self._polled(backend))
         last_state = None
@@ -56,6 +62,9 @@ class TrainingJobTrigger(BaseTrigger):
                 if source is not None:
                     await self._drain(source)
                 if status.state.is_terminal:
+                    if source is not None and source.settle_s:  # lines shipped late still arrive meanwhile
+                        await asyncio.sleep(source.settle_s)
+                        await self._drain(source)
                     yield TriggerEvent({"job_name": self.job_name, "status": status.to_dict(), "cursor": self.cursor})
                     return
         except JobNotFound as exc:

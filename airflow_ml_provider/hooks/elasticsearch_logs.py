@@ -1,0 +1,123 @@
+"""The Elasticsearch holding training jobs' logs, through the standard ``elasticsearch`` connection type."""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
+from elasticsearch import Elasticsearch
+
+from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.logs.ecs import EcsFields
+from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
+from airflow_ml_provider.logs.outage import RetryingLogSource
+from airflow_ml_provider.logs.source import LogSource
+
+DEFAULT_INDEX_PATTERN = "filebeat-*"
+
+
+class ElasticsearchLogsHook(BaseHook):
+    """Builds an Elasticsearch client and log sources from an ``elasticsearch`` connection.
+
+    Connection fields: host (a name, or a URL such as ``https://es.example.com:9243``), port (9200),
+    schema (``http``/``https``; also extra ``scheme``), login/password for basic auth. Extras:
+    ``api_key`` (instead of login/password), ``index_pattern`` (``filebeat-*``), ``fields`` (EcsFields
+    overrides for documents not laid out by Filebeat, e.g. ``{"job": "labels.job"}``), ``settle_s``
+    (5), ``use_pit`` (true), ``verify_certs``, ``ca_certs``, ``request_timeout`` (10).
+
+    Credentials go to the client only: they are registered with Airflow's secrets masker and never
+    logged, returned or put in XCom. Nothing connects until the first request, so building the hook
+    at DAG parse time costs no network call.
+    """
+
+    conn_name_attr = "elasticsearch_conn_id"
+    default_conn_name = "elasticsearch_default"
+    conn_type = "elasticsearch"
+    hook_name = "Elasticsearch (training logs)"
+
+    def __init__(self, elasticsearch_conn_id: str = default_conn_name):
+        super().__init__()
+        self.elasticsearch_conn_id = elasticsearch_conn_id
+
+    @cached_property
+    def _settings(self) -> dict[str, Any]:
+        conn = self.get_connection(self.elasticsearch_conn_id)
+        extras = conn.extra_dejson
+        for secret in (conn.password, extras.get("api_key")):
+            if secret:
+                mask_secret(secret)
+        try:
+            fields = EcsFields.from_dict(extras.get("fields"))
+        except ValueError as exc:
+            raise ValueError(f"connection {self.elasticsearch_conn_id!r}: extra {exc}") from None
+        client_args: dict[str, Any] = {
+            "request_timeout": float(extras.get("request_timeout", 10)),
+            "max_retries": 1,  # longer outages are ridden out by the caller, with backoff and a grace period
+            "retry_on_timeout": True,
+        }
+        if extras.get("api_key"):
+            client_args["api_key"] = extras["api_key"]
+        elif conn.login:
+            client_args["basic_auth"] = (conn.login, conn.password or "")
+        for name in ("verify_certs", "ca_certs"):
+            if name in extras:
+                client_args[name] = extras[name]
+        return {
+            "url": _url(conn.host, conn.port, conn.schema or extras.get("scheme")),
+            "client_args": client_args,
+            "index": extras.get("index_pattern") or DEFAULT_INDEX_PATTERN,
+            "fields": fields,
+            "settle_s": float(extras.get("settle_s", 5.0)),
+            "use_pit": _boolean(extras.get("use_pit", True)),
+        }
+
+    @property
+    def url(self) -> str:
+        """Where the cluster is, without credentials (safe to log)."""
+        return self._settings["url"]
+
+    def get_conn(self) -> Elasticsearch:
+        return self.client
+
+    @cached_property
+    def client(self) -> Elasticsearch:
+        return Elasticsearch(self.url, **self._settings["client_args"])
+
+    def log_source(self, job: str, namespace: str | None = None,
+                   index: str | None = None) -> ElasticsearchLogSource:
+        """The log of one job (its label value), optionally one namespace's, from ``index`` or the
+        connection's index pattern."""
+        settings = self._settings
+        return ElasticsearchLogSource(self.client, index or settings["index"], job, namespace=namespace,
+                                      fields=settings["fields"], settle_s=settings["settle_s"],
+                                      use_pit=settings["use_pit"])
+
+
+def job_log_source(backend: Backend, name: str, elasticsearch_conn_id: str | None, log: logging.Logger,
+                   outage_grace_s: float = 600.0) -> LogSource:
+    """A training job's log for the operators and their trigger: from Elasticsearch when a connection is
+    configured (an outage shorter than ``outage_grace_s`` is ridden out, with warnings on ``log``),
+    else the backend's own (the local backend's files, the pods' logs)."""
+    if not elasticsearch_conn_id:
+        return backend.log_source(name)
+    source = ElasticsearchLogsHook(elasticsearch_conn_id).log_source(name)
+    return RetryingLogSource(source, outage_grace_s, log=log)
+
+
+def _url(host: str | None, port: int | None, scheme: str | None) -> str:
+    """``scheme://host:port`` from connection fields; any credentials written into the host are dropped."""
+    if not host:
+        raise ValueError("the Elasticsearch connection has no host")
+    parts = urlsplit(host if "://" in host else f"//{host}")
+    scheme = scheme or parts.scheme or "http"
+    if scheme not in ("http", "https"):
+        raise ValueError(f"the Elasticsearch connection's scheme must be http or https, got {scheme!r}")
+    return f"{scheme}://{parts.hostname}:{port or parts.port or 9200}{parts.path.rstrip('/')}"
+
+
+def _boolean(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,245 @@
+"""The model marketplace: MLflow's Model Registry (versions, ``challenger``/``champion`` aliases).
+
+MLflow is imported inside methods only, so DAG files that use the registry operators parse fast.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseHook, conf
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+LINEAGE_KEY = "airflow.lineage_key"
+PREVIOUS_CHAMPION = "airflow.previous_champion"
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """Where MLflow tracks runs and registers models, and the UI that links point to."""
+
+    tracking_uri: str
+    registry_uri: str
+    artifact_root: str | None
+    ui_url: str
+    env: dict[str, str] = field(default_factory=dict)  # MLflow client credentials
+
+
+class ModelRegistryHook(BaseHook):
+    """MLflow tracking and registry. Without a connection, the embedded default: a SQLite store at
+    ``$AIRFLOW_HOME/ml/mlflow.db`` with artifacts under ``$AIRFLOW_HOME/ml/mlartifacts``.
+
+    Connection (type ``ml_registry``): host = tracking URI (``http://mlflow:5000``, ``databricks``,
+    ``sqlite:///...``); login/password = basic auth; extras ``registry_uri``, ``artifact_root``
+    (for new experiments), ``token``, ``ui_url`` (for links; default: an http tracking URI itself).
+    """
+
+    conn_name_attr = "registry_conn_id"
+    default_conn_name = "ml_registry_default"
+    conn_type = "ml_registry"
+    hook_name = "ML Model Registry (MLflow)"
+
+    def __init__(self, registry_conn_id: str = default_conn_name):
+        super().__init__()
+        self.registry_conn_id = registry_conn_id
+
+    def settings(self) -> RegistrySettings:
+        try:
+            connection = self.get_connection(self.registry_conn_id)
+        except AirflowNotFoundException:
+            home = Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "ml"
+            home.mkdir(parents=True, exist_ok=True)
+            uri = f"sqlite:///{home / 'mlflow.db'}"
+            ui = conf.get("ml_training", "mlflow_ui_url", fallback="http://127.0.0.1:5000")
+            return RegistrySettings(uri, uri, (home / "mlartifacts").as_uri(), ui)
+        extras = connection.extra_dejson
+        tracking = connection.host or ""
+        if "://" not in tracking and tracking != "databricks":
+            tracking = f"{connection.schema or 'http'}://{tracking}" + (
+                f":{connection.port}" if connection.port else ""
+            )
+        env = {
+            "MLFLOW_TRACKING_USERNAME": connection.login or "",
+            "MLFLOW_TRACKING_PASSWORD": connection.password or "",
+            "MLFLOW_TRACKING_TOKEN": extras.get("token") or "",
+        }
+        return RegistrySettings(
+            tracking_uri=tracking,
+            registry_uri=extras.get("registry_uri") or tracking,
+            artifact_root=extras.get("artifact_root"),
+            ui_url=extras.get("ui_url") or (tracking if tracking.startswith("http") else ""),
+            env={k: v for k, v in env.items() if v},
+        )
+
+    @contextmanager
+    def mlflow(self) -> Iterator[Any]:
+        """The ``mlflow`` module pointed at this registry (MLflow keeps one current URI per process;
+        credentials are set in the environment only inside the block)."""
+        import mlflow
+
+        settings = self.settings()
+        saved = {name: os.environ.get(name) for name in settings.env}
+        os.environ.update(settings.env)
+        mlflow.set_tracking_uri(settings.tracking_uri)
+        mlflow.set_registry_uri(settings.registry_uri)
+        try:
+            yield mlflow
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def experiment_id(self, name: str) -> str:
+        """The experiment's id, creating it (under ``artifact_root``, if set) on first use."""
+        with self.mlflow() as mlflow:
+            client = mlflow.MlflowClient()
+            if (experiment := client.get_experiment_by_name(name)) is not None:
+                return experiment.experiment_id
+            root = self.settings().artifact_root
+            return client.create_experiment(name, artifact_location=root and f"{root.rstrip('/')}/{name}")
+
+    def find_run(self, experiment_id: str, lineage_key: str) -> str | None:
+        """The finished run already recorded for this lineage key (what makes re-runs idempotent)."""
+        with self.mlflow() as mlflow:
+            runs = mlflow.MlflowClient().search_runs(
+                [experiment_id],
+                f"tags.`{LINEAGE_KEY}` = '{_quoted(lineage_key)}' and attributes.status = 'FINISHED'",
+                max_results=1,
+            )
+        return runs[0].info.run_id if runs else None
+
+    def log_run(
+        self,
+        experiment_id: str,
+        run_name: str,
+        tags: dict[str, str],
+        params: dict[str, Any],
+        metrics: dict[str, float],
+        history: list[dict[str, Any]],
+        artifacts: list[Path],
+    ) -> str:
+        """Record one evaluated training: final metrics, the per-step series, files. Returns the run id."""
+        with self.mlflow() as mlflow:
+            with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run:
+                mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+                mlflow.log_metrics(metrics)
+                for row in history:
+                    series = {f"train_{k}": float(v) for k, v in row.items() if k != "step" and _is_number(v)}
+                    mlflow.log_metrics(series, step=int(row.get("step", 0)))
+                for path in artifacts:
+                    mlflow.log_artifact(str(path))
+                return run.info.run_id
+
+    def register(
+        self,
+        name: str,
+        run_id: str,
+        model_file: str,
+        signature: Any,
+        pip_requirements: list[str],
+        tags: dict[str, str],
+        description: str,
+    ) -> int:
+        """Register the run's model as a new version of ``name``, once: a version already made from
+        this run is returned instead (a retried or re-run deploy adds nothing)."""
+        from airflow_ml_provider.runtime import predict
+
+        served_model = Path(predict.__file__).with_name("served_model.py")
+        with self.mlflow() as mlflow:
+            client = mlflow.MlflowClient()
+            existing = client.search_model_versions(
+                f"name = '{_quoted(name)}' and run_id = '{_quoted(run_id)}'"
+            )
+            if existing:
+                return int(existing[0].version)
+            metrics = client.get_run(run_id).data.metrics
+            with mlflow.start_run(run_id=run_id):
+                info = mlflow.pyfunc.log_model(
+                    name="model",
+                    python_model=str(served_model),
+                    code_paths=[predict.__file__],
+                    artifacts={"model": model_file},
+                    signature=signature,
+                    pip_requirements=pip_requirements,
+                )
+                mlflow.log_metrics(
+                    {k: v for k, v in metrics.items() if not k.startswith("train_")}, model_id=info.model_id
+                )
+            version = mlflow.register_model(info.model_uri, name, tags=tags)
+            if description:
+                client.update_model_version(name, version.version, description=description)
+            return int(version.version)
+
+    def set_alias(self, name: str, alias: str, version: int) -> None:
+        with self.mlflow() as mlflow:
+            mlflow.MlflowClient().set_registered_model_alias(name, alias, str(version))
+
+    def alias_version(self, name: str, alias: str) -> dict[str, Any] | None:
+        """``{"version", "run_id", "tags", "metrics"}`` of the version holding ``alias``, or None."""
+        with self.mlflow() as mlflow:
+            client = mlflow.MlflowClient()
+            try:
+                version = client.get_model_version_by_alias(name, alias)
+            except mlflow.exceptions.MlflowException:  # no such model or alias yet
+                return None
+            metrics = client.get_run(version.run_id).data.metrics if version.run_id else {}
+            return {
+                "version": int(version.version),
+                "run_id": version.run_id,
+                "tags": dict(version.tags),
+                "metrics": metrics,
+            }
+
+    def promote(self, name: str, version: int) -> int | None:
+        """Move ``champion`` to ``version``, noting the version it replaces (for rollback); returns that."""
+        current = self.alias_version(name, CHAMPION)
+        previous = current["version"] if current else None
+        with self.mlflow() as mlflow:
+            client = mlflow.MlflowClient()
+            if previous is not None and previous != version:
+                client.set_model_version_tag(name, str(version), PREVIOUS_CHAMPION, str(previous))
+            client.set_registered_model_alias(name, CHAMPION, str(version))
+        return previous
+
+    def rollback(self, name: str) -> int:
+        """Move ``champion`` back to the version it replaced. Raises LookupError if there is none."""
+        current = self.alias_version(name, CHAMPION)
+        previous = current and current["tags"].get(PREVIOUS_CHAMPION)
+        if not previous:
+            raise LookupError(f"model {name!r}: the champion has no previous champion to roll back to")
+        self.set_alias(name, CHAMPION, int(previous))
+        return int(previous)
+
+    def download_uri(self, name: str, version: int) -> str:
+        """Where the version's model files are (what a serving runtime loads)."""
+        with self.mlflow() as mlflow:
+            return mlflow.MlflowClient().get_model_version_download_uri(name, str(version))
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> str:
+        """Store ``text`` as an artifact of the run; returns its URI."""
+        with self.mlflow() as mlflow:
+            mlflow.MlflowClient().log_text(run_id, text, artifact_file)
+            return f"{mlflow.MlflowClient().get_run(run_id).info.artifact_uri}/{artifact_file}"
+
+    def version_url(self, name: str, version: int) -> str:
+        ui = self.settings().ui_url.rstrip("/")
+        return f"{ui}/#/models/{name}/versions/{version}" if ui else ""
+
+
+def _quoted(value: str) -> str:
+    """A value for an MLflow search filter; quotes cannot be escaped there, so they are refused."""
+    if "'" in value or "\\" in value:
+        raise ValueError(f"{value!r}: quotes and backslashes are not allowed in model names and keys")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,109 @@
+"""Log rules: which lines end a wait (succeed, fail, retry) and which carry metrics, as regexes."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from airflow_ml_provider.logs.source import LogLine
+
+STEP_GROUP = "step"  # a metric regex's group of this name numbers the step instead of being a metric
+
+
+class Verdict(str, Enum):
+    SUCCEED = "succeed"
+    FAIL = "fail"  # the job cannot succeed by retrying (a user error: out of memory, bad data)
+    RETRY = "retry"  # an infrastructure failure: another try may succeed
+
+
+@dataclass(frozen=True)
+class RuleMatch:
+    verdict: Verdict
+    pattern: str
+    line: LogLine
+
+    def to_dict(self) -> dict[str, str]:
+        return {"verdict": self.verdict.value, "pattern": self.pattern, "source": self.line.source,
+                "line": self.line.text}
+
+
+class LogRules:
+    """Regexes searched in every line. When one line matches several kinds, fail wins over retry and
+    retry over succeed: a line that says both "finished" and "NCCL timeout" is not a success.
+
+    Args:
+        succeed_on / fail_on / retry_on: regexes (``re.search``) deciding the verdict.
+        metrics: regexes whose named groups are numeric metrics, e.g. ``loss=(?P<loss>[0-9.e-]+)``;
+            a group named ``step`` numbers the observation instead.
+
+    Raises:
+        ValueError naming the offending argument, index and pattern when a regex is invalid or a
+        metric regex has no named group.
+    """
+
+    def __init__(self, succeed_on: list[str] | None = None, fail_on: list[str] | None = None,
+                 retry_on: list[str] | None = None, metrics: list[str] | None = None):
+        self.patterns = {"succeed_on": list(succeed_on or []), "fail_on": list(fail_on or []),
+                         "retry_on": list(retry_on or []), "metrics": list(metrics or [])}
+        compiled = {name: [_compile(name, i, pattern) for i, pattern in enumerate(patterns)]
+                    for name, patterns in self.patterns.items()}
+        for i, regex in enumerate(compiled["metrics"]):
+            if not set(regex.groupindex) - {STEP_GROUP}:
+                raise ValueError(f"metrics[{i}]: {regex.pattern!r} has no named group to take a metric from, "
+                                 "e.g. loss=(?P<loss>[0-9.]+)")
+        self._ordered = [(Verdict.FAIL, compiled["fail_on"]), (Verdict.RETRY, compiled["retry_on"]),
+                         (Verdict.SUCCEED, compiled["succeed_on"])]
+        self._metrics = compiled["metrics"]
+
+    def check(self, line: LogLine) -> RuleMatch | None:
+        """The verdict this line gives, if any."""
+        for verdict, regexes in self._ordered:
+            for regex in regexes:
+                if regex.search(line.text):
+                    return RuleMatch(verdict, regex.pattern, line)
+        return None
+
+    def metrics_in(self, text: str) -> tuple[dict[str, float], int | None]:
+        """Numeric named groups of every metric regex matching ``text``, and the step if one names it."""
+        values: dict[str, float] = {}
+        step = None
+        for regex in self._metrics:
+            match = regex.search(text)
+            if not match:
+                continue
+            for name, raw in match.groupdict().items():
+                number = _number(raw)
+                if number is None:
+                    continue
+                if name == STEP_GROUP:
+                    step = int(number)
+                else:
+                    values[name] = number
+        return values, step
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {name: list(patterns) for name, patterns in self.patterns.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LogRules:
+        return cls(**data)
+
+
+def _compile(name: str, index: int, pattern: Any) -> re.Pattern:
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"{name}[{index}]: expected a non-empty regular expression string, got {pattern!r}")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{name}[{index}]: invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _number(raw: str | None) -> float | None:
+    try:
+        number = float(raw) if raw is not None else math.nan
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None

@@ -1,0 +1,180 @@
+"""Ships local jobs' log lines to Elasticsearch as the ECS documents Filebeat writes, so a laptop demo
+can use the Elasticsearch log path (sensor, operators' ``elasticsearch_conn_id``) end to end.
+
+    python -m airflow_ml_provider.logs.shipper --url http://localhost:9200 --root $AIRFLOW_HOME/ml
+    python -m airflow_ml_provider.logs.shipper --url ... --root ... --job aml-train-1a2b3c4d5e
+
+With ``--job`` it exits once that job has ended and all its lines are shipped; without, it ships every
+job under the root until interrupted. Credentials: in the URL (``https://user:pass@host:9200``) or
+``ELASTICSEARCH_API_KEY``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+from elasticsearch import ApiError, Elasticsearch, TransportError
+
+from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.follow import JobFollower
+from airflow_ml_provider.jobs.naming import LABEL_PREFIX
+from airflow_ml_provider.logs import ecs
+from airflow_ml_provider.logs.outage import Outage
+from airflow_ml_provider.logs.source import LogLine, LogSourceUnavailable
+
+DEFAULT_INDEX = "filebeat-airflow-ml"  # matches the hook's default index pattern, filebeat-*
+log = logging.getLogger(__name__)
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+class JobLogShipper:
+    """Ships one local job's ``output.log``, each complete line once, in order.
+
+    Documents have deterministic ids (job uid and byte offset) and are created, never overwritten, so
+    a restarted shipper that sends lines again adds no duplicates. A line's pod is ``<job>-<source>``
+    (``aml-train-1a2b-rank-0``); its labels are the job's labels from ``job.json``.
+
+    The file holds no times, so a line is stamped with the moment the shipper last read the file without
+    it: never later than the line was printed, as Filebeat's container timestamps are. A reader that
+    waits its settle time after the job ended therefore finds every line.
+    """
+
+    def __init__(self, client: Elasticsearch, index: str, backend: LocalBackend, name: str,
+                 namespace: str = "local"):
+        record = json.loads((backend.job_dir(name) / "job.json").read_text())
+        self.client, self.index, self.namespace = client, index, namespace
+        self.uid = record["uid"]
+        self.job = record["name"]
+        self.labels = {f"{LABEL_PREFIX}/job-name": self.job, **record.get("labels", {})}
+        self.path = str(backend.job_dir(name) / "output.log")
+        self.follower = JobFollower(backend, name)
+        self.host = socket.gethostname()
+        self._not_before = datetime.fromtimestamp(record["submitted_at"], timezone.utc)
+
+    def step(self) -> tuple[int, bool]:
+        """Ship the lines written since the last step: (lines shipped, whether the job is done and
+        fully shipped). Raises LogSourceUnavailable, position unchanged, if Elasticsearch is down."""
+        start, read_at = self.follower.cursor or 0, datetime.now(timezone.utc)
+        lines, status = self.follower.step()
+        if lines:
+            try:
+                self._bulk(start, lines, self.follower.cursor)
+            except BaseException:
+                self.follower.cursor = start
+                raise
+        self._not_before = read_at  # lines missing from this read were printed after it began
+        return len(lines), status.state.is_terminal and not lines
+
+    def _bulk(self, start: int, lines: list[LogLine], end: int) -> None:
+        operations: list[dict] = []
+        for line, offset in zip(lines, _offsets(start, lines, end)):
+            pod = f"{self.job}-{_NOT_DNS.sub('-', line.source.lower()).strip('-') or 'job'}"
+            operations.append({"create": {"_index": self.index, "_id": f"{self.uid}-{offset}"}})
+            operations.append(ecs.document(timestamp=self._not_before, message=line.text, pod=pod,
+                                           namespace=self.namespace, labels=self.labels, file_path=self.path,
+                                           offset=offset, host=self.host))
+        try:
+            response = self.client.bulk(operations=operations)
+        except TransportError as exc:
+            raise LogSourceUnavailable(f"Elasticsearch unreachable: {exc.message}") from exc
+        except ApiError as exc:
+            if exc.meta.status >= 500 or exc.meta.status == 429:
+                raise LogSourceUnavailable(f"Elasticsearch answered {exc.meta.status}") from exc
+            raise
+        statuses = [item["create"] for item in response["items"]]
+        failed = [item for item in statuses if item["status"] not in (200, 201, 409)]  # 409: shipped before
+        if failed:
+            if all(item["status"] >= 500 or item["status"] == 429 for item in failed):
+                raise LogSourceUnavailable(f"Elasticsearch rejected {len(failed)} line(s): {failed[0]}")
+            raise RuntimeError(f"Elasticsearch refused {len(failed)} line(s) of job {self.job}: {failed[0]}")
+
+
+def ensure_index(client: Elasticsearch, index: str) -> None:
+    """Create ``index`` with the mapping the reader relies on, unless it (or a template's stream) exists."""
+    if not client.indices.exists(index=index):
+        try:
+            client.indices.create(index=index, mappings=ecs.mappings())
+        except ApiError as exc:
+            if exc.meta.status != 400:  # 400: someone created it meanwhile
+                raise
+
+
+def ship(client: Elasticsearch, index: str, backend: LocalBackend, *, job: str | None = None,
+         stop: threading.Event | None = None, poll_interval: float = 1.0) -> None:
+    """Ship ``job`` until it has ended, or every job under the backend's root until ``stop`` is set.
+    Elasticsearch outages are waited out with backoff; nothing is skipped meanwhile."""
+    stop = stop or threading.Event()
+    shippers: dict[str, JobLogShipper] = {}
+    done: set[str] = set()
+    outage = Outage(grace_s=float("inf"), first_delay=poll_interval)
+    while not stop.is_set():
+        names = [job] if job else sorted(p.name for p in (backend.root / "jobs").glob("*") if p.is_dir())
+        busy = False
+        try:
+            for name in names:
+                if name in done or not (backend.job_dir(name) / "job.json").exists():
+                    continue
+                if name not in shippers:
+                    shippers[name] = JobLogShipper(client, index, backend, name)
+                shipper = shippers[name]
+                shipped, finished = shipper.step()
+                busy |= bool(shipped)
+                if finished:
+                    done.add(name)
+                    shippers.pop(name)
+                    log.info("Shipped job %s completely", name)
+        except LogSourceUnavailable as exc:
+            delay = outage.failed()
+            log.warning("Elasticsearch unavailable (%s); retrying in %.1f s", exc, delay)
+            stop.wait(delay)
+            continue
+        outage.recovered()
+        if job and job in done:
+            return
+        if not busy:
+            stop.wait(poll_interval)
+
+
+def _offsets(start: int, lines: list[LogLine], end: int) -> list[int]:
+    """Each line's byte offset in the file (the launcher writes ``[source] text\\n``); if the lines do
+    not re-encode to exactly the bytes read, still distinct increasing offsets within the read."""
+    offsets, position = [], start
+    for line in lines:
+        offsets.append(position)
+        position += len(f"{line}\n".encode())
+    return offsets if position == end else list(range(start, start + len(lines)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.logs.shipper", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True, help="Elasticsearch URL, e.g. http://localhost:9200")
+    parser.add_argument("--index", default=DEFAULT_INDEX, help=f"target index (default {DEFAULT_INDEX})")
+    parser.add_argument("--root", default=os.path.join(os.environ.get("AIRFLOW_HOME", "~/airflow"), "ml"),
+                        help="the local backend's root (default $AIRFLOW_HOME/ml)")
+    parser.add_argument("--job", help="ship this job until it ends, then exit")
+    parser.add_argument("--poll-interval", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    api_key = os.environ.get("ELASTICSEARCH_API_KEY")
+    client = Elasticsearch(args.url, api_key=api_key) if api_key else Elasticsearch(args.url)
+    ensure_index(client, args.index)
+    backend = LocalBackend(Path(args.root).expanduser())
+    try:
+        ship(client, args.index, backend, job=args.job, poll_interval=args.poll_interval)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Deployment to the model marketplace: a registry version, aliases, and optionally KServe."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_ml_provider.hooks.model_registry import CHALLENGER, CHAMPION, ModelRegistryHook
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.operators.links import MLflowModelVersionLink
+
+
+class DeployModelOperator(BaseOperator):
+    """Registers the evaluated model as a version of ``model_name`` and points ``challenger`` at it;
+    if ``gate`` passed, moves ``champion`` to it too (the version replaced is recorded on the new one,
+    so ``ModelRegistryHook.rollback`` can move the alias back).
+
+    The version carries the model (an MLflow pyfunc around the trained file), its signature, the
+    evaluation metrics, lineage tags (DAG, run, task, training job, data version) and ``description``.
+    Registering is idempotent: the version made from the same evaluation run is reused.
+
+    Args:
+        evaluation: ``EvaluateModelOperator``'s result.
+        gate: ``ModelGateOperator``'s result; None registers a challenger without promoting it.
+        kserve: optional ``KServeTarget`` fields; renders an InferenceService for the version (stored as
+            an artifact) and, with ``apply: true``, applies it with the training connection's
+            Kubernetes connection.
+
+    Returns (XCom): ``{"model_name", "version", "aliases", "promoted", "previous_champion", "url",
+    "model_uri", "kserve"}``.
+    """
+
+    template_fields: Sequence[str] = ("model_name", "evaluation", "gate", "description", "kserve")
+    operator_extra_links = (MLflowModelVersionLink(),)
+    ui_color = "#d1f2eb"
+
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        evaluation: dict[str, Any],
+        gate: dict[str, Any] | None = None,
+        description: str = "",
+        kserve: dict[str, Any] | None = None,
+        registry_conn_id: str = ModelRegistryHook.default_conn_name,
+        ml_conn_id: str = TrainingBackendHook.default_conn_name,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.model_name = model_name
+        self.evaluation = evaluation
+        self.gate = gate
+        self.description = description
+        self.kserve = kserve
+        self.registry_conn_id = registry_conn_id
+        self.ml_conn_id = ml_conn_id
+
+    @cached_property
+    def registry(self) -> ModelRegistryHook:
+        return ModelRegistryHook(self.registry_conn_id)
+
+    def execute(self, context) -> dict[str, Any]:
+        evaluation, ti = self.evaluation, context["ti"]
+        tags = {f"airflow.{k}": str(v) for k, v in evaluation["lineage"].items()}
+        tags.update(
+            {
+                "airflow.deploy_task_id": ti.task_id,
+                "airflow.try_number": str(ti.try_number),
+                "framework": evaluation["framework"],
+            }
+        )
+        tags.update({f"metric.{k}": f"{v:.6g}" for k, v in evaluation["metrics"].items()})
+        number = self.registry.register(
+            self.model_name,
+            evaluation["mlflow_run_id"],
+            evaluation["model_path"],
+            _signature(evaluation),
+            _requirements(evaluation["framework"]),
+            tags,
+            self.description,
+        )
+        self.registry.set_alias(self.model_name, CHALLENGER, number)
+        promoted, previous = bool(self.gate and self.gate["passed"]), None
+        if promoted:
+            previous = self.registry.promote(self.model_name, number)
+            self.log.info("Model %s version %d is the champion (was: %s)", self.model_name, number, previous)
+        else:
+            self.log.info(
+                "Model %s version %d is the challenger; the champion stays: %s",
+                self.model_name,
+                number,
+                "; ".join((self.gate or {}).get("reasons", ["no gate given"])),
+            )
+        return {
+            "model_name": self.model_name,
+            "version": number,
+            "aliases": [CHALLENGER, CHAMPION] if promoted else [CHALLENGER],
+            "promoted": promoted,
+            "previous_champion": previous,
+            "url": self.registry.version_url(self.model_name, number),
+            "model_uri": f"models:/{self.model_name}/{number}",
+            "kserve": self._kserve(number, evaluation) if self.kserve else None,
+        }
+
+    def _kserve(self, number: int, evaluation: dict[str, Any]) -> dict[str, Any]:
+        import yaml
+
+        from airflow_ml_provider.serving import kserve
+
+        try:
+            target = kserve.KServeTarget.model_validate(self.kserve)
+        except ValueError as exc:
+            raise AirflowFailException(f"{self.task_id}: kserve: {exc}") from None
+        labels = {
+            "app.kubernetes.io/managed-by": "airflow-ml-provider",
+            "ml.airflow.apache.org/model-version": str(number),
+        }
+        manifest = kserve.inference_service(
+            target, self.model_name, number, self.registry.download_uri(self.model_name, number), labels
+        )
+        uri = self.registry.log_text(
+            evaluation["mlflow_run_id"],
+            yaml.safe_dump(manifest, sort_keys=False),
+            "kserve/inference_service.yaml",
+        )
+        applied = None
+        if target.apply:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+            conn_id = TrainingBackendHook(self.ml_conn_id).kubernetes_conn_id()
+            applied = kserve.apply(KubernetesHook(conn_id=conn_id).api_client, manifest)
+            self.log.info(
+                "InferenceService %s/%s %s", target.namespace, manifest["metadata"]["name"], applied
+            )
+        return {
+            "manifest_uri": uri,
+            "name": manifest["metadata"]["name"],
+            "namespace": target.namespace,
+            "applied": applied,
+        }
+
+
+def _signature(evaluation: dict[str, Any]):
+    """Float32 features in, class probabilities out, with the shapes the evaluation measured."""
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    return ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype("float32"), (-1, evaluation["n_features"]))]),
+        outputs=Schema([TensorSpec(np.dtype("float32"), (-1, evaluation["n_classes"]))]),
+    )
+
+
+def _requirements(framework: str) -> list[str]:
+    """What serving the model needs (pinned to this environment's versions where installed)."""
+    packages = ["numpy", "lightgbm" if framework == "lightgbm" else "tensorflow-cpu"]
+    pinned = []
+    for package in packages:
+        try:
+            pinned.append(f"{package}=={version(package)}")
+        except PackageNotFoundError:
+            pinned.append(package)
+    return pinned

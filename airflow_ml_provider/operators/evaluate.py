@@ -1,0 +1,172 @@
+"""Evaluation: a trained model on held-out data, recorded as an MLflow run with its artifacts."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import literal
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_ml_provider.hooks.model_registry import LINEAGE_KEY, ModelRegistryHook
+from airflow_ml_provider.jobs.follow import summarize_log
+from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.training import BaseTrainingOperator
+
+_NOT_METRICS = {"rows", "n_features", "n_classes"}
+_FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".keras": "keras"}
+
+
+class EvaluateModelOperator(BaseTrainingOperator):
+    """Evaluates a training task's model in a one-worker job (``runtime.evaluate``, in the training
+    image: loading a Keras model needs TensorFlow, which the Airflow worker lacks), then records an
+    MLflow run: held-out metrics, the per-step training series read from the training job's log,
+    and two artifacts, a training-curve plot and a metrics report.
+
+    Args:
+        training: the training task's result (``{"job_name", "backend", "model_path", ...}``), or the
+            task_id to pull it from at run time (after a branch: ``"train_{{ params.framework }}"``).
+        test_data: the held-out set (.npz/.csv), readable by the job.
+        data_version: recorded as lineage.
+        experiment_name: MLflow experiment (default: the DAG id).
+
+    Idempotent: the run is keyed by DAG run and training job (job names are deterministic), so
+    evaluating again (a retry, a re-run of the DAG run) returns the recorded run instead of logging a
+    second one, and the deploy task then finds the version already made from it. (Not the model's
+    content hash: a LightGBM model file records its workers' ports, so it differs between runs.)
+
+    Returns (XCom): ``{"metrics", "mlflow_run_id", "model_path", "framework", "n_features",
+    "n_classes", "lineage", "lineage_key", "job_name", "backend"}``.
+    """
+
+    framework = Framework.GENERIC
+    template_fields: Sequence[str] = (
+        *BaseTrainingOperator.template_fields,
+        "training",
+        "test_data",
+        "data_version",
+        "experiment_name",
+    )
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        training: dict[str, Any] | str,
+        test_data: str,
+        data_version: str | None = None,
+        experiment_name: str | None = None,
+        registry_conn_id: str = ModelRegistryHook.default_conn_name,
+        python: str = "python",
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.training = training
+        self.test_data = test_data
+        self.data_version = data_version
+        self.experiment_name = experiment_name
+        self.registry_conn_id = registry_conn_id
+        self.python = python
+
+    def build_command(self) -> list[str]:
+        command = self.command or [self.python, "-m", "airflow_ml_provider.runtime.evaluate"]
+        return [*command, "--model", self.training["model_path"], "--test-data", self.test_data]
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        """Pull the training result first when given a task id: the job's command (rendered into the
+        manifest) names its model. The pulled value is data, wrapped so Jinja leaves it as it is."""
+        if isinstance(self.training, str):
+            task_id = self.render_template(self.training, context, jinja_env)
+            result = context["ti"].xcom_pull(task_ids=task_id)
+            if not isinstance(result, dict) or "model_path" not in result:
+                raise AirflowFailException(f"{self.task_id}: task {task_id!r} returned no training result")
+            self.training = literal(result)
+        super().render_template_fields(context, jinja_env)
+
+    def execute(self, context) -> dict[str, Any]:
+        return self._record(context, super().execute(context))
+
+    def execute_complete(self, context, event: dict[str, Any], preemptions: int = 0) -> dict[str, Any]:
+        return self._record(context, super().execute_complete(context, event, preemptions))
+
+    def _record(self, context, job: dict[str, Any]) -> dict[str, Any]:
+        trained, result, ti = self.training, job["metrics"], context["ti"]
+        metrics = {
+            k: float(v)
+            for k, v in result.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and k not in _NOT_METRICS
+        }
+        lineage = {
+            "dag_id": ti.dag_id,
+            "run_id": ti.run_id,
+            "task_id": ti.task_id,
+            "training_job": trained["job_name"],
+            "data_version": self.data_version or "unknown",
+            "model_sha256": result["model_sha256"],
+        }
+        key = hashlib.sha256(
+            "\x1f".join((ti.dag_id, ti.run_id, trained["job_name"])).encode()
+        ).hexdigest()[:32]
+        registry = ModelRegistryHook(self.registry_conn_id)
+        experiment = registry.experiment_id(self.experiment_name or ti.dag_id)
+        run_id = registry.find_run(experiment, key)
+        if run_id:
+            self.log.info("This model's evaluation is already recorded as MLflow run %s", run_id)
+        else:
+            run_id = self._log_run(registry, experiment, key, context, result, lineage)
+        framework = _FRAMEWORK_BY_SUFFIX.get(Path(trained["model_path"]).suffix, "unknown")
+        self.log.info("Held-out metrics of the %s model: %s (MLflow run %s)", framework, metrics, run_id)
+        return {
+            "job_name": job["job_name"],
+            "backend": job["backend"],
+            "metrics": metrics,
+            "mlflow_run_id": run_id,
+            "model_path": trained["model_path"],
+            "framework": framework,
+            "n_features": result["n_features"],
+            "n_classes": result["n_classes"],
+            "lineage": lineage,
+            "lineage_key": key,
+        }
+
+    def _log_run(
+        self,
+        registry: ModelRegistryHook,
+        experiment: str,
+        key: str,
+        context,
+        result: dict[str, Any],
+        lineage: dict[str, str],
+    ) -> str:
+        from airflow_ml_provider.runtime.report import PLOT, plot_training_curve, write_report
+
+        trained = self.training
+        backend = self.hook.get_backend(trained["backend"])
+        collector, _ = summarize_log(
+            backend, trained["job_name"], source=self._log_source(backend, trained["job_name"])
+        )
+        history = collector.history
+        metrics = {k: v for k, v in result.items() if k not in _NOT_METRICS and isinstance(v, int | float)}
+        with tempfile.TemporaryDirectory(prefix="evaluation-") as tmp:
+            files = [
+                plot_training_curve(history, Path(tmp) / PLOT, f"Training of {trained['job_name']}"),
+                *write_report(tmp, result, trained.get("metrics", {}), lineage),
+            ]
+            tags = {LINEAGE_KEY: key, **{f"airflow.{k}": str(v) for k, v in lineage.items()}}
+            params = {
+                **dict(context.get("params") or {}),
+                "model_path": trained["model_path"],
+                "test_data": self.test_data,
+            }
+            return registry.log_run(
+                experiment,
+                f"{lineage['run_id']} {trained['job_name']}",
+                tags,
+                params,
+                metrics,
+                history,
+                files,
+            )

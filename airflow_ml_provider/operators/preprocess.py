@@ -1,0 +1,49 @@
+"""Preprocessing as a job: one command per data shard, fanned out with dynamic task mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.jobs.state import JobStatus
+from airflow_ml_provider.operators.training import BaseTrainingOperator
+
+
+class PreprocessOperator(BaseTrainingOperator):
+    """Runs ``command + ["--input", input_path, "--output", output_path]`` as a one-worker job on the
+    task's backend, so a shard is processed where the data lives. Map it over shards::
+
+        PreprocessOperator.partial(task_id="preprocess", command=[...]).expand_kwargs(shards)
+
+    where each shard is ``{"input_path": ..., "output_path": ...}``.
+
+    Returns (XCom): the job summary (without ``model_path``: it trains nothing) plus ``input`` and
+    ``output`` (paths, never data); the job's ``result`` line (rows, content hash) is in ``metrics``.
+    """
+
+    framework = Framework.GENERIC
+    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "input_path", "output_path")
+    ui_color = "#d5f5e3"
+
+    def __init__(
+        self,
+        *,
+        input_path: str,
+        output_path: str,
+        command: list[str] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(
+            command=command or ["python", "-m", "airflow_ml_provider.runtime.preprocess"], **kwargs
+        )
+        self.input_path = input_path
+        self.output_path = output_path
+
+    def build_command(self) -> list[str]:
+        return [*self.command, "--input", self.input_path, "--output", self.output_path]
+
+    def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
+        result = {k: v for k, v in super()._finish(backend, name, status).items() if k != "model_path"}
+        return {**result, "input": self.input_path, "output": self.output_path}

@@ -1,0 +1,42 @@
+"""The task of one recipe trial: a training job whose every argument comes from the recipe."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.jobs.state import JobStatus
+from airflow_ml_provider.operators.training import TrainingJobOperator
+
+
+class RecipeTrialOperator(TrainingJobOperator):
+    """Runs one trial of a recipe experiment (mapped: one map index per sample).
+
+    ``trial`` is ``{"params": {...}, "argv": [...]}`` or that object as JSON text (what
+    ``dag_from_recipe`` maps over: Airflow walks mapped values at parse time, and one string per
+    trial keeps a 4,096-trial DAG fast to parse). No argument is templated: recipe values are data,
+    so a value that looks like Jinja reaches the job as those characters, never rendered.
+
+    ``hardware`` is the job's ``Resources`` (as a dict): under that name, because ``partial()`` would
+    take a ``resources`` argument for Airflow's own operator resources.
+
+    Returns (XCom): the training operators' summary plus the trial's ``params``.
+    """
+
+    template_fields: Sequence[str] = ("manifest",)  # filled by the backend after templating, never by Jinja
+    ui_color = "#e8daef"
+
+    def __init__(self, *, trial: str | dict[str, Any], hardware: dict[str, Any] | None = None, **kwargs: Any):
+        trial = json.loads(trial) if isinstance(trial, str) else trial
+        super().__init__(command=trial["argv"], resources=hardware, **kwargs)
+        self.trial_params: dict[str, Any] = trial.get("params", {})
+
+    @property
+    def trial_label(self) -> str:
+        """Shown for each map index in the UI: ``lr=0.01 batch_size=32``."""
+        return " ".join(f"{name}={value}" for name, value in self.trial_params.items()) or "trial"
+
+    def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
+        return {**super()._finish(backend, name, status), "params": self.trial_params}

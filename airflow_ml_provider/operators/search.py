@@ -1,0 +1,228 @@
+"""HyperparameterSearchOperator: an Optuna search whose trials are training jobs on any backend."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, conf
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.search.runner import SearchFailed, TrialScheduler, summarize, trial_identity
+from airflow_ml_provider.jobs.search.space import SearchSpace, SearchSpaceError, parse_settings, parse_space
+from airflow_ml_provider.jobs.search.study import StorageConfig, derive_storage, open_storage, open_study, study_name
+from airflow_ml_provider.jobs.search.template import check_template, placeholder
+from airflow_ml_provider.jobs.search.tracking import MlflowSearchLog
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.operators.training import BaseTrainingOperator
+
+_SETTINGS = ("sampler", "n_trials", "max_parallel", "objective_metric", "direction", "seed", "pruner",
+             "pruning_startup_trials", "pruning_warmup_steps", "metric_patterns", "poll_interval")
+
+
+class HyperparameterSearchOperator(BaseOperator):
+    """Searches ``search_space`` with an Optuna sampler; every trial is a training job on ``backend``.
+
+    ``trial`` is the template of a trial's job, with ``{{ params.<name> }}`` where a parameter goes: a
+    training operator created *outside* any ``with DAG`` block (so it is not a task of its own), or a
+    TrainingJobSpec dict. Its Airflow templates are rendered with the search task's context, the search
+    parameters' placeholders left in place and then replaced by each trial's values as plain data.
+    A TrainingJobSpec instance is taken as data (no Jinja at all), as recipes pass it.
+
+    The study is persisted (``storage_url``, the ``[ml_training] search_storage_url`` setting, or a
+    storage beside the Airflow metadata database) under a name derived from dag/task/run, so a retried
+    or restarted task keeps its finished trials and re-attaches to the jobs of running ones. Trials
+    whose objective is worse than the median of completed trials at the same step are pruned and their
+    jobs deleted. Every trial is recorded in MLflow (a parent run per search, a child run per trial,
+    the trials plot). A pruned trial's ``value`` in the trials table is its last reported step's.
+
+    Args:
+        trial: the trial job's template (see above).
+        search_space: parameter -> ``{"type": "float"|"int"|"categorical", ...}`` or a list of choices.
+        sampler, n_trials, max_parallel, objective_metric, direction, seed, pruner,
+        pruning_startup_trials, pruning_warmup_steps, metric_patterns, poll_interval: see
+            :class:`~airflow_ml_provider.jobs.search.space.SearchSettings`.
+        backend: backend name (default: the trial operator's, else the connection's).
+        storage_url: SQLAlchemy URL of the Optuna storage.
+        mlflow_experiment: experiment for the runs (default: the DAG id).
+        track_mlflow: record the search in MLflow, through the model registry connection ``registry_conn_id``
+            (without one: the embedded SQLite store under ``$AIRFLOW_HOME/ml``).
+
+    Returns (XCom): ``{"best_params", "best_value", "best_trial", "best_job_name", "best_model_path",
+    "n_complete", "n_pruned", "n_failed", "trials": [{"number", "state", "value", "params", "job_name"}],
+    "study_name", "mlflow_run_id"}``.
+    """
+
+    template_fields: Sequence[str] = ("search_space", *_SETTINGS, "backend", "storage_url", "mlflow_experiment")
+    template_fields_renderers = {"search_space": "json"}
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
+        search_space: dict[str, Any],
+        sampler: str = "tpe",
+        n_trials: int | None = None,
+        max_parallel: int = 1,
+        objective_metric: str = "auc",
+        direction: str = "maximize",
+        seed: int | None = None,
+        pruner: str = "median",
+        pruning_startup_trials: int = 3,
+        pruning_warmup_steps: int = 0,
+        metric_patterns: list[str] | None = None,
+        poll_interval: float = 1.0,
+        backend: str | None = None,
+        storage_url: str | None = None,
+        mlflow_experiment: str | None = None,
+        track_mlflow: bool = True,
+        registry_conn_id: str = ModelRegistryHook.default_conn_name,
+        ml_conn_id: str = TrainingBackendHook.default_conn_name,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.trial = _check_trial(trial, self.task_id)
+        self.search_space = search_space
+        self.sampler, self.n_trials, self.max_parallel = sampler, n_trials, max_parallel
+        self.objective_metric, self.direction, self.seed = objective_metric, direction, seed
+        self.pruner, self.pruning_startup_trials = pruner, pruning_startup_trials
+        self.pruning_warmup_steps, self.metric_patterns = pruning_warmup_steps, metric_patterns
+        self.poll_interval = poll_interval
+        self.backend = backend
+        self.storage_url = storage_url
+        self.mlflow_experiment = mlflow_experiment
+        self.track_mlflow = track_mlflow
+        self.registry_conn_id = registry_conn_id
+        self.ml_conn_id = ml_conn_id
+        self._scheduler: TrialScheduler | None = None
+        try:  # static values fail when the DAG is parsed, naming the field
+            if not _templated(search_space):
+                parse_space(search_space)
+            if not _templated([getattr(self, name) for name in _SETTINGS]):
+                self._settings()
+        except SearchSpaceError as exc:
+            raise SearchSpaceError(f"{self.task_id}: {exc}") from None
+
+    @cached_property
+    def hook(self) -> TrainingBackendHook:
+        return TrainingBackendHook(self.ml_conn_id)
+
+    def execute(self, context) -> dict[str, Any]:
+        identity = JobIdentity.from_context(context)
+        space = _user_error(self.task_id, lambda: parse_space(self.search_space))
+        settings = _user_error(self.task_id, self._settings)
+        trial = self._render_trial(context, space)
+        backend = self.hook.get_backend(self.backend or getattr(trial, "backend", None))
+        template = _spec_builder(trial, backend)
+        _user_error(self.task_id, lambda: check_template(template(trial_identity(identity, 0).name), space))
+
+        name = study_name(identity)
+        study = _user_error(self.task_id, lambda: open_study(open_storage(self._storage()), name, settings, space))
+        registry = ModelRegistryHook(self.registry_conn_id) if self.track_mlflow else None
+        with registry.mlflow() if registry else contextlib.nullcontext():  # its credentials, for the whole search
+            mlflow = registry and MlflowSearchLog(registry.settings().tracking_uri,
+                                                  registry.experiment_id(self.mlflow_experiment or identity.dag_id))
+            run_id = mlflow.start(study, settings, space) if mlflow else None
+            self.log.info("Study %r: %s sampler, %d trial(s) done, budget %s, up to %d at once on backend %s",
+                          name, settings.sampler, len(study.trials), settings.n_trials or "the whole grid",
+                          settings.max_parallel, backend.name)
+            self._scheduler = TrialScheduler(
+                backend, study, space, settings, template, identity, log=self.log,
+                on_trial_finished=(lambda trial: mlflow.log_trial(trial, settings.objective_metric)) if mlflow else None,
+            )
+            self._scheduler.run()
+            try:
+                summary = summarize(study)
+            except SearchFailed as exc:
+                if mlflow:
+                    mlflow.finish(study, None, settings.objective_metric)
+                raise AirflowFailException(f"{self.task_id}: {exc}") from None
+            if mlflow:
+                mlflow.finish(study, summary, settings.objective_metric)
+        self.log.info("Best trial %d: %s = %s with %s", summary["best_trial"], settings.objective_metric,
+                      summary["best_value"], summary["best_params"])
+        return {**summary, "study_name": name, "mlflow_run_id": run_id}
+
+    def on_kill(self) -> None:
+        if self._scheduler is not None:
+            self.log.info("Task killed: cancelling the running trials' jobs")
+            self._scheduler.cancel_running()
+
+    def _settings(self):
+        return parse_settings(**{name: getattr(self, name) for name in _SETTINGS})
+
+    def _render_trial(self, context, space: SearchSpace) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:
+        """Render the trial's Airflow templates once, leaving each search parameter's placeholder in place."""
+        if isinstance(self.trial, TrainingJobSpec):
+            return self.trial
+        params = {**context["params"], **{name: placeholder(name) for name in space.params}}
+        placeholders = {**context, "params": params}
+        jinja_env = self.get_template_env()
+        if isinstance(self.trial, BaseTrainingOperator):
+            operator = copy.copy(self.trial)
+            operator.render_template_fields(placeholders, jinja_env)
+            return operator
+        return self.render_template(self.trial, placeholders, jinja_env)
+
+    def _storage(self) -> StorageConfig:
+        url = self.storage_url or conf.get("ml_training", "search_storage_url", fallback=None)
+        return StorageConfig(url) if url else derive_storage(conf.get("database", "sql_alchemy_conn"))
+
+
+
+def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
+                  backend: Backend) -> Callable[[str], TrainingJobSpec]:
+    """Job name -> the trial's spec (placeholders still in it), with the job's own artifact directories."""
+    if isinstance(trial, BaseTrainingOperator):
+        return lambda name: trial.build_spec(backend, name)
+    if isinstance(trial, TrainingJobSpec):
+        trial = trial.model_dump(exclude_none=True)
+
+    def build(name: str) -> TrainingJobSpec:
+        artifacts = backend.default_artifact_dir(name)
+        defaults = {"model_dir": f"{artifacts}/model", "checkpoint_dir": f"{artifacts}/checkpoints"}
+        return TrainingJobSpec(**({**defaults, **trial} if artifacts else trial))
+
+    return build
+
+
+def _check_trial(trial: Any, task_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:
+    if isinstance(trial, dict | TrainingJobSpec):
+        return trial
+    if not isinstance(trial, BaseTrainingOperator):
+        raise ValueError(f"{task_id}: trial must be a training operator, a TrainingJobSpec or its dict, "
+                         f"got {type(trial).__name__}")
+    if trial.get_dag() is not None:
+        raise ValueError(
+            f"{task_id}: trial operator {trial.task_id!r} is a task of DAG {trial.get_dag().dag_id!r}, so it "
+            "would also run on its own; create it before the `with DAG(...)` block"
+        )
+    return trial
+
+
+def _templated(value: Any) -> bool:
+    """Whether a (nested) value still holds Jinja, so validating it must wait until it is rendered."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, dict):
+        return any(_templated(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_templated(item) for item in value)
+    return False
+
+
+def _user_error(task_id: str, action: Callable[[], Any]) -> Any:
+    """Run ``action``; invalid configuration (which retrying cannot fix) fails the task, naming the field.
+    SearchSpaceError and SpecError are ValueErrors, as is a storage that cannot be derived."""
+    try:
+        return action()
+    except ValueError as exc:
+        raise AirflowFailException(f"{task_id}: {exc}") from None

@@ -1,0 +1,35 @@
+"""Command templates: ``{{name}}`` placeholders in argv elements, replaced by values as plain text.
+
+Substitution is a single pass over the template: a value is data and is never scanned again, so
+a value such as ``{{x}}``, ``$(...)`` or ``; rm -rf /`` reaches the program as those exact
+characters, inside one argv element, with no shell and no Jinja in between.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+JINJA_SYNTAX = re.compile(r"\{%|%\}|\{#|#\}")
+
+
+def placeholders(argument: str) -> list[str]:
+    """The names referenced by ``{{ ... }}`` in one argv element, in order."""
+    return PLACEHOLDER.findall(argument)
+
+
+def as_text(value: object) -> str:
+    """The argv spelling of a parameter value (booleans as ``true``/``false``, as YAML writes them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def render_argv(template: Sequence[str], values: Mapping[str, object]) -> list[str]:
+    """Replace every placeholder with its value's text. Raises KeyError for an unknown name."""
+    def value(match: re.Match) -> str:
+        return as_text(values[match.group(1)])
+
+    return [PLACEHOLDER.sub(value, argument) if "{{" in argument else argument for argument in template]

@@ -1,0 +1,244 @@
+"""Reading a recipe: YAML -> validated Recipe, or every error at once with its YAML path and line.
+
+Three passes, all reported together: the YAML itself (syntax, duplicate keys), the schema
+(pydantic, whose error locations become paths such as ``experiments.train.workers``), and rules
+across fields (placeholders, dependencies) checked on the raw document so they are found even
+when the schema pass failed too. No Airflow here: ``airflow-ml validate`` runs in CI without it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
+from airflow_ml_provider.recipes.argv import IDENTIFIER, JINJA_SYNTAX, placeholders
+from airflow_ml_provider.recipes.model import BUILTINS, Experiment, Gpu, Hardware, RangeSpec, Recipe, Search
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_UNION_TAGS = {"values", "range"}  # pydantic adds the chosen union member to error locations
+_MODELS = (Recipe, Experiment, Hardware, Gpu, RangeSpec, Search)
+_FIELDS = sorted({field for model in _MODELS for field in model.model_fields})  # for "did you mean" hints
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, order=True)
+class Issue:
+    """One problem: where (line, YAML path) and what."""
+
+    line: int
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.line}: {self.path or '<document>'}: {self.message}"
+
+
+class RecipeError(ValueError):
+    """A recipe is invalid; ``issues`` lists every problem found, in file order."""
+
+    def __init__(self, source: str, issues: list[Issue]):
+        self.source = source
+        self.issues = sorted(issues)
+        super().__init__("\n".join(f"{source}:{issue}" for issue in self.issues))
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and validate a recipe file. Raises RecipeError (or OSError if it cannot be read)."""
+    return parse_recipe(Path(path).read_text(), str(path))
+
+
+def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
+    """Validate recipe text. Raises RecipeError listing every problem with its path and line."""
+    try:
+        root = yaml.compose(text, Loader=_LOADER)
+        data = yaml.load(text, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        line = min(mark.line + 1, len(text.splitlines())) if mark else 1  # a mark at the end of input
+        raise RecipeError(source, [Issue(max(line, 1), "", f"not valid YAML: {problem}")]) from None
+    if not isinstance(data, dict):
+        raise RecipeError(source, [Issue(1, "", "a recipe is a mapping with version, name and experiments")])
+    issues = [_issue(root, loc, message) for loc, message in _duplicate_keys(root)]
+    recipe = None
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        issues += [_issue(root, error["loc"], _message(error)) for error in exc.errors()]
+    issues += [_issue(root, loc, message) for loc, message in cross_field_problems(data)]
+    if recipe is not None and not issues:
+        issues += [_issue(root, loc, message) for loc, message in _spec_problems(recipe)]
+    if issues:
+        raise RecipeError(source, issues)
+    return recipe
+
+
+def cross_field_problems(data: dict) -> list[tuple[Loc, str]]:
+    """Placeholders that name no parameter, unused parameters, unknown or cyclic dependencies."""
+    experiments = data.get("experiments")
+    if not isinstance(experiments, dict):
+        return []
+    problems = []
+    for name, experiment in experiments.items():
+        if isinstance(experiment, dict):
+            problems += _placeholder_problems(("experiments", name), experiment)
+            problems += _dependency_problems(("experiments", name), experiment, experiments)
+    return problems + _cycle_problems(experiments)
+
+
+def _placeholder_problems(at: Loc, experiment: dict) -> list[tuple[Loc, str]]:
+    parameters = experiment.get("parameters")
+    declared = set(parameters) if isinstance(parameters, dict) else set()
+    problems = [((*at, "parameters", name), f"{name!r} is reserved for the built-in placeholder "
+                                            f"{{{{{name}}}}}") for name in declared & set(BUILTINS)]
+    command = experiment.get("command")
+    if not isinstance(command, list):
+        return problems
+    used = set()
+    for index, argument in enumerate(command):
+        if not isinstance(argument, str):
+            continue
+        where = (*at, "command", index)
+        if JINJA_SYNTAX.search(argument):
+            problems.append((where, "Jinja statements and comments ({% %}, {# #}) are not supported: "
+                                    "commands only substitute {{parameter}} placeholders"))
+        for ref in placeholders(argument):
+            used.add(ref)
+            if index == 0:
+                problems.append((where, "the program (first element) cannot be a placeholder"))
+            elif not IDENTIFIER.match(ref):
+                problems.append((where, f"{{{{{ref}}}}} is not a placeholder: only {{{{name}}}} of a "
+                                        "parameter is substituted; expressions are never evaluated"))
+            elif ref not in declared and ref not in BUILTINS:
+                known = ", ".join(sorted(declared | set(BUILTINS)))
+                problems.append((where, f"{{{{{ref}}}}} names no parameter of this experiment "
+                                        f"(known: {known})"))
+    problems += [((*at, "parameters", name), f"parameter {name!r} is never used in the command")
+                 for name in sorted(declared - used - set(BUILTINS))]
+    return problems
+
+
+def _dependency_problems(at: Loc, experiment: dict, experiments: dict) -> list[tuple[Loc, str]]:
+    depends_on = experiment.get("depends_on")
+    if not isinstance(depends_on, list):
+        return []
+    problems = []
+    for index, dependency in enumerate(depends_on):
+        if dependency == at[-1]:
+            problems.append(((*at, "depends_on", index), "an experiment cannot depend on itself"))
+        elif isinstance(dependency, str) and dependency not in experiments:
+            known = ", ".join(map(str, experiments))
+            message = f"no experiment named {dependency!r} (known: {known})"
+            problems.append(((*at, "depends_on", index), message))
+    return problems
+
+
+def _cycle_problems(experiments: dict) -> list[tuple[Loc, str]]:
+    """Report each dependency cycle once, at the first experiment on it (in file order)."""
+    graph = {}
+    for name, experiment in experiments.items():
+        depends_on = experiment.get("depends_on") if isinstance(experiment, dict) else None
+        if isinstance(depends_on, list):
+            graph[name] = [d for d in depends_on if isinstance(d, str) and d in experiments and d != name]
+    problems, reported = [], set()
+    for start in graph:
+        cycle = _find_cycle(start, graph)
+        if cycle and not set(cycle) & reported:
+            reported |= set(cycle)
+            problems.append((("experiments", cycle[0], "depends_on"),
+                             f"dependency cycle: {' -> '.join([*cycle, cycle[0]])}"))
+    return problems
+
+
+def _find_cycle(start: str, graph: dict[str, list[str]]) -> list[str] | None:
+    stack = [(start, [start])]
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph.get(node, []):
+            if nxt == start:
+                return path
+            if nxt not in path:
+                stack.append((nxt, [*path, nxt]))
+    return None
+
+
+def _spec_problems(recipe: Recipe) -> list[tuple[Loc, str]]:
+    """Build each experiment's job spec: what the training operator would reject, validate rejects.
+    (The template stands in for the argv: placeholders never occur in the program, all the spec checks.)"""
+    problems = []
+    for name, experiment in recipe.experiments.items():
+        try:
+            TrainingJobSpec(framework=experiment.job_framework, command=experiment.command,
+                            num_workers=experiment.workers, image=experiment.image,
+                            resources=experiment.hardware.resources(), env=experiment.env)
+        except SpecError as exc:
+            problems.append((("experiments", name), str(exc)))
+    return problems
+
+
+def _duplicate_keys(node: yaml.Node, at: Loc = ()) -> list[tuple[Loc, str]]:
+    """PyYAML keeps the last of repeated keys silently; a recipe with one is almost always a mistake."""
+    problems = []
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
+        for key, value in node.value:
+            if key.value in first_line:
+                problems.append(((*at, key.value), f"duplicate key {key.value!r}: the one on line "
+                                                   f"{first_line[key.value]} is silently ignored"))
+            first_line.setdefault(key.value, key.start_mark.line + 1)
+            problems += _duplicate_keys(value, (*at, key.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            problems += _duplicate_keys(item, (*at, index))
+    return problems
+
+
+def _message(error: dict) -> str:
+    kind, message = error["type"], error["msg"].removeprefix("Value error, ")
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        field = error["loc"][-1]
+        close = difflib.get_close_matches(str(field), _FIELDS, n=1)
+        return f"unknown field {field!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+    value = error.get("input")
+    if isinstance(value, str | int | float | bool) and value != "" and repr(value) not in message:
+        message += f" (got {value!r:.60})"
+    return message
+
+
+def _issue(root: yaml.Node, loc: Loc, message: str) -> Issue:
+    """Map a pydantic location onto the YAML tree: its path in the document and the line it is on."""
+    node, parts, line = root, [], root.start_mark.line + 1
+    for position, part in enumerate(loc):
+        found = _child(node, part)
+        if found is not None:
+            line, node = found
+            parts.append(part)
+        elif position == len(loc) - 1 and part not in _UNION_TAGS and part != "[key]":
+            parts.append(part)  # a missing field: name it at its parent's line
+    return Issue(line, _format_path(parts), message)
+
+
+def _child(node: yaml.Node, part: str | int) -> tuple[int, yaml.Node] | None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in reversed(node.value):  # of repeated keys, the last one counts (as in PyYAML)
+            if key.value == str(part):
+                return key.start_mark.line + 1, value
+    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        item = node.value[part]
+        return item.start_mark.line + 1, item
+    return None
+
+
+def _format_path(parts: list[str | int]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text

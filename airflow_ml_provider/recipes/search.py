@@ -1,0 +1,63 @@
+"""A recipe experiment with a ``search:`` section becomes one HyperparameterSearchOperator task.
+
+Its ``parameters`` become the search space (lists: categorical; ranges: float/int, log scale kept),
+single values stay constants of the command, ``samples`` is the trial budget and ``parallel`` the
+number of trials at once. The command keeps being data: ``{{name}}`` of a searched parameter becomes
+the search's placeholder and the trial spec is passed as a TrainingJobSpec, which is never templated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_ml_provider.jobs.search.template import placeholder
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.operators.search import HyperparameterSearchOperator
+from airflow_ml_provider.recipes.argv import PLACEHOLDER, as_text
+from airflow_ml_provider.recipes.model import Experiment, RangeSpec, Recipe
+
+
+def search_space(experiment: Experiment) -> dict[str, Any]:
+    """The searched parameters (everything but single values) in the search operator's format."""
+    space = {}
+    for name, spec in experiment.parameters.items():
+        if isinstance(spec, RangeSpec):
+            low, high = (int(spec.min), int(spec.max)) if spec.type == "int" else (spec.min, spec.max)
+            space[name] = {"type": spec.type, "low": low, "high": high, "log": spec.scale == "log"}
+        elif len(spec) > 1:
+            space[name] = list(spec)
+    return space
+
+
+def trial_spec(name: str, experiment: Experiment) -> TrainingJobSpec:
+    """The experiment's job with searched parameters as placeholders and constants filled in."""
+    searched = search_space(experiment)
+    constants = {"experiment": name, **{n: v[0] for n, v in experiment.parameters.items() if n not in searched}}
+
+    def fill(match) -> str:
+        ref = match.group(1)
+        return placeholder(ref) if ref in searched else as_text(constants[ref])
+
+    return TrainingJobSpec(
+        framework=experiment.job_framework, num_workers=experiment.workers, image=experiment.image,
+        resources=experiment.hardware.resources(), env=experiment.env,
+        command=[PLACEHOLDER.sub(fill, argument) for argument in experiment.command],
+    )
+
+
+def search_operator(recipe: Recipe, name: str, experiment: Experiment) -> HyperparameterSearchOperator:
+    search = experiment.search
+    return HyperparameterSearchOperator(
+        task_id=name,
+        trial=trial_spec(name, experiment),
+        search_space=search_space(experiment),
+        sampler=search.sampler,
+        n_trials=experiment.samples,
+        max_parallel=experiment.parallel or 1,
+        objective_metric=search.objective,
+        direction=search.direction,
+        pruner=search.pruner,
+        seed=recipe.seed,
+        backend=experiment.backend or recipe.backend,
+        retries=experiment.retries,
+    )

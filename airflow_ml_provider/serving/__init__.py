@@ -1,0 +1,1 @@
+"""Deploy targets for registered models (KServe InferenceService)."""

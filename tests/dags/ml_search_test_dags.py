@@ -1,0 +1,53 @@
+"""A hyperparameter search DAG the integration tests run with dag.test(): LightGBM trials on the local backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, task
+
+from airflow_ml_provider.operators.search import HyperparameterSearchOperator
+from airflow_ml_provider.operators.training import LightGBMTrainingOperator
+
+# The trial template is created outside the DAG, so it is not a task of its own. Airflow templates
+# (the data paths, the DAG's `rounds` param) are rendered by the search task; the search parameters'
+# placeholders are replaced per trial.
+lightgbm_trial = LightGBMTrainingOperator(
+    task_id="lightgbm_trial",
+    train_data="{{ ti.xcom_pull('search_data')['train'] }}",
+    valid_data="{{ ti.xcom_pull('search_data')['valid'] }}",
+    lightgbm_params={"objective": "binary", "learning_rate": "{{ params.learning_rate }}",
+                     "num_leaves": "{{ params.num_leaves }}", "feature_fraction": "{{ params.feature_fraction }}",
+                     "seed": 0},
+    num_boost_round="{{ params.rounds }}",
+    backend="local",
+)
+
+with DAG("ml_test_search", schedule=None, catchup=False, tags=["test"], params={"rounds": 15}) as search:
+
+    @task
+    def search_data() -> dict[str, str]:
+        from airflow_ml_provider.runtime.datasets import write_synthetic
+
+        out = Path(os.environ["AIRFLOW_HOME"]) / "search-data"
+        out.mkdir(parents=True, exist_ok=True)
+        write_synthetic(out / "train.npz", out / "valid.npz", rows=3000, features=12, seed=3)
+        return {"train": str(out / "train.npz"), "valid": str(out / "valid.npz")}
+
+    search_data() >> HyperparameterSearchOperator(
+        task_id="search",
+        trial=lightgbm_trial,
+        search_space={
+            "learning_rate": {"type": "float", "low": 0.02, "high": 0.3, "log": True},
+            "num_leaves": {"type": "int", "low": 4, "high": 31},
+            "feature_fraction": [0.5, 1.0],
+        },
+        sampler="tpe",
+        n_trials=4,
+        max_parallel=2,
+        seed=0,
+        pruner="none",
+        poll_interval=0.3,
+        retries=0,
+    )

@@ -1,0 +1,50 @@
+"""Training operators with an Elasticsearch connection stream their job's log from Elasticsearch (here
+filled by the local shipper, as Filebeat fills it on a cluster), waiting and deferred, in a real
+dag.test() run: every line once and in order, and the metrics in XCom come from it too."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import pytest
+from elasticsearch import Elasticsearch
+from es_logs_support import connection_env
+
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.logs.files import FileLogSource
+from airflow_ml_provider.logs.shipper import ship
+
+pytestmark = pytest.mark.integration
+
+
+def test_training_operators_read_their_log_from_elasticsearch(run_dag, es, es_url, index, monkeypatch, capfd):
+    es_conn = {**json.loads(connection_env(es_url)), "extra": {"index_pattern": index, "settle_s": 2}}
+    monkeypatch.setenv("AIRFLOW_CONN_ES_LOGS_DAG", json.dumps(es_conn))
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_ES", json.dumps(
+        {"conn_type": "ml_training", "extra": {"elasticsearch_conn_id": "es_logs_dag"}}))
+    backend = TrainingBackendHook().get_backend("local")  # where both tasks' jobs run
+    stop = threading.Event()
+    shipper = threading.Thread(target=ship, args=(Elasticsearch(es_url), index, backend),
+                               kwargs={"stop": stop, "poll_interval": 0.1})
+    shipper.start()
+    try:
+        result = run_dag("ml_test_es_training_logs")
+    finally:
+        stop.set()
+        shipper.join(30)
+
+    assert result.task_states == {"train_es": "success", "train_es_deferred": "success"}
+    out = capfd.readouterr()
+    text = out.out + out.err
+    for task in ("train_es", "train_es_deferred"):
+        summary = result.xcom[task]
+        assert summary["metrics"] == {"step": 3, "loss": 1 / 3, "accuracy": 0.9}
+        job = summary["job_name"]
+        batch = FileLogSource(backend.job_dir(job) / "output.log").read()
+        from_file = [(f"{job}-{line.source.replace(' ', '-')}", line.text) for line in batch.lines]
+        # Pod names as the shipper writes them: these lines came from Elasticsearch, not the file.
+        streamed = re.findall(rf"\[info +\] \[({re.escape(job)}-[a-z0-9-]+)\] (.*?) +\[[\w.]+\]", text)
+        assert len(from_file) == 2 * 3 + 4 + 1
+        assert streamed == from_file, task

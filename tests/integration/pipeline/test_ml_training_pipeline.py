@@ -1,0 +1,191 @@
+"""The shipped pipeline, run for real with dag.test(): local jobs, the real MLflow registry (SQLite).
+
+Champion/challenger: a first model becomes champion; re-running that DAG run registers nothing new;
+a better model replaces the champion (and rollback moves the alias back); a Horovod model that does
+not beat the champion by the required margin stays challenger. Hostile free text is stored as data.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from airflow.sdk.exceptions import ParamValidationError
+from dag_runs import load_dag, run
+from support import REPO, needs_horovod
+
+from airflow_ml_provider.hooks.model_registry import (
+    CHALLENGER,
+    CHAMPION,
+    PREVIOUS_CHAMPION,
+    ModelRegistryHook,
+)
+
+pytestmark = pytest.mark.integration
+
+MODEL = f"pipeline_test_{uuid.uuid4().hex[:8]}"
+FIRST_RUN_DATE = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOTES = "; rm -rf /tmp/aml-pipeline-injection $(touch /tmp/aml-pipeline-injection) `id` {{ 7 * 7 }}"
+WEAK = {
+    "model_name": MODEL,
+    "boost_rounds": 5,
+    "gate_metric": "log_loss",
+    "min_accuracy": 0.5,
+    "notes": NOTES,
+}
+
+
+@pytest.fixture(scope="module")
+def pipeline(airflow_db):
+    return load_dag(REPO / "dags" / "ml_training_pipeline.py")
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return ModelRegistryHook()
+
+
+@pytest.fixture(scope="module")
+def first(pipeline):
+    Path("/tmp/aml-pipeline-injection").unlink(missing_ok=True)
+    return run(pipeline, WEAK, FIRST_RUN_DATE)
+
+
+def _versions(registry, name: str) -> list[int]:
+    with registry.mlflow() as mlflow:
+        return sorted(int(v.version) for v in mlflow.MlflowClient().search_model_versions(f"name = '{name}'"))
+
+
+def test_first_model_is_registered_with_lineage_and_becomes_champion(first, registry):
+    assert first.state == "success", first.states
+    assert first.states[("train_horovod", -1)] == "skipped"
+    assert [first.states[("preprocess", i)] for i in range(4)] == ["success"] * 4  # 2 shards, valid, test
+    assert all(
+        Path(shard["output"]).is_file() and shard["metrics"]["rows_out"] > 0
+        for shard in first.mapped("preprocess")
+    )
+    deploy, evaluation = first.value("deploy"), first.value("evaluate")
+    assert (deploy["version"], deploy["promoted"], deploy["previous_champion"]) == (1, True, None)
+    assert (
+        registry.alias_version(MODEL, CHAMPION)["version"]
+        == registry.alias_version(MODEL, CHALLENGER)["version"]
+        == 1
+    )
+    assert deploy["url"].endswith(f"/#/models/{MODEL}/versions/1")
+    assert first.value("deploy", "_link_MLflowModelVersionLink") == deploy["url"]
+
+    with registry.mlflow() as mlflow:
+        client = mlflow.MlflowClient()
+        version = client.get_model_version(MODEL, "1")
+        tags = version.tags
+        assert tags["airflow.dag_id"] == "ml_training_pipeline" and tags["airflow.run_id"] == first.run_id
+        assert tags["airflow.data_version"] == first.value("prepare_data", "data_version")
+        assert tags["airflow.training_job"] == first.value("train_lightgbm")["job_name"]
+        assert (
+            tags["framework"] == "lightgbm"
+            and float(tags["metric.accuracy"]) == evaluation["metrics"]["accuracy"]
+        )
+        assert version.description == NOTES, "free text is stored verbatim, never rendered or executed"
+        signature = mlflow.models.get_model_info(f"models:/{MODEL}/1").signature
+        assert signature.inputs.inputs[0].shape == (-1, 20) and signature.outputs.inputs[0].shape == (-1, 2)
+
+        run_data = client.get_run(evaluation["mlflow_run_id"]).data
+        assert run_data.metrics["accuracy"] == evaluation["metrics"]["accuracy"]
+        assert len(client.get_metric_history(evaluation["mlflow_run_id"], "train_loss")) == 5  # one per round
+        artifacts = {a.path for a in client.list_artifacts(evaluation["mlflow_run_id"])}
+        assert {"training_curve.png", "evaluation_report.md", "metrics.json"} <= artifacts
+
+        champion = mlflow.pyfunc.load_model(f"models:/{MODEL}@{CHAMPION}")
+    with np.load(first.value("prepare_data", "test")) as test:
+        X, y = test["X"], test["y"]
+    probabilities = champion.predict(X)
+    accuracy = float(np.mean(probabilities.argmax(axis=1) == y))
+    assert probabilities.shape == (len(y), 2) and np.allclose(probabilities.sum(axis=1), 1)
+    assert accuracy == pytest.approx(evaluation["metrics"]["accuracy"], abs=1e-6)
+    assert not Path("/tmp/aml-pipeline-injection").exists()
+
+
+def test_every_step_passes_only_small_references_through_xcom(first):
+    sizes = {
+        f"{task}[{index}].{key}": len(json.dumps(value)) for (task, index, key), value in first.xcom.items()
+    }
+    assert max(sizes.values()) < 2048, sizes
+
+
+def test_rerunning_the_same_dag_run_registers_no_second_version(first, pipeline, registry):
+    again = run(pipeline, WEAK, FIRST_RUN_DATE)
+    assert (again.state, again.run_id) == ("success", first.run_id)
+    assert again.value("evaluate")["mlflow_run_id"] == first.value("evaluate")["mlflow_run_id"]
+    assert again.value("gate")["passed"], "the champion is this very model"
+    assert again.value("deploy")["version"] == 1 and _versions(registry, MODEL) == [1]
+
+
+def test_a_better_challenger_replaces_the_champion_and_rollback_moves_it_back(first, pipeline, registry):
+    better = run(pipeline, {**WEAK, "boost_rounds": 60, "min_improvement": 0.01, "notes": ""})
+    assert better.state == "success", better.states
+    gate, deploy = better.value("gate"), better.value("deploy")
+    assert gate["passed"] and gate["champion_version"] == 1 and gate["improvement"] >= 0.01
+    assert (deploy["promoted"], deploy["previous_champion"]) == (True, 1)
+    champion = registry.alias_version(MODEL, CHAMPION)
+    assert champion["version"] == deploy["version"] and champion["tags"][PREVIOUS_CHAMPION] == "1"
+
+    assert registry.rollback(MODEL) == 1
+    assert registry.alias_version(MODEL, CHAMPION)["version"] == 1
+    assert registry.alias_version(MODEL, CHALLENGER)["version"] == deploy["version"]
+
+
+@needs_horovod
+def test_a_horovod_challenger_short_of_the_required_margin_is_rejected(first, pipeline, registry):
+    before = registry.alias_version(MODEL, CHAMPION)["version"]
+    conf = {
+        "model_name": MODEL,
+        "framework": "horovod",
+        "epochs": 2,
+        "gate_metric": "accuracy",
+        "min_improvement": 0.5,
+        "min_accuracy": 0.5,
+    }
+    result = run(pipeline, conf)
+    assert result.state == "success", result.states
+    assert (
+        result.states[("train_lightgbm", -1)] == "skipped"
+        and result.states[("train_horovod", -1)] == "success"
+    )
+    gate, deploy = result.value("gate"), result.value("deploy")
+    assert not gate["passed"] and "less than the required 0.5" in " ".join(gate["reasons"])
+    assert (deploy["promoted"], deploy["aliases"]) == (False, [CHALLENGER])
+    assert registry.alias_version(MODEL, CHAMPION)["version"] == before
+    assert registry.alias_version(MODEL, CHALLENGER)["version"] == deploy["version"] > before
+    assert (
+        result.value("evaluate")["framework"] == "keras"
+        and result.value("evaluate")["metrics"]["accuracy"] > 0.5
+    )
+
+
+def test_invalid_params_refuse_the_run_before_any_task(pipeline):
+    with pytest.raises(ParamValidationError, match="Invalid input for param workers"):
+        pipeline.test(run_conf={"workers": "2; rm -rf /"})
+
+
+def test_deploy_renders_a_kserve_inference_service_for_the_version(first, registry):
+    from types import SimpleNamespace
+
+    import yaml
+
+    from airflow_ml_provider.operators.deploy import DeployModelOperator
+
+    deploy = DeployModelOperator(task_id="deploy_kserve", model_name=MODEL, evaluation=first.value("evaluate"),
+                                 kserve={"namespace": "models", "min_replicas": 0})
+    result = deploy.execute({"ti": SimpleNamespace(task_id="deploy_kserve", try_number=1)})
+    assert result["version"] == 1 and not result["promoted"], "the first run's version, registered once"
+    kserve = result["kserve"]
+    assert (kserve["name"], kserve["namespace"], kserve["applied"]) == (MODEL.replace("_", "-"), "models", None)
+    with registry.mlflow() as mlflow:
+        text = mlflow.artifacts.load_text(kserve["manifest_uri"])
+    manifest = yaml.safe_load(text)
+    assert manifest["kind"] == "InferenceService" and manifest["spec"]["predictor"]["minReplicas"] == 0
+    assert manifest["spec"]["predictor"]["model"]["storageUri"] == registry.download_uri(MODEL, 1)

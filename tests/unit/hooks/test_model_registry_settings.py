@@ -1,0 +1,29 @@
+"""Where the registry hook points MLflow: the embedded SQLite default, or a tracking server connection."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
+
+
+def test_without_a_connection_the_embedded_sqlite_registry_is_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    settings = ModelRegistryHook("ml_registry_absent").settings()
+    assert settings.tracking_uri == settings.registry_uri == f"sqlite:///{tmp_path}/ml/mlflow.db"
+    assert settings.artifact_root == (tmp_path / "ml" / "mlartifacts").as_uri()
+    assert settings.env == {}
+
+
+def test_a_connection_names_the_tracking_server_and_its_credentials(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_ML_REGISTRY_TEST", json.dumps({
+        "conn_type": "ml_registry", "host": "mlflow.internal", "schema": "https", "port": 5443,
+        "login": "airflow", "password": "s3cret",
+        "extra": {"registry_uri": "databricks-uc", "artifact_root": "s3://bucket/mlflow"},
+    }))
+    settings = ModelRegistryHook("ml_registry_test").settings()
+    assert settings.tracking_uri == "https://mlflow.internal:5443"
+    assert (settings.registry_uri, settings.artifact_root) == ("databricks-uc", "s3://bucket/mlflow")
+    assert settings.ui_url == "https://mlflow.internal:5443"
+    assert settings.env == {"MLFLOW_TRACKING_USERNAME": "airflow", "MLFLOW_TRACKING_PASSWORD": "s3cret"}
+    assert ModelRegistryHook("ml_registry_test").version_url("m", 3) == "https://mlflow.internal:5443/#/models/m/versions/3"

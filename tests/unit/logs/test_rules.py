@@ -1,0 +1,53 @@
+"""LogRules: a verdict per line with fail > retry > succeed, metric groups, errors naming the argument."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_ml_provider.logs.rules import LogRules, Verdict
+from airflow_ml_provider.logs.source import LogLine
+
+RULES = LogRules(succeed_on=[r"Training finished"], fail_on=[r"CUDA out of memory", r"NCCL.*timeout"],
+                 retry_on=[r"Connection reset by peer"],
+                 metrics=[r"loss=(?P<loss>[0-9.]+)", r"epoch (?P<step>\d+).*acc=(?P<acc>[0-9.]+)"])
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict", "pattern"),
+    [("Training finished in 3 epochs", Verdict.SUCCEED, "Training finished"),
+     ("RuntimeError: CUDA out of memory", Verdict.FAIL, "CUDA out of memory"),
+     ("NCCL WARN socket timeout", Verdict.FAIL, "NCCL.*timeout"),
+     ("recv: Connection reset by peer", Verdict.RETRY, "Connection reset by peer"),
+     ("Training finished; Connection reset by peer", Verdict.RETRY, "Connection reset by peer"),
+     ("Connection reset by peer after NCCL timeout", Verdict.FAIL, "NCCL.*timeout")],
+)
+def test_verdict_and_precedence(text, verdict, pattern):
+    match = RULES.check(LogLine("pod-0", text))
+    assert (match.verdict, match.pattern, match.line) == (verdict, pattern, LogLine("pod-0", text))
+    assert match.to_dict() == {"verdict": verdict.value, "pattern": pattern, "source": "pod-0", "line": text}
+
+
+def test_ordinary_lines_have_no_verdict():
+    assert RULES.check(LogLine("pod-0", "epoch 3 loss=0.2")) is None
+
+
+def test_metric_groups_and_step():
+    assert RULES.metrics_in("epoch 7 loss=0.25 acc=0.91") == ({"loss": 0.25, "acc": 0.91}, 7)
+    assert RULES.metrics_in("loss=nan") == ({}, None)  # non-numbers and non-finite values are not metrics
+    assert RULES.metrics_in("nothing here") == ({}, None)
+
+
+def test_round_trip_through_a_dict():
+    assert LogRules.from_dict(RULES.to_dict()).to_dict() == RULES.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"fail_on": ["ok", "NCCL("]}, r"fail_on\[1\]: invalid regular expression 'NCCL\('"),
+     ({"retry_on": [""]}, r"retry_on\[0\]: expected a non-empty regular expression"),
+     ({"metrics": [r"loss=([0-9.]+)"]}, r"metrics\[0\]: .* has no named group"),
+     ({"metrics": [r"step=(?P<step>\d+)"]}, r"metrics\[0\]: .* has no named group")],
+)
+def test_invalid_rules_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LogRules(**kwargs)
