@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import logging
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
-from elasticsearch import Elasticsearch
 
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.logs.ecs import EcsFields
-from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
 from airflow_ml_provider.logs.outage import RetryingLogSource
 from airflow_ml_provider.logs.source import LogSource
+
+if TYPE_CHECKING:  # the client is imported when a connection is used, not when a DAG file is parsed
+    from elasticsearch import Elasticsearch
+
+    from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
 
 DEFAULT_INDEX_PATTERN = "filebeat-*"
 
@@ -85,12 +88,16 @@ class ElasticsearchLogsHook(BaseHook):
 
     @cached_property
     def client(self) -> Elasticsearch:
+        from elasticsearch import Elasticsearch
+
         return Elasticsearch(self.url, **self._settings["client_args"])
 
     def log_source(self, job: str, namespace: str | None = None,
                    index: str | None = None) -> ElasticsearchLogSource:
         """The log of one job (its label value), optionally one namespace's, from ``index`` or the
         connection's index pattern."""
+        from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
+
         settings = self._settings
         return ElasticsearchLogSource(self.client, index or settings["index"], job, namespace=namespace,
                                       fields=settings["fields"], settle_s=settings["settle_s"],

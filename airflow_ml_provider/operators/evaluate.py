@@ -116,7 +116,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
         if run_id:
             self.log.info("This model's evaluation is already recorded as MLflow run %s", run_id)
         else:
-            run_id = self._log_run(registry, experiment, key, context, result, lineage)
+            run_id = self._log_run(registry, experiment, key, context, result, metrics, lineage)
         framework = _FRAMEWORK_BY_SUFFIX.get(Path(trained["model_path"]).suffix, "unknown")
         self.log.info("Held-out metrics of the %s model: %s (MLflow run %s)", framework, metrics, run_id)
         return {
@@ -139,6 +139,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
         key: str,
         context,
         result: dict[str, Any],
+        metrics: dict[str, float],
         lineage: dict[str, str],
     ) -> str:
         from airflow_ml_provider.runtime.report import PLOT, plot_training_curve, write_report
@@ -149,7 +150,6 @@ class EvaluateModelOperator(BaseTrainingOperator):
             backend, trained["job_name"], source=self._log_source(backend, trained["job_name"])
         )
         history = collector.history
-        metrics = {k: v for k, v in result.items() if k not in _NOT_METRICS and isinstance(v, int | float)}
         with tempfile.TemporaryDirectory(prefix="evaluation-") as tmp:
             files = [
                 plot_training_curve(history, Path(tmp) / PLOT, f"Training of {trained['job_name']}"),

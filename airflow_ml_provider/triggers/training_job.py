@@ -12,7 +12,7 @@ from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound
 from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
-from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend, resource_path
+from airflow_ml_provider.jobs.backends.kube_rest import JOB_NAME_LABEL, resource_path
 from airflow_ml_provider.jobs.state import JobStatus
 
 
@@ -51,6 +51,8 @@ class TrainingJobTrigger(BaseTrigger):
         backend = await asyncio.to_thread(hook.get_backend, self.backend)
         source = (await asyncio.to_thread(job_log_source, backend, self.job_name, self.elasticsearch_conn_id,
                                           self.log) if self.stream_logs else None)
+        from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend  # the client, only when used
+
         statuses = (self._watched(hook, backend) if isinstance(backend, KubernetesBackend)
                     else self._polled(backend))
         last_state = None
@@ -84,7 +86,7 @@ class TrainingJobTrigger(BaseTrigger):
             yield await asyncio.to_thread(backend.status, self.job_name)
             await asyncio.sleep(self.poll_interval)
 
-    async def _watched(self, hook: TrainingBackendHook, backend: KubernetesBackend) -> AsyncIterator[JobStatus]:
+    async def _watched(self, hook: TrainingBackendHook, backend) -> AsyncIterator[JobStatus]:
         """Statuses from the shared watch: at once on every change, else every poll interval (for logs)."""
         path = resource_path(backend.api_version, backend.kind, backend.namespace)
         watcher = CollectionWatcher.shared((self.ml_conn_id,), hook.async_api_factory(), path, JOB_NAME_LABEL)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX
+
+if TYPE_CHECKING:  # the client itself is imported only by the backends that call the API
+    from kubernetes.client.exceptions import ApiException
 
 JOB_NAME_LABEL = f"{LABEL_PREFIX}/job-name"
 OBJECT = {200: "object", 201: "object", 202: "object"}  # deserialize any success as plain dicts
