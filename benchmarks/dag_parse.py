@@ -21,8 +21,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_MS = 200
-HEAVY = {"tensorflow", "keras", "horovod", "lightgbm", "mlflow", "matplotlib", "sklearn", "pandas", "torch",
-         "kubernetes", "kubernetes_asyncio", "elasticsearch", "optuna"}
+HEAVY = {
+    "tensorflow",
+    "keras",
+    "horovod",
+    "lightgbm",
+    "mlflow",
+    "matplotlib",
+    "sklearn",
+    "pandas",
+    "torch",
+    "kubernetes",
+    "kubernetes_asyncio",
+    "elasticsearch",
+    "optuna",
+}
 _PROBE = textwrap.dedent("""
     import json, runpy, statistics, sys, time
     import airflow.sdk
@@ -77,8 +90,10 @@ def main() -> int:
         recipe = Path(tmp) / "recipe.yaml"
         recipe.write_text(_RECIPE.format(trials=args.trials))
         recipe_dag = Path(tmp) / "recipe_dag.py"
-        recipe_dag.write_text(f"from airflow_ml_provider.recipes import dag_from_recipe\n"
-                              f"dag = dag_from_recipe({str(recipe)!r})\n")
+        recipe_dag.write_text(
+            f"from airflow_ml_provider.recipes import dag_from_recipe\n"
+            f"dag = dag_from_recipe({str(recipe)!r})\n"
+        )
         targets = {f"recipe DAG, {args.trials} trials": recipe_dag}
         targets.update({f"dags/{p.name}": p for p in sorted((REPO / "dags").glob("*.py"))})
         results = {name: parse(path) for name, path in targets.items()}

@@ -48,23 +48,33 @@ def _report(xcom: dict, deploy: dict) -> None:
     evaluation, gate = xcom[("evaluate", "return_value")], xcom[("gate", "return_value")]
     with registry.mlflow() as mlflow:
         artifacts = mlflow.MlflowClient().get_run(evaluation["mlflow_run_id"]).info.artifact_uri
-    print(f"data        version {xcom[('prepare_data', 'data_version')]}; preprocessed shards in "
-          f"{Path(xcom[('prepare_data', 'train_dir')]).parent}")
+    print(
+        f"data        version {xcom[('prepare_data', 'data_version')]}; preprocessed shards in "
+        f"{Path(xcom[('prepare_data', 'train_dir')]).parent}"
+    )
     print(f"training    {evaluation['framework']} job {train['job_name']} ({train['backend']} backend)")
     print(f"            model:   {train['model_path']}")
     print(f"            final training metrics: {json.dumps(train['metrics'])}")
     print(f"evaluation  held-out metrics: {json.dumps(evaluation['metrics'])}")
-    print(f"            MLflow run {evaluation['mlflow_run_id']}; artifacts (training_curve.png, "
-          f"evaluation_report.md, metrics.json): {artifacts}")
+    print(
+        f"            MLflow run {evaluation['mlflow_run_id']}; artifacts (training_curve.png, "
+        f"evaluation_report.md, metrics.json): {artifacts}"
+    )
     print(f"gate        {'PASSED' if gate['passed'] else 'REJECTED'}: {'; '.join(gate['reasons'])}")
-    print(f"registry    model {deploy['model_name']} version {deploy['version']}, aliases: "
-          f"{', '.join(deploy['aliases'])}; load it with mlflow.pyfunc.load_model('{deploy['model_uri']}')")
+    print(
+        f"registry    model {deploy['model_name']} version {deploy['version']}, aliases: "
+        f"{', '.join(deploy['aliases'])}; load it with mlflow.pyfunc.load_model('{deploy['model_uri']}')"
+    )
     print(f"            store: {registry.settings().tracking_uri}")
-    print(f"            link:  {deploy['url']} (serve a UI: mlflow ui --backend-store-uri "
-          f"{registry.settings().tracking_uri}, with the full mlflow package)")
+    print(
+        f"            link:  {deploy['url']} (serve a UI: mlflow ui --backend-store-uri "
+        f"{registry.settings().tracking_uri}, with the full mlflow package)"
+    )
     print(f"job logs    {Path(os.environ['AIRFLOW_HOME']) / 'ml' / 'jobs'}")
-    print("run `make demo` again: the new model is registered as challenger and becomes champion only if it"
-          " passes the gate")
+    print(
+        "run `make demo` again: the new model is registered as challenger and becomes champion only if it"
+        " passes the gate"
+    )
 
 
 if __name__ == "__main__":

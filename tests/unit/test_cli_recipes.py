@@ -41,7 +41,7 @@ def test_render_prints_the_tasks_and_every_jobs_manifest_without_running_anythin
         comment, _, body = document.partition("\n")
         plan = json.loads(body)
         assert comment.startswith(f"# sweep[{trial.index}] ")
-        assert plan["argv"][-len(trial.argv):] == trial.argv
+        assert plan["argv"][-len(trial.argv) :] == trial.argv
         assert plan["labels"]["ml.airflow.apache.org/map-index"] == str(trial.index)
     assert not (tmp_path / "jobs").exists(), "render must not create a job"
 

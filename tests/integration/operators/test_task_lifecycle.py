@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -72,8 +73,9 @@ def test_a_second_execution_attaches_to_the_running_job(tmp_path):
     """A retry or a restarted worker executes the same task instance again while its job runs."""
     marker = tmp_path / "started"
     command = ["python", "-c", f"open({str(marker)!r}, 'a').write('x'); import time; time.sleep(4); print('done')"]
-    context = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id="manual__1", map_index=-1, try_number=1)}
-    retry = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id="manual__1", map_index=-1, try_number=2)}
+    run_id = f"manual__{uuid.uuid4().hex}"  # a fresh task instance, whatever earlier runs left in AIRFLOW_HOME
+    context = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id=run_id, map_index=-1, try_number=1)}
+    retry = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id=run_id, map_index=-1, try_number=2)}
     results = {}
 
     def run(key, ctx):

@@ -178,12 +178,20 @@ def test_deploy_renders_a_kserve_inference_service_for_the_version(first, regist
 
     from airflow_ml_provider.operators.deploy import DeployModelOperator
 
-    deploy = DeployModelOperator(task_id="deploy_kserve", model_name=MODEL, evaluation=first.value("evaluate"),
-                                 kserve={"namespace": "models", "min_replicas": 0})
+    deploy = DeployModelOperator(
+        task_id="deploy_kserve",
+        model_name=MODEL,
+        evaluation=first.value("evaluate"),
+        kserve={"namespace": "models", "min_replicas": 0},
+    )
     result = deploy.execute({"ti": SimpleNamespace(task_id="deploy_kserve", try_number=1)})
     assert result["version"] == 1 and not result["promoted"], "the first run's version, registered once"
     kserve = result["kserve"]
-    assert (kserve["name"], kserve["namespace"], kserve["applied"]) == (MODEL.replace("_", "-"), "models", None)
+    assert (kserve["name"], kserve["namespace"], kserve["applied"]) == (
+        MODEL.replace("_", "-"),
+        "models",
+        None,
+    )
     with registry.mlflow() as mlflow:
         text = mlflow.artifacts.load_text(kserve["manifest_uri"])
     manifest = yaml.safe_load(text)

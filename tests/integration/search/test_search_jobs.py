@@ -25,11 +25,13 @@ pytestmark = pytest.mark.integration
 
 
 def _max_overlap(job_dirs: list[Path]) -> int:
-    """Most jobs alive at one instant, from the backend's own records: each launcher's process start
-    time and the moment its final status was written."""
+    """Most jobs alive at one instant, from the backend's own records on one clock (file times): when the
+    job was submitted (job.json is written once, before its launcher starts) and when its final status
+    was written. (The launcher's process start time is no use here: psutil derives it from a boot time
+    rounded to the second.)"""
     events = []
     for job_dir in job_dirs:
-        events.append((json.loads((job_dir / "launcher.json").read_text())["create_time"], 1))
+        events.append(((job_dir / "job.json").stat().st_mtime, 1))
         events.append(((job_dir / "status.json").stat().st_mtime, -1))
     alive = peak = 0
     for _, change in sorted(events, key=lambda event: (event[0], event[1])):  # ends sort before starts
