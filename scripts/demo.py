@@ -1,5 +1,6 @@
-"""`make demo`: run the ml_training_pipeline DAG once for real (embedded defaults: local backend, SQLite
-model registry) and say where the data, model, metrics, artifacts and registered version are."""
+"""`make demo`: run, for real, on the embedded defaults (local backend, SQLite model registry), first the
+ml_quickstart DAG (a 2-worker Horovod/TensorFlow model and a 2-worker LightGBM model), then the
+ml_training_pipeline DAG, and say where the data, models, metrics, artifacts and registered version are."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def main() -> int:
     from airflow.utils.session import create_session
 
     sys.path.insert(0, str(REPO / "dags"))
+    if not _quickstart(XComModel, create_session):
+        return 1
     from ml_training_pipeline import dag
 
     started = time.monotonic()
@@ -38,6 +41,21 @@ def main() -> int:
         return 1
     _report(xcom, deploy)
     return 0 if str(dag_run.state) == "success" else 1
+
+
+def _quickstart(xcom_model, create_session) -> bool:
+    """The two distributed trainings side by side: where each model is and what it scored."""
+    from ml_quickstart import dag
+
+    dag_run = dag.test()
+    with create_session() as session:
+        row = session.query(xcom_model).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id="report",
+                                                  key="return_value").one_or_none()
+    print("\n==== airflow-ml-provider demo: ml_quickstart ====")
+    print(f"DAG run {dag_run.run_id}: {dag_run.state}")
+    for name, result in (row.value if row else {}).items():
+        print(f"{name:9s} {result['metrics']} -> model {result['model_path']} (job {result['job_name']})")
+    return str(dag_run.state) == "success"
 
 
 def _report(xcom: dict, deploy: dict) -> None:
