@@ -27,6 +27,7 @@ from airflow_ml_provider.jobs.spec import (
     TrainingJobSpec,
 )
 from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.logs.rules import LogRules, Verdict
 from airflow_ml_provider.logs.source import LogSource
 from airflow_ml_provider.operators.links import GrafanaJobLink, KibanaJobLink
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
@@ -63,6 +64,8 @@ class BaseTrainingOperator(BaseOperator):
     """
 
     framework: ClassVar[Framework]
+    min_workers: int | None = None  # elastic bounds: only Horovod jobs take them (HorovodTrainingOperator)
+    max_workers: int | None = None
     template_fields: Sequence[str] = ("command", "num_workers", "env", "image", "backend", "model_dir", "checkpoint_dir",
                                       "working_dir", "manifest")
     template_fields_renderers = {"command": "json", "env": "json", "manifest": "yaml"}
@@ -83,9 +86,9 @@ class BaseTrainingOperator(BaseOperator):
         working_dir: str | None = None,
         model_dir: str | None = None,
         checkpoint_dir: str | None = None,
-        min_workers: int | None = None,
-        max_workers: int | None = None,
         max_preemptions: int = 3,
+        fail_on: list[str] | None = None,
+        retry_on: list[str] | None = None,
         ml_conn_id: str = TrainingBackendHook.default_conn_name,
         elasticsearch_conn_id: str | None = None,
         on_finish: OnFinish | str = OnFinish.KEEP,
@@ -106,9 +109,10 @@ class BaseTrainingOperator(BaseOperator):
         self.manifest = ""  # filled at render time: what the backend will create, for the rendered view
         self.model_dir = model_dir
         self.checkpoint_dir = checkpoint_dir
-        self.min_workers = min_workers
-        self.max_workers = max_workers
         self.max_preemptions = max_preemptions
+        self.fail_on = list(fail_on or [])
+        self.retry_on = list(retry_on or [])
+        self.rules = LogRules(fail_on=self.fail_on, retry_on=self.retry_on)  # bad regexes fail at parse time
         self.ml_conn_id = ml_conn_id
         self.elasticsearch_conn_id = elasticsearch_conn_id
         self.on_finish = OnFinish(on_finish)
@@ -185,6 +189,8 @@ class BaseTrainingOperator(BaseOperator):
         backend = self.hook.get_backend(self.backend)
         if "error" in event:
             raise TrainingJobFailed(f"{self.task_id}: {event['error']}")
+        if "rule" in event:
+            self._raise_for_rule(event["job_name"], event["rule"])
         return self._settle(context, backend, event["job_name"], JobStatus.from_dict(event["status"]), preemptions)
 
     def _follow(self, context, backend: Backend, name: str, preemptions: int) -> dict[str, Any]:
@@ -193,7 +199,8 @@ class BaseTrainingOperator(BaseOperator):
             self.defer(
                 trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id,
                                            poll_interval=self.poll_interval,
-                                           elasticsearch_conn_id=self.logs_conn_id),
+                                           elasticsearch_conn_id=self.logs_conn_id,
+                                           fail_on=self.fail_on, retry_on=self.retry_on),
                 method_name="execute_complete",
                 kwargs={"preemptions": preemptions},
             )
@@ -232,11 +239,23 @@ class BaseTrainingOperator(BaseOperator):
                 raise TrainingJobFailed(f"{self.task_id}: job vanished while running: {exc}") from None
             for line in lines:
                 self.log.info("%s", line)
+                if (match := self.rules.check(line)) is not None:
+                    backend.cancel(name)
+                    self._raise_for_rule(name, match.to_dict())
             if lines:
                 continue
             if status.state.is_terminal:
                 return status
             time.sleep(self.poll_interval)
+
+    def _raise_for_rule(self, name: str, match: dict[str, str]) -> None:
+        """A ``fail_on`` line fails the task for good; a ``retry_on`` line fails this try only. The job
+        was cancelled when the line was seen: a preemption is not assumed, nothing is resubmitted."""
+        message = (f"{self.task_id}: job {name} cancelled: its log matched {match['verdict']}_on "
+                   f"{match['pattern']!r}: [{match['source']}] {match['line']}")
+        if match["verdict"] == Verdict.FAIL.value:
+            raise AirflowFailException(message)
+        raise TrainingJobFailed(message)
 
     def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
         try:
@@ -291,9 +310,12 @@ class HorovodTrainingOperator(BaseTrainingOperator):
 
     framework = Framework.HOROVOD
 
-    def __init__(self, *, command: list[str] | None = None, python: str = "python", **kwargs: Any):
+    def __init__(self, *, command: list[str] | None = None, python: str = "python", min_workers: int | None = None,
+                 max_workers: int | None = None, **kwargs: Any):
         super().__init__(command=command, **kwargs)
         self.python = python
+        self.min_workers = min_workers
+        self.max_workers = max_workers
 
     def build_command(self) -> list[str]:
         elastic = self.min_workers is not None or self.max_workers is not None

@@ -14,6 +14,7 @@ from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound
 from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
 from airflow_ml_provider.jobs.backends.kube_rest import JOB_NAME_LABEL, resource_path
 from airflow_ml_provider.jobs.state import JobStatus
+from airflow_ml_provider.logs.rules import LogRules, RuleMatch
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -28,7 +29,8 @@ class TrainingJobTrigger(BaseTrigger):
     def __init__(self, job_name: str, backend: str | None = None,
                  ml_conn_id: str = TrainingBackendHook.default_conn_name, cursor: Any = None,
                  poll_interval: float = 2.0, stream_logs: bool = True,
-                 elasticsearch_conn_id: str | None = None):
+                 elasticsearch_conn_id: str | None = None, fail_on: list[str] | None = None,
+                 retry_on: list[str] | None = None):
         super().__init__()
         self.job_name = job_name
         self.backend = backend
@@ -37,13 +39,17 @@ class TrainingJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.stream_logs = stream_logs
         self.elasticsearch_conn_id = elasticsearch_conn_id
+        self.fail_on = list(fail_on or [])
+        self.retry_on = list(retry_on or [])
+        self.rules = LogRules(fail_on=self.fail_on, retry_on=self.retry_on)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"job_name": self.job_name, "backend": self.backend, "ml_conn_id": self.ml_conn_id,
              "cursor": self.cursor, "poll_interval": self.poll_interval, "stream_logs": self.stream_logs,
-             "elasticsearch_conn_id": self.elasticsearch_conn_id},
+             "elasticsearch_conn_id": self.elasticsearch_conn_id, "fail_on": self.fail_on,
+             "retry_on": self.retry_on},
         )
 
     async def run(self):
@@ -61,25 +67,33 @@ class TrainingJobTrigger(BaseTrigger):
                 if status.state != last_state:
                     self.log.info("Job %s is %s %s", self.job_name, status.state.value, status.message)
                     last_state = status.state
-                if source is not None:
-                    await self._drain(source)
+                if source is not None and (match := await self._drain(source)):
+                    await asyncio.to_thread(backend.cancel, self.job_name)  # the log decided: stop the job
+                    yield TriggerEvent({"job_name": self.job_name, "rule": match.to_dict(), "cursor": self.cursor})
+                    return
                 if status.state.is_terminal:
                     if source is not None and source.settle_s:  # lines shipped late still arrive meanwhile
                         await asyncio.sleep(source.settle_s)
-                        await self._drain(source)
+                        if match := await self._drain(source):
+                            yield TriggerEvent({"job_name": self.job_name, "rule": match.to_dict(),
+                                                "cursor": self.cursor})
+                            return
                     yield TriggerEvent({"job_name": self.job_name, "status": status.to_dict(), "cursor": self.cursor})
                     return
         except JobNotFound as exc:
             yield TriggerEvent({"job_name": self.job_name, "error": f"job vanished: {exc}"})
 
-    async def _drain(self, source) -> None:
+    async def _drain(self, source) -> RuleMatch | None:
+        """Print every new line; stop at the first one a ``fail_on``/``retry_on`` rule matches."""
         while True:
             batch = await asyncio.to_thread(source.read, self.cursor)
+            self.cursor = batch.cursor
             for line in batch.lines:
                 self.log.info("%s", line)
-            self.cursor = batch.cursor
+                if (match := self.rules.check(line)) is not None:
+                    return match
             if not batch.lines:
-                return
+                return None
 
     async def _polled(self, backend: Backend) -> AsyncIterator[JobStatus]:
         while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, task
@@ -65,3 +66,15 @@ with DAG("ml_test_mpijob", schedule=None, catchup=False, tags=["test"]) as mpijo
     # The test plays the MPI operator; the namespace comes from the kubernetes_default connection.
     HorovodTrainingOperator(task_id="train", command=[PY, "-m", "train"], num_workers=2, backend="mpijob",
                             image="registry.example/train:1", deferrable=True, poll_interval=0.5, retries=0)
+
+_OOM = "import time\nprint('epoch 1 loss=0.9', flush=True)\nprint('RuntimeError: CUDA out of memory', flush=True)\ntime.sleep(600)"
+_RESET = "import time\nprint('socket: Connection reset by peer', flush=True)\ntime.sleep(600)"
+
+with DAG("ml_test_log_rules", schedule=None, catchup=False, tags=["test"],
+         default_args={"retry_delay": timedelta(seconds=0)}) as log_rules:
+    for deferrable in (False, True):
+        TrainingJobOperator(task_id=f"oom_{'deferred' if deferrable else 'sync'}", command=[PY, "-c", _OOM],
+                            num_workers=1, fail_on=[r"CUDA out of memory"], retry_on=[r"Connection reset"],
+                            retries=2, deferrable=deferrable, poll_interval=0.5)
+    TrainingJobOperator(task_id="flaky", command=[PY, "-c", _RESET], num_workers=1, fail_on=[r"CUDA out of memory"],
+                        retry_on=[r"Connection reset by peer"], retries=1, poll_interval=0.5)
