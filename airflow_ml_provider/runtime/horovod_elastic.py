@@ -51,6 +51,39 @@ def step_batch(n_rows: int, seed: int, step: int, batch_size: int, rank: int, si
     return rows[rank::size]
 
 
+def eager_state(hvd, variables: list, **attrs):
+    """Elastic state whose ``sync()`` broadcasts the variables from rank 0.
+
+    Horovod 0.28.1's ``TensorFlowState`` broadcasts TF2 (eager) variables only when it is constructed;
+    its ``sync()`` re-broadcasts them only under a TF1 session. A worker that joins a running job then
+    broadcasts from its constructor while the others sync only the plain attributes, and every rank
+    blocks. Here every rank, old or new, broadcasts in ``sync()``, in the same order.
+    """
+    from horovod.common.elastic import ObjectState
+
+    class EagerVariablesState(ObjectState):
+        def __init__(self):
+            self.variables = variables
+            self._values = [var.numpy() for var in variables]
+            super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **attrs)
+
+        def save(self):
+            self._values = [var.numpy() for var in self.variables]
+            super().save()
+
+        def restore(self):
+            for var, value in zip(self.variables, self._values):
+                var.assign(value)
+            super().restore()
+
+        def sync(self):
+            hvd.broadcast_variables(self.variables, root_rank=0)
+            self._values = [var.numpy() for var in self.variables]
+            super().sync()
+
+    return EagerVariablesState()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     import tensorflow as tf
@@ -70,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if hvd.rank() == 0 and (found := latest_checkpoint(args.checkpoint_dir)):
         start = load_checkpoint(found[1], model, optimizer)
         emit("resumed", step=start, path=found[1], rank=0)
-    state = hvd.elastic.TensorFlowState([v.value for v in model.variables + optimizer.variables], step=start)
+    state = eager_state(hvd, [v.value for v in model.variables + optimizer.variables], step=start)
     sizes = [hvd.size()]
 
     def on_reset():
