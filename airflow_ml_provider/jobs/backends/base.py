@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobStatus
@@ -50,10 +50,6 @@ class Backend(ABC):
     @abstractmethod
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
         """What submit would create (a manifest, or the launch plan), for review without running it."""
-
-    @abstractmethod
-    def config(self) -> dict[str, Any]:
-        """JSON-serializable constructor arguments, so a trigger can rebuild this backend."""
 
     def default_artifact_dir(self, name: str) -> str | None:
         """Where a job keeps its model and checkpoints when the task names no directory."""

@@ -47,9 +47,6 @@ class KubernetesBackend(Backend):
         self.retries = retries
         self.backoff_s = backoff_s
 
-    def config(self) -> dict[str, Any]:
-        return {"namespace": self.namespace}
-
     @abstractmethod
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         """The objects that make up the job; the first is the one whose status is the job's."""

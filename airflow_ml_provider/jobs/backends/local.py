@@ -17,7 +17,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -53,9 +52,6 @@ class LocalBackend(Backend):
         self.cancel_grace_s = cancel_grace_s
         self.etcd = etcd or os.environ.get(ETCD_ENV) or None
         self._launchers: dict[str, subprocess.Popen] = {}
-
-    def config(self) -> dict[str, Any]:
-        return {"root": str(self.root), "image": self.image, "cancel_grace_s": self.cancel_grace_s, "etcd": self.etcd}
 
     def job_dir(self, name: str) -> Path:
         return self.root / "jobs" / name

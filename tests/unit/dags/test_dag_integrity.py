@@ -21,7 +21,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
-def test_every_dag_file_loads_without_import_errors():
+def test_every_dag_file_loads_without_import_errors(airflow_db):  # DagBag reads the metadata DB
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
