@@ -133,6 +133,9 @@ class TrainingJobSpec(BaseModel):
     model_dir: str | None = None
     min_workers: Annotated[int, Field(ge=1)] | None = None
     max_workers: Annotated[int, Field(ge=1)] | None = None
+    # Wall-clock limit of one attempt, in seconds: the local launcher stops the job when it passes,
+    # the Kubernetes backends render it as activeDeadlineSeconds.
+    timeout_s: Annotated[int, Field(gt=0)] | None = None
     scheduling: Scheduling = Scheduling()
     kubernetes: KubernetesOptions = KubernetesOptions()
 

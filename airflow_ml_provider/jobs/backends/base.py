@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -16,6 +18,11 @@ class JobNotFound(LookupError):
 
 class JobSubmissionError(RuntimeError):
     """The backend refused the job for a reason retrying cannot fix (bad image, schema rejection)."""
+
+
+class BackendAccessError(RuntimeError):
+    """A permanent refusal by the backend's API (401/403/404 of a collection, a schema rejection):
+    waiting or retrying cannot fix it, so a follower fails at once with this message."""
 
 
 class Backend(ABC):
@@ -50,6 +57,18 @@ class Backend(ABC):
     @abstractmethod
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
         """What submit would create (a manifest, or the launch plan), for review without running it."""
+
+    async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
+        """The job's status now, then again on every change and at least every ``interval`` seconds
+        (so a follower reads new log lines meanwhile). Polling by default; the Kubernetes backends
+        override it with the shared watch. Raises JobNotFound / BackendAccessError like ``status``."""
+        while True:
+            yield await asyncio.to_thread(self.status, name)
+            await asyncio.sleep(interval)
+
+    def heartbeat(self, name: str) -> None:
+        """A follower of the job is alive. Backends whose jobs outlive an abandoned owner (local) use
+        it to stop orphans; the default does nothing (cluster jobs carry their own deadline)."""
 
     def default_artifact_dir(self, name: str) -> str | None:
         """Where a job keeps its model and checkpoints when the task names no directory."""
