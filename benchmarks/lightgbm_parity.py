@@ -24,7 +24,7 @@ from local_overhead import TRAIN_ENV, run_job  # the sibling benchmark: the oper
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.logs.metrics import MetricsCollector
+from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.runtime.datasets import write_synthetic
 
 PARAMS = {"seed": 0}  # the trainer's defaults otherwise: binary objective, one thread per worker
@@ -54,7 +54,7 @@ def main() -> int:
                 spec = TrainingJobSpec(framework="lightgbm", num_workers=workers, command=command,
                                        model_dir=backend.default_artifact_dir(name))
                 seconds, lines = run_job(backend, name, spec, POLL_S)
-                collector = MetricsCollector()
+                collector = MetricsTracker()
                 for line in lines:
                     collector.feed(line)
                 if "auc" not in collector.result:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -12,7 +11,6 @@ from airflow.sdk.log import mask_secret
 
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.logs.ecs import EcsFields
-from airflow_ml_provider.logs.outage import RetryingLogSource
 from airflow_ml_provider.logs.source import LogSource
 
 if TYPE_CHECKING:  # the client is imported when a connection is used, not when a DAG file is parsed
@@ -30,7 +28,8 @@ class ElasticsearchLogsHook(BaseHook):
     schema (``http``/``https``; also extra ``scheme``), login/password for basic auth. Extras:
     ``api_key`` (instead of login/password), ``index_pattern`` (``filebeat-*``), ``fields`` (EcsFields
     overrides for documents not laid out by Filebeat, e.g. ``{"job": "labels.job"}``), ``settle_s``
-    (5), ``use_pit`` (true), ``verify_certs``, ``ca_certs``, ``request_timeout`` (10).
+    (5: how long after a job ended its last lines may still arrive), ``overlap_s`` (60: how late a line
+    may arrive and still be delivered), ``verify_certs``, ``ca_certs``, ``request_timeout`` (10).
 
     Credentials go to the client only: they are registered with Airflow's secrets masker and never
     logged, returned or put in XCom. Nothing connects until the first request, so building the hook
@@ -74,8 +73,8 @@ class ElasticsearchLogsHook(BaseHook):
             "client_args": client_args,
             "index": extras.get("index_pattern") or DEFAULT_INDEX_PATTERN,
             "fields": fields,
-            "settle_s": float(extras.get("settle_s", 5.0)),
-            "use_pit": _boolean(extras.get("use_pit", True)),
+            "settle_s": _seconds(extras, "settle_s", 5.0),
+            "overlap_s": _seconds(extras, "overlap_s", 60.0),
         }
 
     @property
@@ -101,18 +100,19 @@ class ElasticsearchLogsHook(BaseHook):
         settings = self._settings
         return ElasticsearchLogSource(self.client, index or settings["index"], job, namespace=namespace,
                                       fields=settings["fields"], settle_s=settings["settle_s"],
-                                      use_pit=settings["use_pit"])
+                                      overlap_s=settings["overlap_s"])
 
 
-def job_log_source(backend: Backend, name: str, elasticsearch_conn_id: str | None, log: logging.Logger,
-                   outage_grace_s: float = 600.0) -> LogSource:
+def job_log_source(backend: Backend, name: str, elasticsearch_conn_id: str | None) -> LogSource:
     """A training job's log for the operators and their trigger: from Elasticsearch when a connection is
-    configured (an outage shorter than ``outage_grace_s`` is ridden out, with warnings on ``log``),
-    else the backend's own (the local backend's files, the pods' logs)."""
+    configured, else the backend's own (the local backend's files, the pods' logs). Outages of the
+    store are the follow core's to ride out (``Follower.unavailable``).
+
+    From Elasticsearch, only the backend's namespace is read (Kubernetes backends have one, the local
+    backend none), so a pod of another namespace carrying the same job label cannot inject lines."""
     if not elasticsearch_conn_id:
         return backend.log_source(name)
-    source = ElasticsearchLogsHook(elasticsearch_conn_id).log_source(name)
-    return RetryingLogSource(source, outage_grace_s, log=log)
+    return ElasticsearchLogsHook(elasticsearch_conn_id).log_source(name, getattr(backend, "namespace", None))
 
 
 def _url(host: str | None, port: int | None, scheme: str | None) -> str:
@@ -126,5 +126,12 @@ def _url(host: str | None, port: int | None, scheme: str | None) -> str:
     return f"{scheme}://{parts.hostname}:{port or parts.port or 9200}{parts.path.rstrip('/')}"
 
 
-def _boolean(value: Any) -> bool:
-    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+def _seconds(extras: dict[str, Any], name: str, default: float) -> float:
+    value = extras.get(name, default)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"extra {name}: a number of seconds >= 0, got {value!r}")
+    return seconds

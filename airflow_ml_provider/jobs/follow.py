@@ -1,54 +1,256 @@
-"""Following a job: its new log lines and its status, in the one order that loses no line."""
+"""The one place that decides how following a job goes: pure, no I/O, no clock of its own.
+
+Given the job's status and the next batch of its log lines, ``Follower.observe`` returns the lines to
+show, a log rule's verdict, metric/checkpoint progress and the next action: keep waiting, finish,
+resubmit after a preemption, or fail. The operator, the trigger, the sensors and the search's trials
+all follow jobs through it (via the sync and async drivers in ``jobs.drivers``), so they cannot
+disagree about when a log is complete, when a job is resubmitted or what a rule means.
+
+Its state is a JSON-serializable dict, so a follower rebuilt from it (a triggerer restart, a deferred
+task resuming) continues right after the last line it showed, with the same metrics and checkpoint.
+"""
 
 from __future__ import annotations
 
-import time
-from collections import deque
+import posixpath
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.jobs.state import JobStatus
-from airflow_ml_provider.logs.metrics import MetricsCollector
-from airflow_ml_provider.logs.source import LogLine, LogSource
+from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.logs.metrics import MetricsTracker
+from airflow_ml_provider.logs.rules import LogRules, RuleMatch, Verdict
+from airflow_ml_provider.logs.source import LogBatch, LogLine
 
 
-class JobFollower:
-    """Reads a job's status, then its new lines. Because the status is read first, an empty read
-    after a terminal status means the log is complete: every line has been returned exactly once.
+class Action(str, Enum):
+    WAIT = "wait"  # read again after ``Step.delay`` seconds
+    FINISH = "finish"  # the job succeeded (or a succeed_on rule matched) and its log is complete
+    RESUBMIT = "resubmit"  # the job was preempted: start it again under its name, from ``Step.resume``
+    FAIL = "fail"  # the job failed, vanished, timed out, was refused, or a fail_on/retry_on rule matched
 
-    ``source`` replaces the backend's own log (e.g. Elasticsearch). A shipped log may receive a line up
-    to ``source.settle_s`` after it was printed, so the first read after a terminal status waits that long.
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The newest checkpoint a job reported: its path, and the step (and epoch) it holds."""
+
+    path: str
+    step: int | None = None
+    epoch: int | None = None
+
+    def describe(self) -> str:
+        where = ", ".join(f"{k} {v}" for k, v in (("step", self.step), ("epoch", self.epoch)) if v is not None)
+        return f"checkpoint {self.path}" + (f" at {where}" if where else "")
+
+
+@dataclass(frozen=True)
+class Step:
+    action: Action
+    lines: list[LogLine] = field(default_factory=list)  # new lines to show, up to a rule's match
+    delay: float = 0.0  # WAIT: seconds before the next round (0: more lines are ready, read now)
+    status: JobStatus | None = None
+    message: str = ""  # FAIL: why; RESUBMIT: the preemption's reason
+    retryable: bool = True  # FAIL: whether another try of the task may succeed
+    cancel: bool = False  # the driver must stop the job now (a rule matched, the deadline passed)
+    match: RuleMatch | None = None
+    resume: ResumePoint | None = None  # RESUBMIT: where the next attempt resumes
+    timed_out: bool = False  # FAIL: the deadline passed
+    points: list[tuple[str, int, float]] = field(default_factory=list)  # new metric observations
+    warnings: list[str] = field(default_factory=list)  # to log: ignored log content, outages
+
+
+@dataclass(frozen=True)
+class FollowOptions:
+    """How to follow: all JSON-serializable, so a trigger carries them.
+
+    Args:
+        rules: ``fail_on``/``retry_on``/``succeed_on``/``metrics`` regexes (see LogRules).
+        max_preemptions: resubmissions after a preemption before the task fails (0: none).
+        poll_interval: seconds between rounds while nothing is new.
+        settle_s: how long after the job ended lines may still arrive (a shipped log); 0 for files.
+        outage_grace_s: how long the log store may stay unreadable before the task fails (retryably).
+        deadline: wall-clock time (epoch seconds) after which the job is stopped and the task fails.
+        artifact_roots: where the job may report its model and checkpoints; a path from a log line
+            outside all of them is ignored with a warning (a pod's output is not trusted).
+        metric_goals: ``{"auc": "max"}`` where the default direction is wrong.
+        tail_lines: last lines kept for failure messages.
     """
 
-    def __init__(self, backend: Backend, name: str, cursor: Any = None, source: LogSource | None = None):
-        self.backend = backend
-        self.name = name
-        self.source = source or backend.log_source(name)
-        self.cursor = cursor
-        self._settled = False
+    rules: dict[str, list[str]] = field(default_factory=dict)
+    max_preemptions: int = 3
+    poll_interval: float = 1.0
+    settle_s: float = 0.0
+    outage_grace_s: float = 600.0
+    deadline: float | None = None
+    artifact_roots: tuple[str, ...] = ()
+    metric_goals: dict[str, str] = field(default_factory=dict)
+    tail_lines: int = 20
 
-    def step(self) -> tuple[list[LogLine], JobStatus]:
-        status = self.backend.status(self.name)
-        if status.state.is_terminal and not self._settled:
-            time.sleep(getattr(self.source, "settle_s", 0.0))
-            self._settled = True
-        batch = self.source.read(self.cursor)
-        self.cursor = batch.cursor
-        return batch.lines, status
+    def to_dict(self) -> dict[str, Any]:
+        return {"rules": self.rules, "max_preemptions": self.max_preemptions, "poll_interval": self.poll_interval,
+                "settle_s": self.settle_s, "outage_grace_s": self.outage_grace_s, "deadline": self.deadline,
+                "artifact_roots": list(self.artifact_roots), "metric_goals": self.metric_goals,
+                "tail_lines": self.tail_lines}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FollowOptions:
+        return cls(**{**data, "artifact_roots": tuple(data.get("artifact_roots", ()))})
 
 
-def summarize_log(backend: Backend, name: str, tail: int = 20,
-                  source: LogSource | None = None) -> tuple[MetricsCollector, list[LogLine]]:
-    """One pass over a finished job's log (the backend's own, or ``source``): its metrics and its last
-    lines (for failure messages)."""
-    source = source or backend.log_source(name)
-    collector, last = MetricsCollector(), deque(maxlen=tail)
-    cursor = None
-    while True:
-        batch = source.read(cursor)
-        if not batch.lines:
-            return collector, list(last)
-        for line in batch.lines:
-            collector.feed(line)
-            last.append(line)
-        cursor = batch.cursor
+class Follower:
+    """Decides, round by round, from what the driver read. Never sleeps, reads or writes anything."""
+
+    def __init__(self, options: FollowOptions | None = None, state: dict[str, Any] | None = None):
+        self.options = options or FollowOptions()
+        self.rules = LogRules(**self.options.rules)
+        state = dict(state or {})
+        self.cursor = state.get("cursor")
+        self.tracker = MetricsTracker(self.options.metric_goals, state=state.get("metrics"))
+        self.preemptions: int = state.get("preemptions", 0)
+        self.tail: list[list[str]] = state.get("tail", [])
+        self.ended_at: float | None = state.get("ended_at")
+        self.outage_since: float | None = state.get("outage_since")
+        self.outage_failures: int = state.get("outage_failures", 0)
+        self.seq: int = state.get("seq", 0)  # grows with every observed batch: newer state wins
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return {"cursor": self.cursor, "metrics": self.tracker.state(), "preemptions": self.preemptions,
+                "tail": [list(entry) for entry in self.tail], "ended_at": self.ended_at,
+                "outage_since": self.outage_since, "outage_failures": self.outage_failures, "seq": self.seq}
+
+    # -- rounds -----------------------------------------------------------------------------------------
+
+    def observe(self, status: JobStatus | None, batch: LogBatch | None, now: float,
+                max_lines: int | None = None) -> Step:
+        """One round: ``status`` read first (None when following a log alone), then ``batch`` (None
+        when following a status alone). A terminal status followed by an empty read, at least
+        ``settle_s`` after the job ended, means every line has been seen."""
+        warnings = self._recovered(now)
+        lines, points, match = [], [], None
+        if batch is not None:
+            self.seq += 1
+            self.cursor = batch.cursor
+            for line in batch.lines:
+                lines.append(line)
+                points.extend(self._feed(line, warnings))
+                if (match := self.rules.check(line)) is not None:
+                    break
+        progress = {"lines": lines, "status": status, "points": points, "warnings": warnings}
+        if match is not None:
+            return self._verdict(match, progress)
+        if self.options.deadline is not None and now >= self.options.deadline and not (status and status.state.is_terminal):
+            return Step(Action.FAIL, **progress, cancel=True, timed_out=True,
+                        message=f"the job did not finish by its deadline ({self.options.deadline - now:+.0f} s)")
+        more = batch is not None and max_lines is not None and len(batch.lines) >= max_lines
+        if more:
+            return Step(Action.WAIT, **progress, delay=0.0)
+        if status is None or not status.state.is_terminal:
+            self.ended_at = None
+            return Step(Action.WAIT, **progress, delay=self.options.poll_interval)
+        if self.ended_at is None:
+            self.ended_at = now
+        if batch is not None and (lines or now - self.ended_at < self.options.settle_s):
+            delay = 0.0 if lines else self.ended_at + self.options.settle_s - now
+            return Step(Action.WAIT, **progress, delay=delay)
+        return self._ended(status, progress)
+
+    def unavailable(self, error: str, now: float) -> Step:
+        """The log store could not be read: wait with backoff, fail (retryably) past the grace period."""
+        if self.outage_since is None:
+            self.outage_since = now
+        self.outage_failures += 1
+        elapsed = now - self.outage_since
+        if elapsed > self.options.outage_grace_s:
+            return Step(Action.FAIL, message=f"the log store was unreadable for {elapsed:.0f} s, longer than the "
+                                             f"{self.options.outage_grace_s:g} s grace period: {error}")
+        delay = min(max(self.options.poll_interval, 1.0) * 2 ** (self.outage_failures - 1), 30.0)
+        return Step(Action.WAIT, delay=delay, warnings=[
+            f"log store unavailable ({error}); retrying in {delay:.1f} s from the same position; the task "
+            f"fails only if this lasts over {self.options.outage_grace_s:g} s"])
+
+    def vanished(self, error: str) -> Step:
+        return Step(Action.FAIL, message=f"the job vanished: {error}")
+
+    def refused(self, error: str) -> Step:
+        """A permanent refusal by the backend (no permission, no such resource kind): retrying cannot help."""
+        return Step(Action.FAIL, message=f"the backend refused to report the job: {error}", retryable=False)
+
+    def resubmitted(self) -> None:
+        """The driver started the preempted job again: its new attempt's end is still to come."""
+        self.ended_at = None
+
+    # -- results ----------------------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.tracker.final
+
+    @property
+    def model_path(self) -> str | None:
+        return self.tracker.model_path
+
+    def last_lines(self) -> list[LogLine]:
+        return [LogLine(source, text) for source, text in self.tail]
+
+    # -- internals --------------------------------------------------------------------------------------
+
+    def _feed(self, line: LogLine, warnings: list[str]) -> list[tuple[str, int, float]]:
+        self.tail.append([line.source, line.text])
+        del self.tail[: -self.options.tail_lines]
+        before = (self.tracker.model_path, self.tracker.checkpoint)
+        points = self.tracker.feed(line, self.rules)
+        if self.tracker.model_path != before[0] and not self._inside_roots(self.tracker.model_path):
+            warnings.append(f"ignored model path {self.tracker.model_path!r} reported by [{line.source}]: it is "
+                            f"outside the job's artifact directories {list(self.options.artifact_roots)}")
+            self.tracker.model_path = before[0]
+        checkpoint = self.tracker.checkpoint
+        if checkpoint != before[1] and not self._inside_roots(checkpoint["path"]):
+            warnings.append(f"ignored checkpoint {checkpoint['path']!r} reported by [{line.source}]: it is outside "
+                            f"the job's artifact directories {list(self.options.artifact_roots)}")
+            self.tracker.checkpoint = before[1]
+        return points
+
+    def _inside_roots(self, path: str) -> bool:
+        roots = self.options.artifact_roots
+        return not roots or any(_inside(path, root) for root in roots)
+
+    def _recovered(self, now: float) -> list[str]:
+        if self.outage_since is None:
+            return []
+        lasted, self.outage_since, self.outage_failures = now - self.outage_since, None, 0
+        return [f"log store reachable again after {lasted:.1f} s; continuing from the saved position"]
+
+    def _verdict(self, match: RuleMatch, progress: dict) -> Step:
+        if match.verdict is Verdict.SUCCEED:
+            return Step(Action.FINISH, **progress, match=match)
+        where = f"its log matched {match.verdict.value}_on {match.pattern!r}: [{match.line.source}] {match.line.text}"
+        return Step(Action.FAIL, **progress, match=match, cancel=True, message=where,
+                    retryable=match.verdict is Verdict.RETRY)
+
+    def _ended(self, status: JobStatus, progress: dict) -> Step:
+        if status.state is JobState.SUCCEEDED:
+            return Step(Action.FINISH, **progress)
+        if status.state is JobState.PREEMPTED and self.preemptions < self.options.max_preemptions:
+            self.preemptions += 1
+            checkpoint = self.tracker.checkpoint
+            resume = ResumePoint(checkpoint["path"], checkpoint.get("step"), checkpoint.get("epoch")) if checkpoint else None
+            return Step(Action.RESUBMIT, **progress, resume=resume, message=status.message or "no reason given")
+        codes = ", ".join(f"rank {rank}: {code}" for rank, code in sorted(status.exit_codes.items()))
+        reason = f"job {status.state.value}: {status.message or 'no reason given'} (exit codes: {codes or 'none recorded'})"
+        if status.state is JobState.PREEMPTED:
+            reason += f"; preempted {self.preemptions + 1} time(s), the most max_preemptions allows"
+        return Step(Action.FAIL, **progress, message=reason)
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` (a local path or a URL such as s3://bucket/key) resolves inside ``root``."""
+    scheme, sep, rest = path.partition("://")
+    root_scheme, root_sep, root_rest = root.partition("://")
+    if (sep, scheme if sep else "") != (root_sep, root_scheme if root_sep else ""):
+        return False
+    path_part, root_part = (rest, root_rest) if sep else (path, root)
+    normal, base = posixpath.normpath(path_part), posixpath.normpath(root_part)
+    if not sep and not (normal.startswith("/") and base.startswith("/")):
+        return False
+    return normal == base or normal.startswith(base.rstrip("/") + "/")

@@ -12,7 +12,7 @@ from airflow.sdk import literal
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.hooks.model_registry import LINEAGE_KEY, ModelRegistryHook
-from airflow_ml_provider.jobs.follow import summarize_log
+from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.spec import Framework
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
@@ -146,10 +146,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
 
         trained = self.training
         backend = self.hook.get_backend(trained["backend"])
-        collector, _ = summarize_log(
-            backend, trained["job_name"], source=self._log_source(backend, trained["job_name"])
-        )
-        history = collector.history
+        history = replay(self._log_source(backend, trained["job_name"])).tracker.history()
         with tempfile.TemporaryDirectory(prefix="evaluation-") as tmp:
             files = [
                 plot_training_curve(history, Path(tmp) / PLOT, f"Training of {trained['job_name']}"),

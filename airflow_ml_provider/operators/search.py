@@ -10,16 +10,15 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.log import mask_secret
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.jobs.follow import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.search.runner import SearchFailed, TrialScheduler, summarize, trial_identity
 from airflow_ml_provider.jobs.search.space import SearchSpace, SearchSpaceError, parse_settings, parse_space
-from airflow_ml_provider.jobs.search.study import StorageConfig, derive_storage, open_storage, open_study, study_name
 from airflow_ml_provider.jobs.search.template import check_template, placeholder
-from airflow_ml_provider.jobs.search.tracking import MlflowSearchLog
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
@@ -36,11 +35,11 @@ class HyperparameterSearchOperator(BaseOperator):
     parameters' placeholders left in place and then replaced by each trial's values as plain data.
     A TrainingJobSpec instance is taken as data (no Jinja at all), as recipes pass it.
 
-    The study is persisted (``storage_url``, the ``[ml_training] search_storage_url`` setting, or a
-    storage beside the Airflow metadata database) under a name derived from dag/task/run, so a retried
-    or restarted task keeps its finished trials and re-attaches to the jobs of running ones. Trials
-    whose objective is worse than the median of completed trials at the same step are pruned and their
-    jobs deleted. Every trial is recorded in MLflow (a parent run per search, a child run per trial,
+    The study is persisted (``storage_url``, the ``[ml_training] search_storage_url`` setting, by default a
+    journal file under ``$AIRFLOW_HOME/ml/search``; never Airflow's metadata database) under a name derived
+    from dag/task/run, so a retried or restarted task keeps its finished trials and re-attaches to the
+    jobs of running ones. Trials whose objective is worse than the median of completed trials at the
+    same step are pruned and their jobs deleted. Every trial is recorded in MLflow (a parent run per search, a child run per trial,
     the trials plot). A pruned trial's ``value`` in the trials table is its last reported step's.
 
     Args:
@@ -50,7 +49,8 @@ class HyperparameterSearchOperator(BaseOperator):
         pruning_startup_trials, pruning_warmup_steps, metric_patterns, poll_interval: see
             :class:`~airflow_ml_provider.jobs.search.space.SearchSettings`.
         backend: backend name (default: the trial operator's, else the connection's).
-        storage_url: SQLAlchemy URL of the Optuna storage.
+        storage_url: the Optuna storage: ``journal:///path`` or an SQLAlchemy URL (its password is masked
+            in logs).
         mlflow_experiment: experiment for the runs (default: the DAG id).
         track_mlflow: record the search in MLflow, through the model registry connection ``registry_conn_id``
             (without one: the embedded SQLite store under ``$AIRFLOW_HOME/ml``).
@@ -116,6 +116,11 @@ class HyperparameterSearchOperator(BaseOperator):
         return TrainingBackendHook(self.ml_conn_id)
 
     def execute(self, context) -> dict[str, Any]:
+        # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
+        from airflow_ml_provider.jobs.search.runner import SearchFailed, TrialScheduler, summarize, trial_identity
+        from airflow_ml_provider.jobs.search.study import open_storage, open_study, study_name
+        from airflow_ml_provider.jobs.search.tracking import MlflowSearchLog
+
         identity = JobIdentity.from_context(context)
         space = _user_error(self.task_id, lambda: parse_space(self.search_space))
         settings = _user_error(self.task_id, self._settings)
@@ -125,7 +130,7 @@ class HyperparameterSearchOperator(BaseOperator):
         _user_error(self.task_id, lambda: check_template(template(trial_identity(identity, 0).name), space))
 
         name = study_name(identity)
-        study = _user_error(self.task_id, lambda: open_study(open_storage(self._storage()), name, settings, space))
+        study = _user_error(self.task_id, lambda: open_study(open_storage(self._storage_url()), name, settings, space))
         registry = ModelRegistryHook(self.registry_conn_id) if self.track_mlflow else None
         with registry.mlflow() if registry else contextlib.nullcontext():  # its credentials, for the whole search
             mlflow = registry and MlflowSearchLog(registry.settings().tracking_uri,
@@ -137,6 +142,7 @@ class HyperparameterSearchOperator(BaseOperator):
             self._scheduler = TrialScheduler(
                 backend, study, space, settings, template, identity, log=self.log,
                 on_trial_finished=(lambda trial: mlflow.log_trial(trial, settings.objective_metric)) if mlflow else None,
+                follow=_follow_options(trial),
             )
             self._scheduler.run()
             try:
@@ -172,9 +178,16 @@ class HyperparameterSearchOperator(BaseOperator):
             return operator
         return self.render_template(self.trial, placeholders, jinja_env)
 
-    def _storage(self) -> StorageConfig:
-        url = self.storage_url or conf.get("ml_training", "search_storage_url", fallback=None)
-        return StorageConfig(url) if url else derive_storage(conf.get("database", "sql_alchemy_conn"))
+    def _storage_url(self) -> str | None:
+        """The configured Optuna storage (None: the default journal file), its password masked in logs."""
+        url = self.storage_url or conf.get("ml_training", "search_storage_url", fallback=None) or None
+        if url and "://" in url:
+            from sqlalchemy.engine import make_url
+
+            with contextlib.suppress(Exception):
+                if password := make_url(url).password:
+                    mask_secret(password)
+        return url
 
 
 
@@ -192,6 +205,14 @@ def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]
         return TrainingJobSpec(**({**defaults, **trial} if artifacts else trial))
 
     return build
+
+
+def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:
+    """A trial operator's own log rules and preemption budget apply to every trial's job."""
+    if not isinstance(trial, BaseTrainingOperator):
+        return FollowOptions()
+    return FollowOptions(rules={"fail_on": trial.fail_on, "retry_on": trial.retry_on},
+                         max_preemptions=trial.max_preemptions)
 
 
 def _check_trial(trial: Any, task_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:

@@ -14,10 +14,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.follow import JobFollower, summarize_log
+from airflow_ml_provider.jobs.backends.base import Backend, JobSubmissionError
+from airflow_ml_provider.jobs.drivers import SyncDriver
+from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.preemption import last_checkpoint, resubmission
+from airflow_ml_provider.jobs.preemption import resubmission
 from airflow_ml_provider.jobs.spec import (
     Framework,
     KubernetesOptions,
@@ -26,11 +27,11 @@ from airflow_ml_provider.jobs.spec import (
     SpecError,
     TrainingJobSpec,
 )
-from airflow_ml_provider.jobs.state import JobState, JobStatus
-from airflow_ml_provider.logs.rules import LogRules, Verdict
-from airflow_ml_provider.logs.source import LogSource
+from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.logs.rules import LogRules
 from airflow_ml_provider.operators.links import GrafanaJobLink, KibanaJobLink
-from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
+from airflow_ml_provider.triggers.durable import task_key
+from airflow_ml_provider.triggers.training_job import TrainingJobTrigger, step_from_event
 
 
 class OnFinish(str, Enum):
@@ -48,6 +49,9 @@ class TrainingJobFailed(AirflowException):
 class BaseTrainingOperator(BaseOperator):
     """Submits one TrainingJobSpec, streams its workers' lines into the task log, returns a summary.
 
+    Following the job (lines, rules, metrics, preemptions) is the follow core's (``jobs.follow``),
+    driven here synchronously or, when deferrable, by ``TrainingJobTrigger`` in the triggerer.
+
     A task re-executed while its job is still running (a retry, a restarted worker) attaches to that
     job instead of starting a second one: the job's name is derived from dag/task/run/map index.
 
@@ -55,6 +59,10 @@ class BaseTrainingOperator(BaseOperator):
     same name, up to ``max_preemptions`` times, without spending an Airflow retry: the attempt carries
     ``AIRFLOW_ML_PREEMPTIONS`` and ``AIRFLOW_ML_RESUME_FROM`` (the last checkpoint its log reported).
     A FAILED job (the user's code exited non-zero) is never resubmitted this way.
+
+    ``execution_timeout`` is also the job's deadline: the backend stops an attempt that outlives it
+    (the local launcher; ``activeDeadlineSeconds`` on Kubernetes), and the follower stops the job and
+    fails the task when it passes.
 
     With an Elasticsearch connection (``elasticsearch_conn_id``, else the training connection's extra of
     that name), the job's lines and metrics are read from the pods' logs in Elasticsearch instead of
@@ -112,7 +120,7 @@ class BaseTrainingOperator(BaseOperator):
         self.max_preemptions = max_preemptions
         self.fail_on = list(fail_on or [])
         self.retry_on = list(retry_on or [])
-        self.rules = LogRules(fail_on=self.fail_on, retry_on=self.retry_on)  # bad regexes fail at parse time
+        LogRules(fail_on=self.fail_on, retry_on=self.retry_on)  # bad regexes fail at parse time
         self.ml_conn_id = ml_conn_id
         self.elasticsearch_conn_id = elasticsearch_conn_id
         self.on_finish = OnFinish(on_finish)
@@ -129,9 +137,6 @@ class BaseTrainingOperator(BaseOperator):
         """The Elasticsearch connection the job's log is read from, if one is configured."""
         return self.elasticsearch_conn_id or self.hook.extras().get("elasticsearch_conn_id")
 
-    def _log_source(self, backend: Backend, name: str) -> LogSource:
-        return job_log_source(backend, name, self.logs_conn_id, self.log)
-
     def build_command(self) -> list[str] | None:
         """The worker argv; subclasses that know their trainer build it from their own arguments."""
         return self.command
@@ -144,6 +149,7 @@ class BaseTrainingOperator(BaseOperator):
 
     def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
         model_dir, checkpoint_dir = self.artifact_dirs(backend, name)
+        timeout = self.execution_timeout.total_seconds() if self.execution_timeout else None
         try:
             return TrainingJobSpec(
                 framework=self.framework,
@@ -159,9 +165,23 @@ class BaseTrainingOperator(BaseOperator):
                 checkpoint_dir=checkpoint_dir,
                 min_workers=self.min_workers,
                 max_workers=self.max_workers,
+                timeout_s=max(1, int(timeout)) if timeout else None,
             )
         except SpecError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
+
+    def follow_options(self, backend: Backend, name: str, spec: TrainingJobSpec) -> FollowOptions:
+        """How this task follows its job; the deadline counts from now (the job was just submitted)."""
+        roots = tuple(path for path in (backend.default_artifact_dir(name), spec.model_dir, spec.checkpoint_dir)
+                      if path)
+        return FollowOptions(
+            rules={"fail_on": self.fail_on, "retry_on": self.retry_on}, max_preemptions=self.max_preemptions,
+            poll_interval=self.poll_interval, settle_s=self._source(backend, name).settle_s,
+            deadline=time.time() + spec.timeout_s if spec.timeout_s else None, artifact_roots=roots,
+        )
+
+    def _source(self, backend: Backend, name: str):
+        return job_log_source(backend, name, self.logs_conn_id)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         """Also render the job's manifest (or local launch plan), so the UI's rendered view shows exactly
@@ -175,112 +195,75 @@ class BaseTrainingOperator(BaseOperator):
         identity = JobIdentity.from_context(context)
         backend = self.hook.get_backend(self.backend)
         spec = self.build_spec(backend, identity.name)
+        self._job = (backend, identity.name)  # set first: a kill during submission still cancels the job
         try:
             started = backend.submit(identity.name, spec, identity.labels())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the job: {exc}") from None
-        self._job = (backend, identity.name)
         self.log.info("%s job %s on backend %s with %d worker(s): %s",
                       "Submitted" if started else "Attached to the already running",
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
-        return self._follow(context, backend, identity.name, preemptions=0)
+        follower = Follower(self.follow_options(backend, identity.name, spec))
+        return self._follow(context, backend, identity.name, follower)
 
-    def execute_complete(self, context, event: dict[str, Any], preemptions: int = 0) -> dict[str, Any]:
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         backend = self.hook.get_backend(self.backend)
-        if "error" in event:
-            raise TrainingJobFailed(f"{self.task_id}: {event['error']}")
-        if "rule" in event:
-            self._raise_for_rule(event["job_name"], event["rule"])
-        return self._settle(context, backend, event["job_name"], JobStatus.from_dict(event["status"]), preemptions)
+        name = event["job_name"]
+        self._job = (backend, name)
+        follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
+        return self._conclude(context, backend, name, follower, step_from_event(event))
 
-    def _follow(self, context, backend: Backend, name: str, preemptions: int) -> dict[str, Any]:
-        """Wait for the job (in the triggerer when deferrable), then finish it or resubmit it."""
+    def _follow(self, context, backend: Backend, name: str, follower: Follower) -> dict[str, Any]:
+        """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
         if self.deferrable:
             self.defer(
-                trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id,
-                                           poll_interval=self.poll_interval,
-                                           elasticsearch_conn_id=self.logs_conn_id,
-                                           fail_on=self.fail_on, retry_on=self.retry_on),
+                trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id, options=follower.options.to_dict(),
+                                           state=follower.state, elasticsearch_conn_id=self.logs_conn_id,
+                                           state_key=task_key(context)),
                 method_name="execute_complete",
-                kwargs={"preemptions": preemptions},
             )
-        return self._settle(context, backend, name, self._wait(backend, name), preemptions)
+        step = SyncDriver(follower, self.log, backend, name, self._source(backend, name)).run()
+        return self._conclude(context, backend, name, follower, step)
 
-    def _settle(self, context, backend: Backend, name: str, status: JobStatus, preemptions: int) -> dict[str, Any]:
-        """A preempted job is resubmitted (up to ``max_preemptions`` times); anything else is final."""
-        if status.state is JobState.PREEMPTED:
-            if preemptions < self.max_preemptions:
-                return self._resubmit(context, backend, name, status, preemptions + 1)
-            self.log.error("Job %s was preempted %d time(s), the most max_preemptions allows", name, preemptions + 1)
-        return self._finish(backend, name, status)
+    def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
+        if step.action is Action.RESUBMIT:
+            return self._resubmit(context, backend, name, follower, step)
+        state = step.status.state if step.status else JobState.FAILED
+        try:
+            if step.action is Action.FINISH:
+                self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(follower.metrics))
+                return {"job_name": name, "backend": backend.name, "state": state.value,
+                        "metrics": follower.metrics,
+                        "model_path": follower.model_path or self.artifact_dirs(backend, name)[0]}
+            last = "\n".join(f"  [{line.source}] {line.text}" for line in follower.last_lines())
+            message = f"{self.task_id}: job {name}: {step.message}" + (f". Last log lines:\n{last}" if last else "")
+            if not step.retryable:
+                raise AirflowFailException(message)
+            raise TrainingJobFailed(message)
+        finally:
+            if self.on_finish is OnFinish.DELETE or (
+                self.on_finish is OnFinish.DELETE_SUCCEEDED and step.action is Action.FINISH
+            ):
+                backend.delete(name)
+            self._job = None
 
-    def _resubmit(self, context, backend: Backend, name: str, status: JobStatus, preemptions: int) -> dict[str, Any]:
+    def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
         """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""
-        resume = last_checkpoint(self._log_source(backend, name))
         base = self.build_spec(backend, name)
-        spec, labels = resubmission(base, JobIdentity.from_context(context).labels(), preemptions, resume)
+        spec, labels = resubmission(base, JobIdentity.from_context(context).labels(), follower.preemptions,
+                                    step.resume)
         self.log.warning(
             "Job %s was preempted (%s). Resubmitting it (preemption %d of at most %d; not an Airflow retry), "
-            "resuming from %s", name, status.message or "no reason given", preemptions, self.max_preemptions,
-            resume.describe() if resume else f"whatever {base.checkpoint_dir} holds (its log reported no checkpoint)",
+            "resuming from %s", name, step.message, follower.preemptions, self.max_preemptions,
+            step.resume.describe() if step.resume
+            else f"whatever {base.checkpoint_dir} holds (its log reported no checkpoint)",
         )
         try:
             backend.submit(name, spec, labels)
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
-        return self._follow(context, backend, name, preemptions)
-
-    def _wait(self, backend: Backend, name: str) -> JobStatus:
-        follower = JobFollower(backend, name, source=self._log_source(backend, name))
-        while True:
-            try:
-                lines, status = follower.step()
-            except JobNotFound as exc:
-                raise TrainingJobFailed(f"{self.task_id}: job vanished while running: {exc}") from None
-            for line in lines:
-                self.log.info("%s", line)
-                if (match := self.rules.check(line)) is not None:
-                    backend.cancel(name)
-                    self._raise_for_rule(name, match.to_dict())
-            if lines:
-                continue
-            if status.state.is_terminal:
-                return status
-            time.sleep(self.poll_interval)
-
-    def _raise_for_rule(self, name: str, match: dict[str, str]) -> None:
-        """A ``fail_on`` line fails the task for good; a ``retry_on`` line fails this try only. The job
-        was cancelled when the line was seen: a preemption is not assumed, nothing is resubmitted."""
-        message = (f"{self.task_id}: job {name} cancelled: its log matched {match['verdict']}_on "
-                   f"{match['pattern']!r}: [{match['source']}] {match['line']}")
-        if match["verdict"] == Verdict.FAIL.value:
-            raise AirflowFailException(message)
-        raise TrainingJobFailed(message)
-
-    def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
-        try:
-            metrics, tail = summarize_log(backend, name, source=self._log_source(backend, name))
-            if status.state is not JobState.SUCCEEDED:
-                codes = ", ".join(f"rank {rank}: {code}" for rank, code in sorted(status.exit_codes.items()))
-                last_lines = "\n".join(f"  {line}" for line in tail)
-                raise TrainingJobFailed(
-                    f"{self.task_id}: job {name} {status.state.value}: {status.message or 'no reason given'}"
-                    f" (exit codes: {codes or 'none recorded'}). Last log lines:\n{last_lines}"
-                )
-            self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(metrics.final))
-            return {
-                "job_name": name,
-                "backend": backend.name,
-                "state": status.state.value,
-                "metrics": metrics.final,
-                "model_path": metrics.model_path or self.artifact_dirs(backend, name)[0],
-            }
-        finally:
-            if self.on_finish is OnFinish.DELETE or (
-                self.on_finish is OnFinish.DELETE_SUCCEEDED and status.state is JobState.SUCCEEDED
-            ):
-                backend.delete(name)
-            self._job = None
+        follower.resubmitted()
+        return self._follow(context, backend, name, follower)
 
     def on_kill(self) -> None:
         if self._job is not None:

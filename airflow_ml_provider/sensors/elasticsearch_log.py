@@ -11,12 +11,13 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_ml_provider.hooks.elasticsearch_logs import ElasticsearchLogsHook
+from airflow_ml_provider.jobs.drivers import SyncDriver
+from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.logs.metrics import MetricsTracker
-from airflow_ml_provider.logs.outage import Outage
 from airflow_ml_provider.logs.rules import LogRules, Verdict
-from airflow_ml_provider.logs.source import LogSourceUnavailable
-from airflow_ml_provider.logs.watch import LogWatch
+from airflow_ml_provider.triggers.durable import task_key
 from airflow_ml_provider.triggers.elasticsearch_log import ElasticsearchLogTrigger
+from airflow_ml_provider.triggers.training_job import step_from_event
 
 METRICS_XCOM_KEY = "metrics"
 
@@ -51,8 +52,6 @@ class ElasticsearchLogSensor(BaseSensorOperator):
         index: index pattern overriding the connection's.
         elasticsearch_conn_id: an ``elasticsearch`` connection (see ElasticsearchLogsHook).
         outage_grace_period: seconds of Elasticsearch outage tolerated before failing.
-        checkpoint_interval: seconds between durable checkpoints of the cursor while deferred.
-        max_lines: lines per Elasticsearch request.
     """
 
     template_fields: Sequence[str] = ("job", "namespace", "index", "succeed_on", "fail_on", "retry_on",
@@ -73,9 +72,7 @@ class ElasticsearchLogSensor(BaseSensorOperator):
         elasticsearch_conn_id: str = ElasticsearchLogsHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         outage_grace_period: float = 600.0,
-        checkpoint_interval: float | None = 300.0,
-        max_lines: int = 2000,
-        poke_interval: float = 5.0,
+        poke_interval: float = 1.0,
         **kwargs: Any,
     ):
         super().__init__(poke_interval=poke_interval, **kwargs)
@@ -95,11 +92,8 @@ class ElasticsearchLogSensor(BaseSensorOperator):
         self.elasticsearch_conn_id = elasticsearch_conn_id
         self.deferrable = deferrable
         self.outage_grace_period = outage_grace_period
-        self.checkpoint_interval = checkpoint_interval
-        self.max_lines = max_lines
         self.log_rules(), MetricsTracker(self.metric_goals)  # bad patterns or goals fail at parse time
-        self._watch: LogWatch | None = None
-        self._outage = Outage(outage_grace_period, first_delay=min(poke_interval, 5.0))
+        self._driver: SyncDriver | None = None
 
     @cached_property
     def hook(self) -> ElasticsearchLogsHook:
@@ -108,66 +102,46 @@ class ElasticsearchLogSensor(BaseSensorOperator):
     def log_rules(self) -> LogRules:
         return LogRules(self.succeed_on, self.fail_on, self.retry_on, self.metrics)
 
+    def options(self, deadline: float | None) -> FollowOptions:
+        return FollowOptions(rules=self.log_rules().to_dict(), poll_interval=self.poke_interval,
+                             outage_grace_s=self.outage_grace_period, deadline=deadline,
+                             metric_goals=self.metric_goals)
+
     def execute(self, context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        self._defer(cursor=None, metrics_state=None, deadline=time.time() + self.timeout)
-
-    def _defer(self, cursor: Any, metrics_state: dict | None, deadline: float) -> None:
         self.defer(
             trigger=ElasticsearchLogTrigger(
-                job=self.job, rules=self.log_rules().to_dict(),
-                elasticsearch_conn_id=self.elasticsearch_conn_id, namespace=self.namespace, index=self.index,
-                cursor=cursor, metrics_state=metrics_state, metric_goals=self.metric_goals,
-                poll_interval=self.poke_interval, outage_grace_period=self.outage_grace_period,
-                checkpoint_interval=self.checkpoint_interval, deadline=deadline, max_lines=self.max_lines),
+                job=self.job, elasticsearch_conn_id=self.elasticsearch_conn_id,
+                options=self.options(time.time() + self.timeout).to_dict(), namespace=self.namespace,
+                index=self.index, state_key=task_key(context)),
             method_name="execute_complete",
         )
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
-        context["ti"].xcom_push(key=METRICS_XCOM_KEY, value=event["metrics"])
-        status = event["status"]
-        if status == "checkpoint":
-            self.log.info("Checkpoint of job %s's log; deferring again from it", self.job)
-            self._defer(event["cursor"], event["metrics_state"], event["deadline"])
-        if status == "matched":
-            return self._conclude(event["match"], event["metrics"])
-        if status == "timeout":
-            raise AirflowSensorTimeout(f"{self.task_id}: no log line of job {self.job} matched succeed_on "
-                                       f"within {self.timeout:g} s")
-        raise AirflowException(f"{self.task_id}: {event.get('message', event)}")
+        follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
+        return self._conclude(context, follower, step_from_event(event))
 
     def poke(self, context) -> bool | PokeReturnValue:
-        if self._watch is None:
+        """Reads every line there is now; the sensor's own timeout is Airflow's (no deadline here)."""
+        if self._driver is None:
             source = self.hook.log_source(self.job, self.namespace, self.index)
-            self._watch = LogWatch(source, self.log_rules(), MetricsTracker(self.metric_goals))
-        try:
-            while True:
-                step = self._watch.step(self.max_lines)
-                for line in step.lines:
-                    self.log.info("%s", line)
-                if step.match is not None:
-                    metrics = self._watch.tracker.summary()
-                    context["ti"].xcom_push(key=METRICS_XCOM_KEY, value=metrics)
-                    return PokeReturnValue(True, self._conclude(step.match.to_dict(), metrics))
-                if len(step.lines) < self.max_lines:
-                    break
-        except LogSourceUnavailable as exc:
-            delay = self._outage.failed()
-            if self._outage.exhausted:
-                raise AirflowException(f"{self.task_id}: Elasticsearch unreadable for "
-                                       f"{self._outage.elapsed:.0f} s (grace period "
-                                       f"{self.outage_grace_period:g} s): {exc}") from None
-            self.log.warning("Elasticsearch unavailable (%s); next attempt in about %.1f s, from the same "
-                             "cursor", exc, max(delay, self.poke_interval))
-            time.sleep(max(0.0, delay - self.poke_interval))
+            self._driver = SyncDriver(Follower(self.options(None)), self.log, source=source, owns_job=False)
+        while (step := self._driver.poll()).action is Action.WAIT and step.delay == 0:
+            pass
+        if step.action is Action.WAIT:
             return False
-        if (lasted := self._outage.recovered()) is not None:
-            self.log.warning("Elasticsearch reachable again after %.1f s; resumed from the saved cursor",
-                             lasted)
-        return False
+        return PokeReturnValue(True, self._conclude(context, self._driver.follower, step))
 
-    def _conclude(self, match: dict[str, str], metrics: dict[str, Any]) -> dict[str, Any]:
+    def _conclude(self, context, follower: Follower, step: Step) -> dict[str, Any]:
+        metrics = follower.tracker.summary()
+        context["ti"].xcom_push(key=METRICS_XCOM_KEY, value=metrics)
+        if step.timed_out:
+            raise AirflowSensorTimeout(f"{self.task_id}: no log line of job {self.job} matched succeed_on "
+                                       f"within {self.timeout:g} s")
+        if step.match is None:  # the log store stayed unreadable past the grace period
+            raise AirflowException(f"{self.task_id}: {step.message}")
+        match = step.match.to_dict()
         where = f"job {self.job}'s log matched {match['verdict']} pattern {match['pattern']!r}: " \
                 f"[{match['source']}] {match['line']}"
         if match["verdict"] == Verdict.FAIL.value:

@@ -10,13 +10,16 @@ from airflow.sdk import BaseSensorOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.state import JobState, JobStatus
-from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
+from airflow_ml_provider.jobs.drivers import SyncDriver
+from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.triggers.training_job import TrainingJobTrigger, step_from_event
 
 
 class TrainingJobSensor(BaseSensorOperator):
-    """Succeeds when the job succeeds; fails when it fails, is cancelled, or vanishes.
+    """Succeeds when the job succeeds; fails when it fails, is preempted, cancelled, or vanishes.
+
+    The job belongs to the task that submitted it: this sensor only watches. Killing, clearing or
+    marking this task never cancels or deletes the job, and it never resubmits a preempted one.
 
     ``job_name`` is typically ``{{ ti.xcom_pull('train')['job_name'] }}``.
     """
@@ -42,33 +45,32 @@ class TrainingJobSensor(BaseSensorOperator):
     def hook(self) -> TrainingBackendHook:
         return TrainingBackendHook(self.ml_conn_id)
 
+    def _options(self) -> FollowOptions:
+        return FollowOptions(max_preemptions=0, poll_interval=self.poke_interval)
+
     def execute(self, context) -> Any:
         if not self.deferrable:
             return super().execute(context)
         backend = self.hook.get_backend(self.backend)
         self.defer(
             trigger=TrainingJobTrigger(self.job_name, backend.name, self.ml_conn_id,
-                                       poll_interval=self.poke_interval, stream_logs=False),
+                                       options=self._options().to_dict(), stream_logs=False, owns_job=False),
             method_name="execute_complete",
         )
 
     def poke(self, context) -> bool:
-        try:
-            status = self.hook.get_backend(self.backend).status(self.job_name)
-        except JobNotFound as exc:
-            raise AirflowException(f"{self.task_id}: job {self.job_name} vanished: {exc}") from None
-        self.log.info("Job %s is %s %s", self.job_name, status.state.value, status.message)
-        return _succeeded(self.job_name, status)
+        backend = self.hook.get_backend(self.backend)
+        step = SyncDriver(Follower(self._options()), self.log, backend, self.job_name, owns_job=False).poll()
+        if step.status is not None:
+            self.log.info("Job %s is %s %s", self.job_name, step.status.state.value, step.status.message)
+        return self._decided(step)
 
     def execute_complete(self, context, event: dict[str, Any]) -> None:
-        if "error" in event:
-            raise AirflowException(f"{self.task_id}: {event['error']}")
-        _succeeded(self.job_name, JobStatus.from_dict(event["status"]))
+        self._decided(step_from_event(event))
 
-
-def _succeeded(name: str, status: JobStatus) -> bool:
-    if status.state is JobState.SUCCEEDED:
-        return True
-    if status.state.is_terminal:
-        raise AirflowException(f"job {name} ended {status.state.value}: {status.message}")
-    return False
+    def _decided(self, step: Step) -> bool:
+        if step.action is Action.FINISH:
+            return True
+        if step.action is Action.WAIT:
+            return False
+        raise AirflowException(f"{self.task_id}: job {self.job_name}: {step.message}")

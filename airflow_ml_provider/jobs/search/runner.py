@@ -8,22 +8,22 @@ running, keeps every finished trial, and only asks the sampler for the rest of t
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.follow import JobFollower
+from airflow_ml_provider.jobs.drivers import SyncDriver
+from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX, JobIdentity
-from airflow_ml_provider.jobs.search.progress import ObjectiveTracker
+from airflow_ml_provider.jobs.preemption import resubmission
 from airflow_ml_provider.jobs.search.space import SearchSettings, SearchSpace, trial_budget
 from airflow_ml_provider.jobs.search.template import render_trial
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it
 JOB_NAME_ATTR = "job_name"
@@ -44,10 +44,10 @@ def trial_identity(search: JobIdentity, number: int) -> JobIdentity:
 class _Running:
     trial: optuna.Trial
     job_name: str
-    follower: JobFollower
-    tracker: ObjectiveTracker
+    spec: TrainingJobSpec
+    labels: dict[str, str]
+    driver: SyncDriver
     reported: set[int]
-    tail: deque = field(default_factory=lambda: deque(maxlen=5))
 
 
 class TrialScheduler:
@@ -62,12 +62,14 @@ class TrialScheduler:
         identity: the search task's identity; trial job names and labels derive from it.
         on_trial_finished: called with every trial this session finishes (tracking, progress).
         log: where trial events are logged.
+        follow: how each trial's job is followed (log rules such as ``fail_on``, ``max_preemptions``);
+            the objective's metric patterns are added to its rules.
     """
 
     def __init__(self, backend: Backend, study: optuna.Study, space: SearchSpace, settings: SearchSettings,
                  template: TrialTemplate, identity: JobIdentity, *,
                  on_trial_finished: Callable[[FrozenTrial], None] | None = None,
-                 log: logging.Logger | None = None):
+                 log: logging.Logger | None = None, follow: FollowOptions | None = None):
         self.backend = backend
         self.study = study
         self.space = space
@@ -79,6 +81,9 @@ class TrialScheduler:
         self.budget = trial_budget(settings, space)
         self.running: dict[int, _Running] = {}
         self._failures_in_a_row = 0
+        follow = follow or FollowOptions()
+        rules = {**follow.rules, "metrics": [*follow.rules.get("metrics", []), *(settings.metric_patterns or [])]}
+        self.follow = replace(follow, rules=rules, poll_interval=settings.poll_interval)
 
     def run(self) -> None:
         """Resume what a previous session left, then keep ``max_parallel`` trials running until the
@@ -109,7 +114,8 @@ class TrialScheduler:
                 self._start(trial, self.space.suggest(trial))  # drawn values are kept, missing ones drawn
                 continue
             self.log.info("Trial %d: re-attached to its job %s (%s)", frozen.number, name, status.state.value)
-            self._track(trial, name, reported=set(frozen.intermediate_values))
+            spec = render_trial(self.template(name), self.space.suggest(trial))  # the values it drew
+            self._track(trial, name, spec, self._labels(trial.number), reported=set(frozen.intermediate_values))
 
     def _fill(self) -> None:
         while (len(self.running) < self.settings.max_parallel
@@ -121,75 +127,91 @@ class TrialScheduler:
     def _start(self, trial: optuna.Trial, values: dict) -> None:
         name = self._job_name(trial.number)
         trial.set_user_attr(JOB_NAME_ATTR, name)
-        labels = {**trial_identity(self.identity, trial.number).labels(),
-                  f"{LABEL_PREFIX}/search": self.identity.name, f"{LABEL_PREFIX}/trial": str(trial.number)}
+        labels = self._labels(trial.number)
         try:
-            started = self.backend.submit(name, render_trial(self.template(name), values), labels)
+            spec = render_trial(self.template(name), values)
+            started = self.backend.submit(name, spec, labels)
         except (SpecError, JobSubmissionError) as exc:
             self._fail(trial, f"its job was not submitted: {exc}")
             return
         self.log.info("Trial %d: %s job %s with %s", trial.number, "submitted" if started else "attached to",
                       name, values)
-        self._track(trial, name, reported=set())
+        self._track(trial, name, spec, labels, reported=set())
 
-    def _track(self, trial: optuna.Trial, name: str, reported: set[int]) -> None:
-        tracker = ObjectiveTracker(self.settings.objective_metric, self.settings.metric_patterns)
-        self.running[trial.number] = _Running(trial, name, JobFollower(self.backend, name), tracker, reported)
+    def _labels(self, number: int) -> dict[str, str]:
+        return {**trial_identity(self.identity, number).labels(),
+                f"{LABEL_PREFIX}/search": self.identity.name, f"{LABEL_PREFIX}/trial": str(number)}
+
+    def _track(self, trial: optuna.Trial, name: str, spec: TrainingJobSpec, labels: dict[str, str],
+               reported: set[int]) -> None:
+        options = replace(self.follow, artifact_roots=tuple(p for p in (spec.model_dir, spec.checkpoint_dir) if p))
+        driver = SyncDriver(Follower(options), self.log, self.backend, name, self.backend.log_source(name))
+        self.running[trial.number] = _Running(trial, name, spec, labels, driver, reported)
 
     def _poll(self, run: _Running) -> bool:
-        """Read the job's new lines and status; True when anything happened."""
-        try:
-            lines, status = run.follower.step()
-        except JobNotFound as exc:
+        """One round of the trial's job through the follow core; True when anything happened."""
+        step = run.driver.poll()
+        if self._report(run, step):
+            return True
+        if step.action is Action.RESUBMIT:
+            self._resubmit(run, step)
+            return True
+        if step.action is Action.FINISH:
+            self._complete(run)
+            return True
+        if step.action is Action.FAIL:
             self._end(run)
-            self._fail(run.trial, f"its job vanished: {exc}")
+            last = "\n".join(f"  [{line.source}] {line.text}" for line in run.driver.follower.last_lines()[-5:])
+            self._fail(run.trial, f"{step.message}; last lines:\n{last}" if last else step.message)
             return True
-        for line in lines:
-            run.tracker.feed(line)
-            run.tail.append(line)
-        if self._report(run):
-            return True
-        if lines:
-            return True
-        if status.state.is_terminal:
-            self._complete(run, status)
-            return True
-        return False
+        return bool(step.lines) or step.delay == 0
 
-    def _report(self, run: _Running) -> bool:
+    def _resubmit(self, run: _Running, step: Step) -> None:
+        """A preempted trial starts again under its name, from its last checkpoint (no new trial is spent)."""
+        follower = run.driver.follower
+        spec, labels = resubmission(run.spec, run.labels, follower.preemptions, step.resume)
+        self.log.warning("Trial %d: job %s was preempted (%s); resubmitting it (preemption %d), resuming from %s",
+                         run.trial.number, run.job_name, step.message, follower.preemptions,
+                         step.resume.describe() if step.resume else "its checkpoint directory")
+        try:
+            self.backend.submit(run.job_name, spec, labels)
+        except JobSubmissionError as exc:
+            self._end(run)
+            self._fail(run.trial, f"its preempted job was not resubmitted: {exc}")
+            return
+        follower.resubmitted()
+
+    def _report(self, run: _Running, step: Step) -> bool:
         """Report the new steps to the trial, then ask the pruner; True when the trial was pruned.
 
         The decision depends on the reported values alone, not on whether the job happens to have
         finished when its lines were read, so a search with one trial at a time prunes reproducibly.
         """
-        new = sorted(set(run.tracker.intermediate) - run.reported)
-        for step in new:
-            run.trial.report(run.tracker.intermediate[step], step)
-            run.reported.add(step)
+        new = [(number, value) for name, number, value in step.points
+               if name == self.settings.objective_metric and number not in run.reported]
+        for number, value in new:
+            run.trial.report(value, number)
+            run.reported.add(number)
         if not new or not run.trial.should_prune():
             return False
         self._end(run)
         frozen = self.study.tell(run.trial, state=TrialState.PRUNED)
         self.backend.delete(run.job_name)  # after tell: a restart deletes the jobs of pruned trials again
         self.log.info("Trial %d: pruned at step %d (%s %.6g, below the median); job %s deleted",
-                      run.trial.number, new[-1], self.settings.objective_metric,
-                      run.tracker.intermediate[new[-1]], run.job_name)
+                      run.trial.number, new[-1][0], self.settings.objective_metric, new[-1][1], run.job_name)
         self._failures_in_a_row = 0
         self._finished(frozen)
         return True
 
-    def _complete(self, run: _Running, status: JobStatus) -> None:
+    def _complete(self, run: _Running) -> None:
         self._end(run)
-        value = run.tracker.final
-        if status.state is not JobState.SUCCEEDED or value is None:
-            reason = (f"its job {status.state.value}: {status.message or 'no reason given'}"
-                      if status.state is not JobState.SUCCEEDED
-                      else f"its job never reported {self.settings.objective_metric!r}")
-            last = "\n".join(f"  {line}" for line in run.tail)
-            self._fail(run.trial, f"{reason}; last lines:\n{last}" if last else reason)
+        follower = run.driver.follower
+        value = _number(follower.metrics.get(self.settings.objective_metric))
+        if value is None:
+            self._fail(run.trial, f"its job never reported {self.settings.objective_metric!r}")
             return
-        if run.tracker.model_path:
-            run.trial.set_user_attr(MODEL_PATH_ATTR, run.tracker.model_path)
+        if follower.model_path:
+            run.trial.set_user_attr(MODEL_PATH_ATTR, follower.model_path)
         frozen = self.study.tell(run.trial, value)
         self.log.info("Trial %d: %s = %.6g (best so far %.6g)", run.trial.number,
                       self.settings.objective_metric, value, self.study.best_value)
@@ -212,6 +234,14 @@ class TrialScheduler:
 
     def _job_name(self, number: int) -> str:
         return trial_identity(self.identity, number).name
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def summarize(study: optuna.Study) -> dict:

@@ -1,4 +1,4 @@
-"""TrainingJobTrigger: serializes with its cursor, streams each line once, resumes where it stopped."""
+"""TrainingJobTrigger: serializes with its follower state, streams each line once, resumes where it stopped."""
 
 from __future__ import annotations
 
@@ -48,23 +48,24 @@ def streamed_lines(capfd) -> list[str]:
 
 def test_trigger_streams_every_line_once_and_resumes_from_its_cursor(backend, capfd):
     backend.submit("trig", TrainingJobSpec(framework="generic", command=PRINT_100, num_workers=1), {})
-    trigger = TrainingJobTrigger("trig", ml_conn_id="ml_test", poll_interval=0.1)
+    trigger = TrainingJobTrigger("trig", ml_conn_id="ml_test", options={"poll_interval": 0.1})
     assert rebuild(trigger).serialize() == trigger.serialize()
 
     payload = asyncio.run(first_event(rebuild(trigger)))
-    assert payload["status"]["state"] == "SUCCEEDED"
+    assert payload["action"] == "finish" and payload["status"]["state"] == "SUCCEEDED"
     assert streamed_lines(capfd) == [f"[rank 0] line {i}" for i in range(100)]
 
-    # A triggerer restart rebuilds the trigger from the cursor it had reached: nothing is printed twice.
-    resumed = rebuild(TrainingJobTrigger("trig", ml_conn_id="ml_test", cursor=payload["cursor"]))
+    # A trigger rebuilt from the state it had reached prints nothing twice.
+    resumed = rebuild(TrainingJobTrigger("trig", ml_conn_id="ml_test", options=payload["options"],
+                                         state=payload["state"]))
     again = asyncio.run(first_event(resumed))
-    assert again["status"]["state"] == "SUCCEEDED"
+    assert again["action"] == "finish"
     assert streamed_lines(capfd) == []
 
 
 def test_trigger_reports_a_vanished_job(backend):
     payload = asyncio.run(first_event(TrainingJobTrigger("ghost", ml_conn_id="ml_test")))
-    assert "vanished" in payload["error"]
+    assert payload["action"] == "fail" and "vanished" in payload["message"]
 
 
 def test_on_kill_cancels_the_job(backend):
@@ -72,3 +73,24 @@ def test_on_kill_cancels_the_job(backend):
     backend.submit("killme", TrainingJobSpec(framework="generic", command=sleep, num_workers=2), {})
     asyncio.run(TrainingJobTrigger("killme", ml_conn_id="ml_test").on_kill())
     assert backend.status("killme").state.value == "CANCELLED"
+
+
+def test_a_watching_trigger_never_cancels_the_job_it_does_not_own(backend):
+    sleep = ["python", "-c", "import time; time.sleep(600)"]
+    backend.submit("notmine", TrainingJobSpec(framework="generic", command=sleep, num_workers=1), {})
+    try:
+        asyncio.run(TrainingJobTrigger("notmine", ml_conn_id="ml_test", owns_job=False, stream_logs=False).on_kill())
+        assert backend.status("notmine").state.value == "RUNNING"
+    finally:
+        backend.cancel("notmine")
+
+
+def test_a_fail_on_line_cancels_the_job_and_fires_a_final_failure(backend, capfd):
+    script = "import time\nprint('epoch 1', flush=True)\nprint('CUDA out of memory', flush=True)\ntime.sleep(600)"
+    backend.submit("oom", TrainingJobSpec(framework="generic", command=["python", "-c", script], num_workers=1), {})
+    trigger = TrainingJobTrigger("oom", ml_conn_id="ml_test",
+                                 options={"poll_interval": 0.1, "rules": {"fail_on": ["out of memory"]}})
+    payload = asyncio.run(first_event(trigger))
+    assert payload["action"] == "fail" and payload["retryable"] is False
+    assert payload["match"]["line"] == "CUDA out of memory"
+    assert backend.status("oom").state.value == "CANCELLED"

@@ -7,14 +7,9 @@ import sys
 from pathlib import Path
 
 from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
-from airflow_ml_provider.jobs.preemption import (
-    PREEMPTIONS_ENV,
-    PREEMPTIONS_LABEL,
-    RESUME_ENV,
-    ResumePoint,
-    last_checkpoint,
-    resubmission,
-)
+from airflow_ml_provider.jobs.drivers import replay
+from airflow_ml_provider.jobs.follow import ResumePoint
+from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, PREEMPTIONS_LABEL, RESUME_ENV, resubmission
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.files import FileLogSource
 
@@ -29,14 +24,15 @@ def test_the_last_checkpoint_event_in_the_log_is_the_resume_point(tmp_path):
         '[rank 0] {"event": "checkpoint", "epoch": 2, "step": 44, "path": "/c/ckpt-000002.npz"}\n'
         '[rank 0] {"event": "metrics", "step": 3, "loss": 0.1}\n'
     )
-    point = last_checkpoint(FileLogSource(log))
-    assert point == ResumePoint("/c/ckpt-000002.npz", 44, 2)
+    checkpoint = replay(FileLogSource(log)).tracker.checkpoint
+    assert checkpoint == {"path": "/c/ckpt-000002.npz", "step": 44, "epoch": 2}
+    point = ResumePoint(**checkpoint)
     assert point.describe() == "checkpoint /c/ckpt-000002.npz at step 44, epoch 2"
 
 
 def test_a_log_without_checkpoints_has_no_resume_point(tmp_path):
     (tmp_path / "output.log").write_text("[rank 0] hello\n")
-    assert last_checkpoint(FileLogSource(tmp_path / "output.log")) is None
+    assert replay(FileLogSource(tmp_path / "output.log")).tracker.checkpoint is None
 
 
 def test_the_attempt_counts_preemptions_in_env_and_labels_and_points_at_the_checkpoint():

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from airflow_ml_provider.logs.metrics import MetricsCollector, parse_event
+from airflow_ml_provider.logs.metrics import MetricsTracker, metric_goal, parse_event
 from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.runtime.metrics_log import EVENT_KEY
 
 
-def test_collector_follows_the_first_reporter_only():
-    collector = MetricsCollector()
+def test_tracker_follows_the_first_reporter_only():
+    collector = MetricsTracker()
     for source, text in [
         ("launcher", "starting"),
         ("rank 0", '{"event": "metrics", "step": 1, "loss": 0.9}'),
@@ -20,8 +20,8 @@ def test_collector_follows_the_first_reporter_only():
     ]:
         collector.feed(LogLine(source, text))
     assert collector.reporter == "rank 0"
-    assert [step["loss"] for step in collector.history] == [0.9, 0.4]
-    assert collector.final == {"step": 2, "loss": 0.4, "auc": 0.85}
+    assert [row["loss"] for row in collector.history()] == [0.9, 0.4]
+    assert collector.final == {"loss": 0.4, "auc": 0.85}
     assert collector.model_path == "/m/model.txt"
 
 
@@ -30,3 +30,11 @@ def test_parse_event_accepts_only_objects_with_an_event_name():
     assert parse_event('{"step": 1}') is None
     assert parse_event("[1, 2]") is None
     assert parse_event("loss=0.1") is None
+
+
+def test_one_direction_rule_for_every_metric_name():
+    for name in ("loss", "val_loss", "binary_logloss", "rmse", "mape", "perplexity", "error", "wer"):
+        assert metric_goal(name) == "min", name
+    for name in ("auc", "accuracy", "f1", "ndcg"):
+        assert metric_goal(name) == "max", name
+    assert metric_goal("loss", {"loss": "max"}) == "max"

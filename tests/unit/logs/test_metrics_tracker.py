@@ -29,11 +29,12 @@ def test_regex_and_json_lines_give_last_best_and_series():
                          ("eval", "auc=0.81"), ("eval", "auc=0.86 loss=7"), ("eval", "not a metric")]:
         tracker.feed(LogLine(source, text), RULES)
     summary = tracker.summary()
-    assert summary["last"] == {"loss": 0.6, "accuracy": 0.75, "auc": 0.86}
+    assert summary["last"] == {"loss": 0.6, "accuracy": 0.7, "auc": 0.86}
     assert summary["best"] == {"loss": 0.4, "accuracy": 0.8, "auc": 0.86}  # loss minimized, others maximized
     assert summary["series"] == {"loss": [[1, 0.9], [2, 0.4], [3, 0.6]],
-                                 "accuracy": [[1, 0.5], [2, 0.8], [3, 0.7], [4, 0.75]],
+                                 "accuracy": [[1, 0.5], [2, 0.8], [3, 0.7]],
                                  "auc": [[1, 0.81], [2, 0.86]]}
+    assert tracker.final["accuracy"] == 0.75  # the final result overrides the last step, but is no step
 
 
 def test_goals_override_the_default_direction():

@@ -25,4 +25,4 @@ def test_templated_fields_and_defaults():
                                     succeed_on=["done"])
     assert {"job", "succeed_on", "fail_on", "retry_on", "metrics"} <= set(sensor.template_fields)
     assert (sensor.poke_interval, sensor.outage_grace_period, sensor.elasticsearch_conn_id) == \
-        (5.0, 600.0, "elasticsearch_default")
+        (1.0, 600.0, "elasticsearch_default")

@@ -1,0 +1,152 @@
+"""The I/O around the follow core: a sync driver (operators, sensors in poke mode, the search's trials)
+and an async one (triggers), shaped like lightkube's sync/async twins over one core.
+
+A driver reads the status and the next lines, hands them to ``Follower.observe``, shows the lines it
+returns, and does what the step says (cancel the job, wait). It decides nothing itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound
+from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.logs.display import format_line
+from airflow_ml_provider.logs.source import LogSource, LogSourceUnavailable
+
+MAX_LINES = 5000  # lines per read; a full batch means more are ready
+
+
+class SyncDriver:
+    """Follows one job (``backend`` + ``name``), one log (``source``), or both, synchronously.
+
+    ``poll()`` does one round without sleeping, so one thread can follow many jobs (the search);
+    ``run()`` repeats rounds, sleeping as told, until the follower decides. With ``owns_job`` the
+    driver heartbeats the job and cancels it when a step says so; a sensor watching another task's
+    job passes ``owns_job=False`` and never touches it.
+    """
+
+    def __init__(self, follower: Follower, log: logging.Logger, backend: Backend | None = None,
+                 name: str | None = None, source: LogSource | None = None, owns_job: bool = True,
+                 clock: Callable[[], float] = time.time):
+        self.follower, self.log, self.backend, self.name = follower, log, backend, name
+        self.source, self.owns_job, self.clock = source, owns_job, clock
+
+    def poll(self) -> Step:
+        status = None
+        if self.backend is not None:
+            if self.owns_job:
+                self.backend.heartbeat(self.name)
+            try:
+                status = self.backend.status(self.name)
+            except JobNotFound as exc:
+                return self._act(self.follower.vanished(str(exc)))
+            except BackendAccessError as exc:
+                return self._act(self.follower.refused(str(exc)))
+        batch = None
+        if self.source is not None:
+            try:
+                batch = self.source.read(self.follower.cursor, MAX_LINES)
+            except LogSourceUnavailable as exc:
+                return self._act(self.follower.unavailable(str(exc), self.clock()))
+        return self._act(self.follower.observe(status, batch, self.clock(), MAX_LINES))
+
+    def run(self, sleep: Callable[[float], None] = time.sleep) -> Step:
+        while (step := self.poll()).action is Action.WAIT:
+            if step.delay > 0:
+                sleep(step.delay)
+        return step
+
+    def _act(self, step: Step) -> Step:
+        show(step, self.log)
+        if step.cancel and self.owns_job and self.backend is not None:
+            self.log.warning("Stopping job %s: %s", self.name, step.message)
+            self.backend.cancel(self.name)
+        return step
+
+
+def show(step: Step, log: logging.Logger) -> None:
+    for warning in step.warnings:
+        log.warning("%s", warning)
+    for line in step.lines:
+        log.info("%s", format_line(line))
+
+
+async def follow_async(follower: Follower, log: logging.Logger, backend: Backend | None = None,
+                       name: str | None = None, source: LogSource | None = None, owns_job: bool = True,
+                       on_progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+                       clock: Callable[[], float] = time.time) -> Step:
+    """Follow until the follower decides; returns its final step (never WAIT).
+
+    Statuses come from ``backend.statuses()`` (the shared watch on Kubernetes, polling elsewhere),
+    pumped in the background so that a change wakes the loop at once. After every round that showed
+    lines, ``on_progress`` gets the follower's state: the trigger makes it durable there, so a
+    triggerer restart continues after the last line shown.
+    """
+    latest: dict[str, Any] = {}
+    changed = asyncio.Event()
+
+    async def pump() -> None:
+        try:
+            async for status in backend.statuses(name, follower.options.poll_interval):
+                latest["status"] = status
+                changed.set()
+        except Exception as exc:  # noqa: BLE001 - handed to the loop, which decides or re-raises
+            latest["error"] = exc
+            changed.set()
+
+    pumping = asyncio.create_task(pump(), name=f"statuses of {name}") if backend is not None else None
+    try:
+        if pumping is not None:
+            await changed.wait()
+        while True:
+            changed.clear()
+            step = await _round(follower, backend, name, source, owns_job, latest, clock)
+            show(step, log)
+            if step.cancel and owns_job and backend is not None:
+                log.warning("Stopping job %s: %s", name, step.message)
+                await asyncio.to_thread(backend.cancel, name)
+            if step.lines and on_progress is not None:
+                await on_progress(follower.state)
+            if step.action is not Action.WAIT:
+                return step
+            if step.delay > 0:
+                try:
+                    await asyncio.wait_for(changed.wait(), step.delay)
+                except asyncio.TimeoutError:
+                    pass
+    finally:
+        if pumping is not None:
+            pumping.cancel()
+
+
+async def _round(follower: Follower, backend: Backend | None, name: str | None, source: LogSource | None,
+                 owns_job: bool, latest: dict[str, Any], clock: Callable[[], float]) -> Step:
+    if (error := latest.get("error")) is not None:
+        if isinstance(error, JobNotFound):
+            return follower.vanished(str(error))
+        if isinstance(error, BackendAccessError):
+            return follower.refused(str(error))
+        raise error
+    if backend is not None and owns_job:
+        await asyncio.to_thread(backend.heartbeat, name)
+    batch = None
+    if source is not None:
+        try:
+            batch = await asyncio.to_thread(source.read, follower.cursor, MAX_LINES)
+        except LogSourceUnavailable as exc:
+            return follower.unavailable(str(exc), clock())
+    return follower.observe(latest.get("status"), batch, clock(), MAX_LINES)
+
+
+def replay(source: LogSource, options: FollowOptions | None = None) -> Follower:
+    """Feed a finished job's whole log through a follower: its metrics, model path and last lines
+    (for reading another task's job, e.g. the training curve an evaluation plots)."""
+    follower = Follower(options)
+    while (batch := source.read(follower.cursor, MAX_LINES)).lines:
+        follower.observe(None, batch, time.time())
+    return follower

@@ -1,0 +1,55 @@
+"""What every follow trigger shares: a log position that survives a triggerer restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger
+
+STATE_XCOM_KEY = "ml_follow_state"  # the follower's durable position, per task instance and try
+
+
+def task_key(context) -> dict[str, Any]:
+    """The task instance a trigger saves its log position for."""
+    ti = context["ti"]
+    return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+            "map_index": ti.map_index if ti.map_index is not None else -1}
+
+
+class DurableFollowTrigger(BaseTrigger):
+    """Keeps ``self.state`` (a follower's state) durable in an XCom of the task instance ``self.state_key``
+    (dag_id/task_id/run_id/map_index), written after every batch of lines shown. The triggerer stores
+    a trigger's arguments only when the task defers; this XCom is what lets a trigger restarted by
+    another triggerer process continue after the last line shown instead of replaying the log."""
+
+    state: dict[str, Any]
+    state_key: dict[str, Any] | None
+
+    async def _newest_state(self) -> dict[str, Any]:
+        """The state saved after the last line shown, if newer than the one this trigger was built with."""
+        if not self.state_key:
+            return self.state
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            saved = await XCom.aget_one(key=STATE_XCOM_KEY, **self.state_key)
+        except Exception as exc:  # noqa: BLE001 - no durable state: continue from the deferral's
+            self.log.warning("Could not read the saved log position (%s); continuing from the deferral's", exc)
+            return self.state
+        if isinstance(saved, dict) and saved.get("seq", 0) > self.state.get("seq", 0):
+            self.log.info("Continuing after the last log line shown before a restart (saved position %d)", saved["seq"])
+            return saved
+        return self.state
+
+    async def _save(self, state: dict[str, Any]) -> None:
+        self.state = state
+        if not self.state_key:
+            return
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            await XCom.aset(key=STATE_XCOM_KEY, value=state, **self.state_key)
+        except Exception as exc:  # noqa: BLE001 - keep streaming; a restart would then repeat lines
+            self.log.warning("Could not save the log position (%s); a triggerer restart may repeat lines", exc)
+            self.state_key = None
+
