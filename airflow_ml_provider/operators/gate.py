@@ -10,10 +10,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.hooks.model_registry import CHAMPION, LINEAGE_KEY, ModelRegistryHook
+from airflow_ml_provider.logs.metrics import metric_goal
 
-LOWER_IS_BETTER = frozenset(
-    {"loss", "log_loss", "binary_logloss", "multi_logloss", "rmse", "mse", "mae", "error"}
-)
 
 
 def decide(
@@ -26,13 +24,13 @@ def decide(
 ) -> dict[str, Any]:
     """Whether a challenger with ``metrics`` may replace ``champion`` (``alias_version``'s dict, or None).
 
-    Thresholds are minima, or maxima for metrics where lower is better (``LOWER_IS_BETTER``). The
+    Thresholds are minima, or maxima for metrics where lower is better (``metric_goal``). The
     improvement on ``metric`` is measured in its better direction and must be at least
     ``min_improvement``. No champion, or a champion that is this very model, passes the comparison.
     """
     reasons, passed = [], True
     for name, bound in sorted(thresholds.items()):
-        value, lower = metrics.get(name), name in LOWER_IS_BETTER
+        value, lower = metrics.get(name), metric_goal(name) == "min"
         if value is None:
             passed = False
             reasons.append(f"{name}: not reported by the evaluation (threshold {bound})")
@@ -52,7 +50,7 @@ def decide(
     elif (held := champion["metrics"].get(metric)) is None:
         reasons.append(f"the champion (version {champion['version']}) has no {metric}: nothing to compare")
     else:
-        improvement = (held - challenger) if metric in LOWER_IS_BETTER else (challenger - held)
+        improvement = (held - challenger) if metric_goal(metric) == "min" else (challenger - held)
         if improvement < min_improvement:
             passed = False
             reasons.append(
