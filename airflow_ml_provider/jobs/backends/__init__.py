@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_ml_provider.jobs.backends.base import Backend
+if TYPE_CHECKING:  # the local launcher imports this package at every job start: keep it light
+    from airflow_ml_provider.jobs.backends.base import Backend
 
 BACKENDS = {
     "local": "airflow_ml_provider.jobs.backends.local:LocalBackend",

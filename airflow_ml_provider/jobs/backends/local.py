@@ -1,34 +1,56 @@
 """The embedded default backend: a job is a group of processes on this machine, needing no cluster.
 
-Each job lives in ``<root>/jobs/<name>/``: ``job.json`` (the spec), ``launcher.json`` (the launcher
-process), ``output.log`` (every worker's lines, prefixed by rank), ``status.json`` (written once
-the job ends) and ``cancelled`` (a marker). The launcher runs in its own session, detached from the
-Airflow task, so a restarted task finds the job still running and attaches to it.
+Each job lives in ``<root>/jobs/<name>/`` (0700, every record in it 0600): ``job.json`` (the spec and
+the launch plan; never a secret), ``launcher.json`` (the launcher process), ``heartbeat`` (the
+followers' lease), ``output.log`` (every worker's lines, prefixed by rank), ``status.json`` (written
+once the job ends) and ``cancelled`` (a marker). The launcher runs in its own session, detached from
+the Airflow task, so a restarted task finds the job still running and attaches to it. How a job ends
+(its deadline, the orphan lease) and which state it records: see ``local_launcher``.
+
+Submitting is serialized per name by ``flock`` on ``<root>/locks/<name>.lock``: under it a submitter
+re-reads the job's state, archives a finished job as ``<name>.N`` and starts the new one, so of two
+concurrent submitters exactly one starts a job and the other attaches. The lock also tells an
+abandoned submission (a job directory with no launcher, and nobody holding the lock) from one still
+in progress.
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import json
 import os
+import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.local_discovery import ETCD_ENV, slots_prefix, write_slots
+from airflow_ml_provider.jobs.backends.local_common import (
+    JOB_UID_ENV, allowed_env, job_processes, mkdir_private, open_private, read_json, terminate, write_json,
+    write_private,
+)
+from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
 from airflow_ml_provider.jobs.etcd_kv import EtcdError, EtcdKV
+from airflow_ml_provider.jobs.local_discovery import ETCD_ENV, slots_prefix, write_slots
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.files import FileLogSource
 
-JOB_UID_ENV = "AIRFLOW_ML_JOB_UID"  # set in every process of a job: how cancel finds them all
-_LAUNCH_TIMEOUT_S = 120  # a job dir with no launcher after this long was abandoned mid-submit
+__all__ = ["JOB_UID_ENV", "LocalBackend", "job_processes"]
+
+_LAUNCHER = "airflow_ml_provider.jobs.backends.local_launcher"
+# A job name becomes a directory name: no separators, no "..", nothing hidden.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FAST_POLL_S = 0.05  # how often statuses() looks for the end of a job between full status reads
 
 
 class LocalBackend(Backend):
@@ -38,65 +60,70 @@ class LocalBackend(Backend):
         root: directory for job records and default artifacts.
         image: default Python environment prefix for workers (a spec's ``image`` overrides it);
             None means this interpreter's environment.
-        cancel_grace_s: seconds between SIGTERM and SIGKILL when cancelling.
+        cancel_grace_s: seconds between SIGTERM and SIGKILL when cancelling or stopping a job.
         etcd: etcd endpoint holding elastic jobs' worker slots (default: ``$AIRFLOW_ML_ETCD``); a job's
             slots are ``/airflow-ml/jobs/<name>/slots/<n>`` keys, and adding one adds a worker.
+        orphan_grace_s: the launcher stops (CANCELLED) a job whose followers have not called
+            ``heartbeat`` for this long: long enough for Airflow to notice a dead task and a retry to
+            attach. None: never.
     """
 
     name = "local"
 
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
-                 etcd: str | None = None):
+                 etcd: str | None = None, orphan_grace_s: float | None = 600.0):
+        if orphan_grace_s is not None and not orphan_grace_s > 0:
+            raise ValueError(f"orphan_grace_s: must be a positive number of seconds (got {orphan_grace_s!r})")
         self.root = Path(root)
         self.image = image
         self.cancel_grace_s = cancel_grace_s
         self.etcd = etcd or os.environ.get(ETCD_ENV) or None
+        self.orphan_grace_s = orphan_grace_s
         self._launchers: dict[str, subprocess.Popen] = {}
 
     def job_dir(self, name: str) -> Path:
+        if not _NAME.match(name) or ".." in name:
+            raise ValueError(f"job name: {name!r} is not a valid local job name (letters, digits, '.', '_', "
+                             "'-'; starting with a letter or digit; no '..')")
         return self.root / "jobs" / name
 
     def default_artifact_dir(self, name: str) -> str:
         return str(self.root / "artifacts" / name)
 
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
-        from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
-
         plan = launch_plan(spec, self._image_for(spec), self.job_dir(name), self.etcd)
         return json.dumps({"name": name, "labels": labels, **plan}, indent=2)
 
-    def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
+    def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str],
+               secrets: dict[str, str] | None = None) -> bool:
+        """Also takes ``secrets``: variables for the workers' environment that are never written to
+        disk (handed to the launcher on its stdin; not in ``job.json``, not in ``render``)."""
         image = self._image_for(spec)
         _check_image(spec, image)
+        secrets = _checked_secrets(secrets)
         job_dir = self.job_dir(name)
-        job_dir.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            try:
-                job_dir.mkdir()  # atomic: of two concurrent submitters exactly one creates the job
-                break
-            except FileExistsError:
-                if not self._status_or_none(name, JobState.PENDING).state.is_terminal:
+        for directory in (self.root, job_dir.parent, self.root / "locks"):
+            _ensure_private_dir(directory)
+        with self._claim(name):
+            if job_dir.is_dir():
+                if not self._ended_under_claim(name):
                     return False
                 self._archive(job_dir)
-        else:
-            raise JobSubmissionError(f"could not claim job directory {job_dir}")
-        uid = uuid.uuid4().hex
-        if _is_elastic_horovod(spec):
-            self._write_slots(name, spec)
-        record = {"name": name, "uid": uid, "labels": labels, "image": image, "submitted_at": time.time(),
-                  "etcd": self.etcd, "spec": spec.model_dump(mode="json")}
-        _write_json(job_dir / "job.json", record)
-        launcher = subprocess.Popen(
-            [sys.executable, "-m", "airflow_ml_provider.jobs.backends.local_launcher", str(job_dir)],
-            env={**os.environ, JOB_UID_ENV: uid},
-            stdin=subprocess.DEVNULL,
-            stdout=(job_dir / "launcher.log").open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # survives the task process; its own process group
-            close_fds=True,
-        )
-        self._launchers[name] = launcher
-        _write_json(job_dir / "launcher.json", {"pid": launcher.pid, "create_time": _create_time(launcher.pid)})
+            mkdir_private(job_dir)
+            try:
+                plan = launch_plan(spec, image, job_dir, self.etcd)
+                if _is_elastic_horovod(spec):
+                    self._write_slots(name, spec)
+            except (ValueError, JobSubmissionError) as exc:
+                shutil.rmtree(job_dir, ignore_errors=True)
+                raise JobSubmissionError(str(exc)) from None
+            uid = uuid.uuid4().hex
+            record = {"name": name, "uid": uid, "labels": labels, "image": image, "submitted_at": time.time(),
+                      "etcd": self.etcd, "cancel_grace_s": self.cancel_grace_s,
+                      "orphan_grace_s": self.orphan_grace_s, "spec": spec.model_dump(mode="json"), "plan": plan}
+            write_json(job_dir / "job.json", record)  # before the launcher, which reads it
+            write_private(job_dir / "heartbeat", "")  # the lease starts with the submission
+            self._start_launcher(name, job_dir, uid, secrets)
         return True
 
     def status(self, name: str) -> JobStatus:
@@ -105,17 +132,20 @@ class LocalBackend(Backend):
             raise JobNotFound(f"no local job {name!r} under {self.root}")
         if (job_dir / "cancelled").exists():
             return JobStatus(JobState.CANCELLED, (job_dir / "cancelled").read_text().strip())
-        final = _read_json(job_dir / "status.json")
-        if final is not None:
+        if (final := read_json(job_dir / "status.json")) is not None:
             return JobStatus.from_dict(final)
-        launcher = _read_json(job_dir / "launcher.json")
+        launcher = read_json(job_dir / "launcher.json")
         if launcher is None:
-            if time.time() - job_dir.stat().st_mtime > _LAUNCH_TIMEOUT_S:
-                return JobStatus(JobState.FAILED, "the job was never launched (its submitter died)")
-            return JobStatus(JobState.PENDING, "launching")
+            if self._submission_in_progress(name):
+                return JobStatus(JobState.PENDING, "launching")
+            launcher = read_json(job_dir / "launcher.json")  # the submitter may have finished just now
+            if launcher is None:
+                if (final := read_json(job_dir / "status.json")) is not None:
+                    return JobStatus.from_dict(final)
+                return JobStatus(JobState.FAILED, "the job was never launched (its submitter died mid-submit)")
         if self._launcher_alive(name, launcher):
             return JobStatus(JobState.RUNNING)
-        if (final := _read_json(job_dir / "status.json")) is not None:  # it finished just now
+        if (final := read_json(job_dir / "status.json")) is not None:  # it finished just now
             return JobStatus.from_dict(final)
         return JobStatus(
             JobState.PREEMPTED,
@@ -123,25 +153,111 @@ class LocalBackend(Backend):
             "a signal); see launcher.log in " + str(job_dir),
         )
 
+    async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
+        """Like the default, but notices the end of a job within ~50 ms (a stat of its end markers)
+        instead of up to ``interval`` later, so a follower finishes as soon as the job does."""
+        job_dir = self.job_dir(name)
+        loop = asyncio.get_running_loop()
+        while True:
+            yield await asyncio.to_thread(self.status, name)
+            deadline = loop.time() + interval
+            while loop.time() < deadline and not _ended(job_dir):
+                await asyncio.sleep(min(_FAST_POLL_S, max(0.0, deadline - loop.time())))
+
+    def heartbeat(self, name: str) -> None:
+        """Renew the job's lease (see ``orphan_grace_s``); a no-op for an unknown or deleted job."""
+        try:
+            os.utime(self.job_dir(name) / "heartbeat")
+        except FileNotFoundError:
+            pass
+
     def cancel(self, name: str, reason: str = "cancelled") -> None:
         job_dir = self.job_dir(name)
-        record = _read_json(job_dir / "job.json")
+        record = read_json(job_dir / "job.json")
         if record is None:
             return
         if not self._status_or_none(name, JobState.CANCELLED).state.is_terminal:
-            (job_dir / "cancelled").write_text(reason + "\n")
-        _terminate(lambda: job_processes(record["uid"]), self.cancel_grace_s)
+            write_private(job_dir / "cancelled", reason + "\n")
+        terminate(lambda: job_processes(record["uid"]), self.cancel_grace_s)
         self._reap(name)
 
     def delete(self, name: str) -> None:
-        self.cancel(name, "deleted")
-        record = _read_json(self.job_dir(name) / "job.json")
-        if record and record.get("etcd") and _is_elastic_horovod(TrainingJobSpec(**record["spec"])):
-            EtcdKV(record["etcd"]).delete_prefix(slots_prefix(name))
-        shutil.rmtree(self.job_dir(name), ignore_errors=True)
+        with self._claim(name):
+            self.cancel(name, "deleted")
+            record = read_json(self.job_dir(name) / "job.json")
+            if record and record.get("etcd") and _is_elastic_horovod(TrainingJobSpec(**record["spec"])):
+                EtcdKV(record["etcd"]).delete_prefix(slots_prefix(name))
+            shutil.rmtree(self.job_dir(name), ignore_errors=True)
 
     def log_source(self, name: str) -> FileLogSource:
         return FileLogSource(self.job_dir(name) / "output.log")
+
+    @contextmanager
+    def _claim(self, name: str) -> Iterator[None]:
+        """Exclusive per-name lock across processes and threads (flock on a file of its own)."""
+        _ensure_private_dir(self.root)
+        _ensure_private_dir(self.root / "locks")
+        fd = open_private(self._lock_path(name), append=True)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _lock_path(self, name: str) -> Path:
+        return self.root / "locks" / f"{self.job_dir(name).name}.lock"
+
+    def _submission_in_progress(self, name: str) -> bool:
+        """Someone holds the name's lock (a submitter between creating the job and starting it)."""
+        try:
+            fd = os.open(self._lock_path(name), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    def _ended_under_claim(self, name: str) -> bool:
+        """Whether the existing job may be archived. Under the lock, a job with neither a launcher nor a
+        status was abandoned by a submitter that died: nobody else can be submitting it."""
+        job_dir = self.job_dir(name)
+        if not (job_dir / "launcher.json").exists() and not (job_dir / "status.json").exists():
+            return True
+        return self.status(name).state.is_terminal
+
+    def _start_launcher(self, name: str, job_dir: Path, uid: str, secrets: dict[str, str]) -> None:
+        """Start the launcher with a minimal environment (none of the Airflow process's secrets), then
+        complete the submission by writing the secrets to its stdin and closing it."""
+        env = allowed_env(os.environ) | {JOB_UID_ENV: uid}
+        if "PYTHONPATH" in os.environ:  # how this interpreter found the package, if not installed
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        log_fd = open_private(job_dir / "launcher.log", append=True)
+        try:
+            launcher = subprocess.Popen(
+                [sys.executable, "-m", _LAUNCHER, str(job_dir)], env=env, cwd=job_dir, stdin=subprocess.PIPE,
+                stdout=log_fd, stderr=subprocess.STDOUT,
+                start_new_session=True,  # survives the task process; its own process group
+                close_fds=True,
+            )
+        except OSError as exc:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise JobSubmissionError(f"could not start the local launcher {sys.executable!r}: {exc}") from None
+        finally:
+            os.close(log_fd)
+        self._launchers[name] = launcher
+        write_json(job_dir / "launcher.json", {"pid": launcher.pid, "create_time": _create_time(launcher.pid)})
+        try:
+            launcher.stdin.write(json.dumps({"secrets": secrets}).encode())
+            launcher.stdin.close()
+        except BrokenPipeError:  # the interpreter died before reading (a broken environment)
+            code = launcher.wait()
+            write_json(job_dir / "status.json", JobStatus(
+                JobState.FAILED, f"the launcher exited with {code} before starting the job; see {job_dir}/launcher.log",
+            ).to_dict())
 
     def _write_slots(self, name: str, spec: TrainingJobSpec) -> None:
         """One etcd slot per initial worker; the job's discovery reads them while it runs."""
@@ -150,7 +266,6 @@ class LocalBackend(Backend):
                 raise EtcdError(f"no etcd endpoint configured (set {ETCD_ENV} or the connection's etcd extra)")
             write_slots(EtcdKV(self.etcd), name, spec.num_workers)
         except EtcdError as exc:
-            shutil.rmtree(self.job_dir(name), ignore_errors=True)
             raise JobSubmissionError(f"min_workers/max_workers: could not write the worker slots: {exc}") from None
 
     def _image_for(self, spec: TrainingJobSpec) -> str:
@@ -177,50 +292,37 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _archive(job_dir: Path) -> None:
-        """Keep a finished job's record and logs beside the new one instead of overwriting them."""
-        for attempt in range(1, 10_000):
-            target = job_dir.with_name(f"{job_dir.name}.{attempt}")
-            if not target.exists():
-                try:
-                    job_dir.rename(target)
-                except FileNotFoundError:  # another submitter archived it first
-                    pass
-                return
+        """Keep a finished job's record and logs beside the new one instead of overwriting them
+        (called under the name's lock, so the first free number stays free until the rename)."""
+        attempt = 1
+        while job_dir.with_name(f"{job_dir.name}.{attempt}").exists():
+            attempt += 1
+        job_dir.rename(job_dir.with_name(f"{job_dir.name}.{attempt}"))
 
 
-def job_processes(uid: str) -> list[psutil.Process]:
-    """Every live process of the job: the launcher and whatever it started, however deep, found by
-    the marker in their environment (horovodrun's middlemen start new sessions, so process groups
-    alone do not reach every worker)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(JOB_UID_ENV) == uid:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+def _ended(job_dir: Path) -> bool:
+    return (job_dir / "status.json").exists() or (job_dir / "cancelled").exists()
 
 
-def _terminate(find, grace_s: float) -> None:
-    """SIGTERM every process, SIGKILL what is left after the grace period; repeat for late children."""
-    for _ in range(3):
-        procs = find()
-        if not procs:
-            return
-        for proc in procs:
-            _signal(proc, signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=grace_s)
-        for proc in alive:
-            _signal(proc, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=5)
-
-
-def _signal(proc: psutil.Process, sig: int) -> None:
+def _ensure_private_dir(path: Path) -> None:
+    """Create ``path`` 0700 (its parents normally) if missing; an existing directory is left as is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        proc.send_signal(sig)
-    except psutil.NoSuchProcess:
+        mkdir_private(path)
+    except FileExistsError:
         pass
+
+
+def _checked_secrets(secrets: dict[str, str] | None) -> dict[str, str]:
+    """Names must be variable names and values strings without NUL; errors never show a value."""
+    checked = {}
+    for key, value in (secrets or {}).items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise JobSubmissionError(f"secrets: {key!r} is not a valid environment variable name")
+        if not isinstance(value, str) or "\0" in value:
+            raise JobSubmissionError(f"secrets: the value of {key} must be a string without NUL bytes")
+        checked[key] = value
+    return checked
 
 
 def _is_elastic_horovod(spec: TrainingJobSpec) -> bool:
@@ -243,17 +345,4 @@ def _create_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()
     except psutil.NoSuchProcess:
-        return None
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
         return None

@@ -1,7 +1,31 @@
 """The local backend's launcher: runs one job's workers, merges their output by rank, records the end.
 
-Started by ``LocalBackend.submit`` as ``python -m airflow_ml_provider.jobs.backends.local_launcher
-JOB_DIR`` in a session of its own. Commands are argv lists, never a shell string.
+``LocalBackend.submit`` computes the plan (``launch_plan``: argv, the job's variables, cwd), stores it
+in ``job.json`` and starts ``python -m airflow_ml_provider.jobs.backends.local_launcher JOB_DIR`` in a
+session of its own, with an allow-listed environment. On the launcher's stdin it writes the job's
+explicit secrets as one JSON document and closes it once the submission is complete: a launcher that
+reads an incomplete document knows its submitter died mid-submit and starts nothing. Secrets thus
+never touch a file. Commands are argv lists, never a shell string.
+
+What ends a job, and the state written to ``status.json`` (always after the job's last log line):
+- every worker exited 0: SUCCEEDED; one exited non-zero: FAILED, naming the first such rank;
+- a worker was killed by a signal from outside (OOM killer, eviction, ``kill``): PREEMPTED;
+- the launcher could not run the job (a NUL byte in argv, an unwritable ``model_dir``, a missing
+  program...): FAILED with the launcher's own error, also logged as a ``[launcher]`` line;
+- ``timeout_s`` passed: FAILED "deadline of N s exceeded";
+- no follower renewed the job's lease for ``orphan_grace_s``: CANCELLED (see below).
+The launcher stops a job by SIGTERM to every process of it (found by the job's environment marker),
+then SIGKILL after ``cancel_grace_s``. A launcher killed before writing a status reads as PREEMPTED.
+
+Orphans: every follower (operator, trigger, search) calls ``Backend.heartbeat`` at each poll, which
+touches ``<job_dir>/heartbeat``; the launcher stops the job when that lease is older than
+``orphan_grace_s``. The signal is a lease file rather than the submitting process's PID because the
+task may defer to the triggerer and exit normally, and a retry in another process (or on another
+worker) must be able to adopt the running job: no one process's life says whether the job is wanted.
+
+Horovod ranks run directly under ``horovodrun`` (no wrapper per rank): horovodrun itself prints
+``Process N exit with status code C.`` for every rank that ends non-zero, in the order they end, and
+exits 0 only when every rank did; that is where per-rank exit codes come from.
 """
 
 from __future__ import annotations
@@ -16,24 +40,30 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import IO
 
-from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
+from airflow_ml_provider.jobs.backends.local_common import (
+    JOB_UID_ENV, allowed_env, job_processes, open_private, read_json, terminate, write_json,
+)
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$")
-# Variables of the Airflow process that must not leak into user code (connections, DB URLs, secrets).
-_PRIVATE_ENV = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "_AIRFLOW")
+_HOROVOD_EXIT = re.compile(r"^Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.$")
 _ELASTIC_GLOO_TIMEOUT_S = 120  # seconds; also how long a survivor may wait on a dead peer
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
 
-def launch_plan(spec: TrainingJobSpec, image: str, job_dir: Path, etcd: str | None = None) -> dict:
-    """What the launcher will run: the argv, the variables it adds to the workers' environment, cwd.
+class _Interrupted(Exception):
+    """The submitter died before completing the submission: the job must not start."""
 
-    An elastic Horovod job discovers its worker slots in ``etcd`` (see local_discovery).
-    """
+
+def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dict:
+    """What the launcher will run for ``spec`` (a TrainingJobSpec): argv, the variables it adds to the
+    workers' allow-listed environment, cwd. An elastic Horovod job discovers its slots in ``etcd``."""
+    from airflow_ml_provider.jobs.spec import Framework  # not needed by the launcher process itself
+
     bin_dir = str(Path(image) / "bin")
     env = {
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", os.defpath),
@@ -48,20 +78,18 @@ def launch_plan(spec: TrainingJobSpec, image: str, job_dir: Path, etcd: str | No
     if spec.framework is Framework.HOROVOD:
         n = str(spec.num_workers)
         hosts = _elastic_args(spec, job_dir, etcd) if spec.elastic else ["-H", f"localhost:{n}"]
-        argv = [
-            os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo",
-            "--network-interface", "lo",
-            # records each rank's exit code, then execs nothing: the user's argv runs unchanged
-            sys.executable, "-m", "airflow_ml_provider.jobs.backends.local_rank", str(job_dir / "exit"), "--",
-            *spec.command,
-        ]
+        if spec.command[0].startswith("-"):  # horovodrun keeps a "--" in the command, so refuse instead
+            raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which horovodrun "
+                             "would take for one of its own options")
+        argv = [os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo", "--network-interface", "lo",
+                *spec.command]
     else:
         argv = list(spec.command)
     return {"framework": spec.framework.value, "argv": argv, "env": env,
             "cwd": spec.working_dir or str(job_dir)}
 
 
-def _elastic_args(spec: TrainingJobSpec, job_dir: Path, etcd: str | None) -> list[str]:
+def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
     """horovodrun's elastic options: size bounds, and the discovery command reading the slots in etcd.
     (No ``--log-level``: horovodrun hands it to the workers too, whose C++ log lines then tear the
     trainer's JSON lines apart; the trainer reports each membership change itself.) The Gloo timeout
@@ -76,27 +104,124 @@ def _elastic_args(spec: TrainingJobSpec, job_dir: Path, etcd: str | None) -> lis
 
 
 def main(job_dir: Path) -> int:
-    record = json.loads((job_dir / "job.json").read_text())
-    spec = TrainingJobSpec(**record["spec"])
-    plan = launch_plan(spec, record["image"], job_dir, record.get("etcd"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_ENV)} | plan["env"]
-    (job_dir / "exit").mkdir(exist_ok=True)
-    for directory in (spec.model_dir, spec.checkpoint_dir):
-        if directory:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-    with (job_dir / "output.log").open("a", buffering=1, encoding="utf-8") as log:
+    payload = sys.stdin.buffer.read()  # EOF: the submitter finished, or died
+    writer = None
+    try:
+        secrets = _submitted_secrets(payload)
+        log = os.fdopen(open_private(job_dir / "output.log", append=True), "w", buffering=1,
+                        encoding="utf-8", errors="replace")
         writer = _LineWriter(log)
-        runner = _run_horovod if spec.framework is Framework.HOROVOD else _run_ranks
-        try:
-            status = runner(spec, plan, env, writer, job_dir)
-        except OSError as exc:  # the program does not exist or cannot be executed
-            writer.write("launcher", f"could not start {plan['argv'][0]!r}: {exc}")
-            status = JobStatus(JobState.FAILED, f"could not start {plan['argv'][0]!r}: {exc}")
+        status = _launch(job_dir, secrets, writer)
+    except _Interrupted as exc:
+        status = JobStatus(JobState.FAILED, str(exc))
+    except BaseException as exc:  # noqa: BLE001 - whatever stops the launcher is the job's failure
+        traceback.print_exc()  # into launcher.log, for whoever debugs the launcher
+        status = JobStatus(JobState.FAILED, f"the launcher could not run the job: {_describe(exc)}")
+    if writer is not None:
         writer.write("launcher", f"job ended: {status.state.value} {status.message}".rstrip())
-    tmp = job_dir / "status.json.tmp"
-    tmp.write_text(json.dumps(status.to_dict()))
-    os.replace(tmp, job_dir / "status.json")
+        writer.close()
+    write_json(job_dir / "status.json", status.to_dict())
     return 0
+
+
+def _submitted_secrets(payload: bytes) -> dict[str, str]:
+    try:
+        document = json.loads(payload)
+        secrets = document["secrets"]
+    except (ValueError, KeyError, TypeError):
+        raise _Interrupted("the submission was interrupted (its submitter died before completing it); "
+                           "nothing was started") from None
+    return secrets
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (ValueError, OSError)) and str(exc):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter) -> JobStatus:
+    record = read_json(job_dir / "job.json")
+    plan, spec = record["plan"], record["spec"]
+    env = allowed_env(os.environ) | plan["env"] | {JOB_UID_ENV: record["uid"]} | secrets
+    _check_nul(plan["argv"], env)
+    for field in ("model_dir", "checkpoint_dir"):
+        if (directory := spec.get(field)) and "://" not in directory:  # object storage has no directories
+            try:
+                Path(directory).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OSError(f"{field}: cannot create {directory!r}: {exc.strerror or exc}") from None
+    watchdog = _Watchdog(job_dir, record, writer)
+    runner = _run_horovod if plan["framework"] == "horovod" else _run_ranks
+    try:
+        status = runner(spec, plan, env, writer)
+    finally:
+        watchdog.finish()
+    if watchdog.reason is not None and status.state is not JobState.SUCCEEDED:
+        return JobStatus(watchdog.reason.state, watchdog.reason.message, status.exit_codes)
+    return status
+
+
+def _check_nul(argv: list[str], env: dict[str, str]) -> None:
+    """Name the offending element: the OS would only say "embedded null byte"."""
+    for index, arg in enumerate(argv):
+        if "\0" in arg:
+            raise ValueError(f"command: argument {index} ({arg.split(chr(0))[0]!r}...) contains a NUL byte, "
+                             "which no program argument can hold")
+    for name, value in env.items():
+        if "\0" in name or "\0" in value:
+            raise ValueError(f"env: variable {name.split(chr(0))[0]!r} contains a NUL byte, which no "
+                             "environment variable can hold")
+
+
+class _Watchdog:
+    """Stops the job when its deadline passes or its lease expires; ``reason`` says which."""
+
+    def __init__(self, job_dir: Path, record: dict, writer: _LineWriter):
+        self.timeout_s = record["spec"].get("timeout_s")
+        self.deadline = record["submitted_at"] + self.timeout_s if self.timeout_s else None
+        self.orphan_grace_s = record.get("orphan_grace_s")
+        self.submitted_at = record["submitted_at"]
+        self.heartbeat = job_dir / "heartbeat"
+        self.uid = record["uid"]
+        self.cancel_grace_s = record.get("cancel_grace_s", 10.0)
+        self.writer = writer
+        self.reason: JobStatus | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        if self.deadline is not None or self.orphan_grace_s is not None:
+            self._thread.start()
+
+    def finish(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        period = min(1.0, self.orphan_grace_s / 4) if self.orphan_grace_s else 1.0
+        while True:
+            now = time.time()
+            wait = period if self.deadline is None else max(0.0, min(period, self.deadline - now))
+            if self._done.wait(wait):
+                return
+            self.reason = self._check(time.time())
+            if self.reason is not None:
+                self.writer.write("launcher", f"stopping the job: {self.reason.message}")
+                terminate(lambda: job_processes(self.uid, exclude=os.getpid()), self.cancel_grace_s)
+                return
+
+    def _check(self, now: float) -> JobStatus | None:
+        if self.deadline is not None and now >= self.deadline:
+            return JobStatus(JobState.FAILED, f"deadline of {self.timeout_s} s exceeded (timeout_s)")
+        if self.orphan_grace_s is not None:
+            try:
+                renewed = self.heartbeat.stat().st_mtime
+            except FileNotFoundError:
+                renewed = self.submitted_at
+            if now - renewed > self.orphan_grace_s:
+                return JobStatus(JobState.CANCELLED, f"no follower for {self.orphan_grace_s:g} s: the owning task "
+                                                     "is gone (nothing called heartbeat on the job; orphan_grace_s)")
+        return None
 
 
 class _LineWriter:
@@ -110,39 +235,58 @@ class _LineWriter:
         with self._lock:
             self._log.write(f"[{source}] {text}\n")
 
+    def close(self) -> None:
+        with self._lock:
+            self._log.close()
 
-def _run_horovod(spec, plan, env, writer: _LineWriter, job_dir: Path) -> JobStatus:
-    proc = subprocess.Popen(plan["argv"], env=env, cwd=plan["cwd"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+
+def _popen(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+
+
+def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
+    try:
+        proc = _popen(plan["argv"], env, plan["cwd"])
+    except OSError as exc:
+        return _not_started(plan, exc, writer)
     _forward_sigterm([proc])
+    codes: dict[int, int] = {}
+    failures: list[tuple[int, int]] = []
     for line in proc.stdout:
         line = line.rstrip("\n")
-        match = _HOROVOD_LINE.match(line)
-        if match:
+        if match := _HOROVOD_LINE.match(line):
             writer.write(f"rank {match['rank']}", match["text"])
-        else:
-            writer.write("launcher", line)
+            continue
+        if match := _HOROVOD_EXIT.match(line):  # horovodrun's own report of a rank's end
+            rank, code = int(match["rank"]), int(match["code"])
+            codes[rank] = code
+            failures.append((rank, code))
+        writer.write("launcher", line)
     code = proc.wait()
-    exits = _recorded_exits(job_dir / "exit")
-    failures = [(rank, c) for rank, c in exits if c != 0]
-    if spec.elastic and code == 0:  # horovodrun finished the job with the workers it had left
+    elastic = spec.get("min_workers") is not None or spec.get("max_workers") is not None
+    if code == 0 and not elastic:
+        codes = dict.fromkeys(range(spec["num_workers"]), 0)
+    if elastic and code == 0:  # horovodrun finished the job with the workers it had left
         lost = ", ".join(f"rank {rank} (exit {c})" for rank, c in failures)
-        return JobStatus(JobState.SUCCEEDED, f"elastic: lost {lost}; finished without them" if lost else "",
-                         dict(exits))
-    return _verdict(dict(exits), failures, code)
+        return JobStatus(JobState.SUCCEEDED, f"elastic: lost {lost}; finished without them" if lost else "", codes)
+    return _verdict(codes, failures, code, "horovodrun")
 
 
-def _run_ranks(spec: TrainingJobSpec, plan, env, writer: _LineWriter, job_dir: Path) -> JobStatus:
+def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
     """One process per rank; each is told every rank's address (LightGBM's ``machines``)."""
-    ports = _free_ports(spec.num_workers)
+    ports = _free_ports(spec["num_workers"])
     machines = ",".join(f"127.0.0.1:{port}" for port in ports)
     procs = []
-    for rank, port in enumerate(ports):
-        rank_env = env | {"AIRFLOW_ML_RANK": str(rank), "AIRFLOW_ML_LOCAL_PORT": str(port),
-                          "AIRFLOW_ML_MACHINES": machines}
-        procs.append(subprocess.Popen(plan["argv"], env=rank_env, cwd=plan["cwd"], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      errors="replace"))
+    try:
+        for rank, port in enumerate(ports):
+            rank_env = env | {"AIRFLOW_ML_RANK": str(rank), "AIRFLOW_ML_LOCAL_PORT": str(port),
+                              "AIRFLOW_ML_MACHINES": machines}
+            procs.append(_popen(plan["argv"], rank_env, plan["cwd"]))
+    except OSError as exc:
+        for proc in procs:
+            proc.kill()
+        return _not_started(plan, exc, writer)
     _forward_sigterm(procs)
     readers = [threading.Thread(target=_pump, args=(p.stdout, f"rank {r}", writer)) for r, p in enumerate(procs)]
     for reader in readers:
@@ -159,27 +303,28 @@ def _run_ranks(spec: TrainingJobSpec, plan, env, writer: _LineWriter, job_dir: P
             for rank, proc in enumerate(procs):
                 if rank not in codes and proc.poll() is None:
                     proc.terminate()
-        time.sleep(0.1)
+        time.sleep(0.05)
     for reader in readers:
         reader.join()
-    return _verdict(codes, failures, max(codes.values(), key=abs))
+    return _verdict(codes, failures, max(codes.values(), key=abs), "the workers")
 
 
-def _verdict(codes: dict[int, int], failures: list[tuple[int, int]], overall: int) -> JobStatus:
+def _not_started(plan: dict, exc: OSError, writer: _LineWriter) -> JobStatus:
+    """The program does not exist or cannot be executed."""
+    message = f"could not start {plan['argv'][0]!r}: {exc.strerror or exc}"
+    writer.write("launcher", message)
+    return JobStatus(JobState.FAILED, message)
+
+
+def _verdict(codes: dict[int, int], failures: list[tuple[int, int]], overall: int, who: str) -> JobStatus:
     if overall == 0 and not failures:
         return JobStatus(JobState.SUCCEEDED, exit_codes=codes)
     if not failures:
-        return JobStatus(JobState.FAILED, f"launcher exited with {overall}", exit_codes=codes)
+        return JobStatus(JobState.FAILED, f"{who} exited with {overall}", exit_codes=codes)
     rank, code = failures[0]
     if code in _KILL_SIGNALS:
         return JobStatus(JobState.PREEMPTED, f"rank {rank} was killed by a signal (exit {code})", codes)
     return JobStatus(JobState.FAILED, f"rank {rank} exited with code {code}", codes)
-
-
-def _recorded_exits(exit_dir: Path) -> list[tuple[int, int]]:
-    """(rank, exit code) of every rank the wrapper saw end, in the order they ended."""
-    paths = sorted(exit_dir.glob("rank-*"), key=lambda path: path.stat().st_mtime_ns)
-    return [(int(path.name.removeprefix("rank-")), int(path.read_text())) for path in paths]
 
 
 def _pump(stream: IO[str], source: str, writer: _LineWriter) -> None:

@@ -12,7 +12,6 @@ from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
-from airflow_ml_provider.jobs.follow import summarize_log
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 
@@ -28,8 +27,6 @@ def backend(tmp_path) -> LocalBackend:
 
 def generic(command, workers=2, framework="generic") -> TrainingJobSpec:
     return TrainingJobSpec(framework=framework, command=command, num_workers=workers)
-
-
 
 
 def ready_ranks(backend: LocalBackend, name: str) -> set[str]:
@@ -99,8 +96,8 @@ def test_exit_codes_and_the_first_failing_rank_are_reported(backend):
     assert status.state is JobState.FAILED
     assert status.message == "rank 1 exited with code 7"
     assert status.exit_codes[1] == 7 and status.exit_codes[0] != 0, "the waiting peer is stopped, not left hanging"
-    _, tail = summarize_log(backend, name)
-    assert any(line.source == "rank 1" and line.text == "rank 1" for line in tail)
+    lines = backend.log_source(name).read().lines
+    assert any(line.source == "rank 1" and line.text == "rank 1" for line in lines)
 
 
 def test_a_worker_killed_from_outside_is_a_preemption_not_a_user_failure(backend):
