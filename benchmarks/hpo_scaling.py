@@ -31,7 +31,7 @@ from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.search.runner import TrialScheduler, summarize
 from airflow_ml_provider.jobs.search.space import make_sampler, parse_settings, parse_space
-from airflow_ml_provider.jobs.search.study import StorageConfig, open_storage, open_study, study_name
+from airflow_ml_provider.jobs.search.study import open_storage, open_study, study_name
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.runtime.datasets import write_synthetic
 
@@ -61,7 +61,7 @@ def scaling(parallelism: list[int], trials: int, rows: int, rounds: int) -> list
             settings = parse_settings(sampler="random", n_trials=trials, max_parallel=parallel, seed=0,
                                       pruner="none", poll_interval=0.2)
             identity = JobIdentity("bench", f"hpo-p{parallel}", "run")
-            study = open_study(open_storage(StorageConfig(f"sqlite:///{root / 'optuna.db'}")),
+            study = open_study(open_storage(f"sqlite:///{root / 'optuna.db'}"),
                                study_name(identity), settings, space)
 
             def template(name: str) -> TrainingJobSpec:

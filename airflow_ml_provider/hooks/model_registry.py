@@ -1,16 +1,25 @@
 """The model marketplace: MLflow's Model Registry (versions, ``challenger``/``champion`` aliases).
 
 MLflow is imported inside methods only, so DAG files that use the registry operators parse fast.
+
+Credentials never go into ``os.environ`` (MLflow's documented way, which every process the task
+starts would inherit, training workers included): inside ``mlflow()`` they live in a context
+variable that a request header provider registered with MLflow turns into the ``Authorization``
+header of MLflow's REST calls.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -18,6 +27,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 CHAMPION, CHALLENGER = "champion", "challenger"
 LINEAGE_KEY = "airflow.lineage_key"
 PREVIOUS_CHAMPION = "airflow.previous_champion"
+_AUTHORIZATION: ContextVar[str | None] = ContextVar("ml_registry_authorization", default=None)
 
 
 @dataclass(frozen=True)
@@ -28,7 +38,7 @@ class RegistrySettings:
     registry_uri: str
     artifact_root: str | None
     ui_url: str
-    env: dict[str, str] = field(default_factory=dict)  # MLflow client credentials
+    authorization: str | None = field(default=None, repr=False)  # the Authorization header's value
 
 
 class ModelRegistryHook(BaseHook):
@@ -64,38 +74,34 @@ class ModelRegistryHook(BaseHook):
             tracking = f"{connection.schema or 'http'}://{tracking}" + (
                 f":{connection.port}" if connection.port else ""
             )
-        env = {
-            "MLFLOW_TRACKING_USERNAME": connection.login or "",
-            "MLFLOW_TRACKING_PASSWORD": connection.password or "",
-            "MLFLOW_TRACKING_TOKEN": extras.get("token") or "",
-        }
+        for name, uri in (("host", tracking), ("extra.registry_uri", extras.get("registry_uri") or "")):
+            if "@" in urlsplit(uri).netloc:  # MLflow exports its URIs to the environment
+                raise ValueError(f"connection {self.registry_conn_id!r}: {name} holds credentials; put them in "
+                                 "login/password or the token extra")
         return RegistrySettings(
             tracking_uri=tracking,
             registry_uri=extras.get("registry_uri") or tracking,
             artifact_root=extras.get("artifact_root"),
             ui_url=extras.get("ui_url") or (tracking if tracking.startswith("http") else ""),
-            env={k: v for k, v in env.items() if v},
+            authorization=_authorization(connection.login, connection.password, extras.get("token")),
         )
 
     @contextmanager
     def mlflow(self) -> Iterator[Any]:
-        """The ``mlflow`` module pointed at this registry (MLflow keeps one current URI per process;
-        credentials are set in the environment only inside the block)."""
+        """The ``mlflow`` module pointed at this registry (MLflow keeps one current URI per process).
+        MLflow's REST calls made inside the block (in this thread, or a task or ``asyncio.to_thread``
+        started from it) carry the connection's credentials; nothing is written to the environment."""
         import mlflow
 
         settings = self.settings()
-        saved = {name: os.environ.get(name) for name in settings.env}
-        os.environ.update(settings.env)
+        _register_authorization_header()
         mlflow.set_tracking_uri(settings.tracking_uri)
         mlflow.set_registry_uri(settings.registry_uri)
+        token = _AUTHORIZATION.set(settings.authorization)
         try:
             yield mlflow
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            _AUTHORIZATION.reset(token)
 
     def experiment_id(self, name: str) -> str:
         """The experiment's id, creating it (under ``artifact_root``, if set) on first use."""
@@ -232,6 +238,29 @@ class ModelRegistryHook(BaseHook):
     def version_url(self, name: str, version: int) -> str:
         ui = self.settings().ui_url.rstrip("/")
         return f"{ui}/#/models/{name}/versions/{version}" if ui else ""
+
+
+def _authorization(login: str | None, password: str | None, token: str | None) -> str | None:
+    """The header MLflow would build from its credential variables (basic auth first, as MLflow does)."""
+    if login and password:
+        return "Basic " + base64.standard_b64encode(f"{login}:{password}".encode()).decode()
+    return f"Bearer {token}" if token else None
+
+
+@cache
+def _register_authorization_header() -> None:
+    """Add, once per process, the provider that gives MLflow's requests the current block's credentials."""
+    from mlflow.tracking.request_header.abstract_request_header_provider import RequestHeaderProvider
+    from mlflow.tracking.request_header.registry import _request_header_provider_registry
+
+    class RegistryAuthorization(RequestHeaderProvider):
+        def in_context(self) -> bool:
+            return _AUTHORIZATION.get() is not None
+
+        def request_headers(self) -> dict[str, str]:
+            return {"Authorization": _AUTHORIZATION.get()}
+
+    _request_header_provider_registry.register(RegistryAuthorization)
 
 
 def _quoted(value: str) -> str:

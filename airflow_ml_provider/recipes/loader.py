@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 from airflow_ml_provider.recipes.argv import IDENTIFIER, JINJA_SYNTAX, placeholders
 from airflow_ml_provider.recipes.model import BUILTINS, Experiment, Gpu, Hardware, RangeSpec, Recipe, Search
+from airflow_ml_provider.recipes.safe_yaml import RecipeFileError, compose_and_load, format_path, read_text
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _UNION_TAGS = {"values", "range"}  # pydantic adds the chosen union member to error locations
 _MODELS = (Recipe, Experiment, Hardware, Gpu, RangeSpec, Search)
 _FIELDS = sorted({field for model in _MODELS for field in model.model_fields})  # for "did you mean" hints
@@ -50,19 +50,19 @@ class RecipeError(ValueError):
 
 def load_recipe(path: str | Path) -> Recipe:
     """Read and validate a recipe file. Raises RecipeError (or OSError if it cannot be read)."""
-    return parse_recipe(Path(path).read_text(), str(path))
+    try:
+        text = read_text(Path(path))
+    except RecipeFileError as exc:
+        raise RecipeError(str(path), [Issue(exc.line, exc.path, str(exc))]) from None
+    return parse_recipe(text, str(path))
 
 
 def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
     """Validate recipe text. Raises RecipeError listing every problem with its path and line."""
     try:
-        root = yaml.compose(text, Loader=_LOADER)
-        data = yaml.load(text, Loader=_LOADER)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        line = min(mark.line + 1, len(text.splitlines())) if mark else 1  # a mark at the end of input
-        raise RecipeError(source, [Issue(max(line, 1), "", f"not valid YAML: {problem}")]) from None
+        root, data = compose_and_load(text)
+    except RecipeFileError as exc:
+        raise RecipeError(source, [Issue(exc.line, exc.path, str(exc))]) from None
     if not isinstance(data, dict):
         raise RecipeError(source, [Issue(1, "", "a recipe is a mapping with version, name and experiments")])
     issues = [_issue(root, loc, message) for loc, message in _duplicate_keys(root)]
@@ -223,7 +223,7 @@ def _issue(root: yaml.Node, loc: Loc, message: str) -> Issue:
             parts.append(part)
         elif position == len(loc) - 1 and part not in _UNION_TAGS and part != "[key]":
             parts.append(part)  # a missing field: name it at its parent's line
-    return Issue(line, _format_path(parts), message)
+    return Issue(line, format_path(parts), message)
 
 
 def _child(node: yaml.Node, part: str | int) -> tuple[int, yaml.Node] | None:
@@ -235,10 +235,3 @@ def _child(node: yaml.Node, part: str | int) -> tuple[int, yaml.Node] | None:
         item = node.value[part]
         return item.start_mark.line + 1, item
     return None
-
-
-def _format_path(parts: list[str | int]) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text

@@ -6,6 +6,7 @@ the offending field; rules that span fields (placeholders, dependencies) are in 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -46,12 +47,16 @@ def _matching(pattern: str, what: str):
 def _scalar(value: Any) -> Scalar:
     if not isinstance(value, str | int | float | bool):
         raise ValueError(f"must be a string, number or boolean, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be a finite number (got {value!r})")
     return value
 
 
 def _number(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"must be a number (got {value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number (got {value!r})")
     return value
 
 
@@ -151,7 +156,7 @@ class Search(_Strict):
     """Trials chosen by an Optuna sampler as earlier ones finish, instead of sampled up front."""
 
     sampler: Literal["tpe", "random", "grid"] = "tpe"
-    objective: Text = "auc"
+    objective: Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_./-]{0,99}", "metric name")] = "auc"
     direction: Literal["maximize", "minimize"] = "maximize"
     pruner: Literal["median", "none"] = "median"
 

@@ -2,12 +2,15 @@
 
 Its ``parameters`` become the search space (lists: categorical; ranges: float/int, log scale kept),
 single values stay constants of the command, ``samples`` is the trial budget and ``parallel`` the
-number of trials at once. The command keeps being data: ``{{name}}`` of a searched parameter becomes
-the search's placeholder and the trial spec is passed as a TrainingJobSpec, which is never templated.
+number of trials at once. Everything stays data: ``{{name}}`` of a searched parameter becomes the
+search's placeholder, the trial spec is passed as a TrainingJobSpec (never templated), and the task is
+a RecipeSearchOperator, which has no template fields, so no choice value, objective or other recipe
+text ever reaches Airflow's Jinja (where ``var`` and ``conn`` are in the context).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_ml_provider.jobs.search.template import placeholder
@@ -45,9 +48,15 @@ def trial_spec(name: str, experiment: Experiment) -> TrainingJobSpec:
     )
 
 
+class RecipeSearchOperator(HyperparameterSearchOperator):
+    """A search built from a recipe: every argument is recipe data, none is an Airflow template."""
+
+    template_fields: Sequence[str] = ()
+
+
 def search_operator(recipe: Recipe, name: str, experiment: Experiment) -> HyperparameterSearchOperator:
     search = experiment.search
-    return HyperparameterSearchOperator(
+    return RecipeSearchOperator(
         task_id=name,
         trial=trial_spec(name, experiment),
         search_space=search_space(experiment),

@@ -1,13 +1,17 @@
-"""Search spaces and settings, validated on construction, and the Optuna sampler and pruner they select."""
+"""Search spaces and settings, validated on construction, and the Optuna sampler and pruner they select.
+
+Validation needs no Optuna: DAG files that build a search parse without importing it; only choosing
+the sampler and pruner (when the search runs) does.
+"""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import optuna
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -21,7 +25,11 @@ from pydantic import (
 
 from airflow_ml_provider.logs.rules import LogRules
 
+if TYPE_CHECKING:
+    import optuna
+
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+METRIC_NAME = r"^[A-Za-z_][A-Za-z0-9_./-]{0,99}$"  # as MLflow accepts, and short
 GRID_LIMIT = 100_000  # a grid is enumerated up front; beyond this, use a sampler that does not need to
 
 
@@ -190,7 +198,7 @@ class SearchSettings(BaseModel):
     sampler: Literal["tpe", "random", "grid"] = "tpe"
     n_trials: Annotated[int, Field(ge=1)] | None = Field(default=None, validate_default=True)
     max_parallel: Annotated[int, Field(ge=1)] = 1
-    objective_metric: Annotated[str, Field(min_length=1)] = "auc"
+    objective_metric: Annotated[str, Field(pattern=METRIC_NAME)] = "auc"
     direction: Literal["maximize", "minimize"] = "maximize"
     seed: int | None = None
     pruner: Literal["median", "none"] = "median"
@@ -236,20 +244,28 @@ def trial_budget(settings: SearchSettings, space: SearchSpace) -> int:
     return settings.n_trials or size
 
 
-class _AskTellGridSampler(optuna.samplers.GridSampler):
-    """GridSampler calls ``study.stop()`` after the last grid point, which raises outside ``optimize()``
-    (optuna/optuna#5141); the search loop bounds the trials by the grid size itself."""
+@cache
+def _ask_tell_grid_sampler() -> type:
+    import optuna
 
-    def after_trial(self, study, trial, state, values) -> None:
-        return None
+    class AskTellGridSampler(optuna.samplers.GridSampler):
+        """GridSampler calls ``study.stop()`` after the last grid point, which raises outside ``optimize()``
+        (optuna/optuna#5141); the search loop bounds the trials by the grid size itself."""
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return AskTellGridSampler
 
 
 def make_sampler(settings: SearchSettings, space: SearchSpace, trials_so_far: int) -> optuna.samplers.BaseSampler:
     """The sampler for one session of the search. A resumed session offsets the seed by the trials already
     run, so a random sampler does not replay the parameters it proposed before the restart."""
+    import optuna
+
     seed = None if settings.seed is None else settings.seed + trials_so_far
     if settings.sampler == "grid":
-        return _AskTellGridSampler(space.grid(), seed=settings.seed)
+        return _ask_tell_grid_sampler()(space.grid(), seed=settings.seed)
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     budget = settings.n_trials
@@ -259,6 +275,8 @@ def make_sampler(settings: SearchSettings, space: SearchSpace, trials_so_far: in
 
 
 def make_pruner(settings: SearchSettings) -> optuna.pruners.BasePruner:
+    import optuna
+
     if settings.pruner == "none":
         return optuna.pruners.NopPruner()
     return optuna.pruners.MedianPruner(n_startup_trials=settings.pruning_startup_trials,

@@ -1,13 +1,17 @@
-"""Where a search's state lives (an Optuna RDB storage) and the study a restarted task loads again."""
+"""Where a search's state lives (an Optuna storage of its own) and the study a restarted task loads again.
+
+The storage never derives from Airflow's metadata database (its URL holds that database's password):
+by default it is a journal file under ``$AIRFLOW_HOME/ml/search`` (no server, no credentials, appends
+under a file lock, so several searches can share it); a configured URL may name another journal file
+(``journal:///path``) or any SQLAlchemy database Optuna supports. URLs are shown only with the
+password masked. Optuna is imported only when a search runs, never when a DAG is parsed.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
 from pathlib import Path
-from typing import Any
-
-import optuna
-from sqlalchemy.engine import make_url
+from typing import TYPE_CHECKING
 
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.search.space import (
@@ -18,54 +22,60 @@ from airflow_ml_provider.jobs.search.space import (
     make_sampler,
 )
 
-OPTUNA_SCHEMA = "airflow_ml_optuna"
+if TYPE_CHECKING:
+    import optuna
+
+JOURNAL_SCHEME = "journal://"
 
 
-@dataclass(frozen=True)
-class StorageConfig:
-    """An SQLAlchemy URL plus engine arguments for Optuna's RDBStorage."""
-
-    url: str
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
-    schema: str | None = None  # created on first use (PostgreSQL)
+def default_journal() -> Path:
+    return Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "ml" / "search" / "optuna.journal"
 
 
-def derive_storage(metadata_db_url: str) -> StorageConfig:
-    """Optuna storage beside the Airflow metadata database, without touching Airflow's tables.
+def masked(url: str) -> str:
+    """The URL as it may appear in logs and errors: any password replaced by ``***``."""
+    if url.startswith(JOURNAL_SCHEME) or "://" not in url:
+        return url
+    from sqlalchemy.engine import make_url
 
-    Optuna keeps its schema version in an ``alembic_version`` table, as Airflow does, so the two never
-    share a namespace: SQLite gets a sibling file (``optuna.db`` next to ``airflow.db``), PostgreSQL a
-    schema of its own in the same database. Other databases need a configured URL.
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 (an unparsable URL is shown as its scheme only, never in full)
+        return url.split("://", 1)[0] + "://***"
+
+
+def open_storage(url: str | None = None) -> optuna.storages.BaseStorage:
+    """The storage at ``url`` (see the module docstring); ``None``: the default journal file.
+    RDB storages run without heartbeat: a trial whose process died stays RUNNING, and the next session
+    re-attaches to its job instead of failing it.
 
     Raises:
-        ValueError: for a database this cannot derive a separate namespace in.
+        ValueError: the storage cannot be opened; the message shows the URL masked.
     """
-    url = make_url(metadata_db_url)
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        if not url.database or url.database == ":memory:":
-            raise ValueError("the Airflow metadata database is in memory; configure a storage URL for the search")
-        return StorageConfig(str(url.set(database=str(Path(url.database).with_name("optuna.db")))))
-    if backend == "postgresql":
-        return StorageConfig(
-            url.render_as_string(hide_password=False),
-            {"connect_args": {"options": f"-csearch_path={OPTUNA_SCHEMA}"}},
-            schema=OPTUNA_SCHEMA,
-        )
-    raise ValueError(f"cannot derive a search storage from a {backend} metadata database; configure a storage URL")
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    if url is None or url.startswith(JOURNAL_SCHEME) or "://" not in url:
+        path = Path(url.removeprefix(JOURNAL_SCHEME)) if url else default_journal()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+    try:
+        return optuna.storages.RDBStorage(url)
+    except Exception as exc:  # noqa: BLE001 (drivers put the URL, password included, in their messages)
+        message = str(exc)
+        password = _password(url)
+        if password:
+            message = message.replace(password, "***")
+        raise ValueError(f"search storage {masked(url)}: {type(exc).__name__}: {message}") from None
 
 
-def open_storage(config: StorageConfig) -> optuna.storages.RDBStorage:
-    """The RDB storage (tables created on first use). No heartbeat: a trial whose process died stays
-    RUNNING, and the next session re-attaches to its job instead of failing it."""
-    if config.schema:
-        import sqlalchemy
+def _password(url: str) -> str | None:
+    from sqlalchemy.engine import make_url
 
-        engine = sqlalchemy.create_engine(config.url)
-        with engine.begin() as connection:
-            connection.execute(sqlalchemy.text(f'CREATE SCHEMA IF NOT EXISTS "{config.schema}"'))
-        engine.dispose()
-    return optuna.storages.RDBStorage(config.url, engine_kwargs=config.engine_kwargs)
+    try:
+        return make_url(url).password
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def study_name(identity: JobIdentity) -> str:
@@ -81,6 +91,8 @@ def open_study(storage: optuna.storages.BaseStorage, name: str, settings: Search
     Raises:
         SearchSpaceError: the stored study optimizes in the other direction.
     """
+    import optuna
+
     try:
         trials_so_far = len(storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False))
     except KeyError:

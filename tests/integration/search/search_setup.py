@@ -12,7 +12,7 @@ from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.search.runner import TrialScheduler
 from airflow_ml_provider.jobs.search.space import parse_settings, parse_space
-from airflow_ml_provider.jobs.search.study import StorageConfig, open_storage, open_study, study_name
+from airflow_ml_provider.jobs.search.study import open_storage, open_study, study_name
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.runtime.datasets import write_synthetic
 
@@ -44,7 +44,7 @@ def scheduler(root: Path, template, space: dict, run_id: str = "run", **settings
     """A search whose study lives in ``root/optuna.db``: building it again resumes the same study."""
     space, settings = parse_space(space), parse_settings(poll_interval=0.2, **settings)
     identity = JobIdentity("search_tests", "search", run_id)
-    storage = open_storage(StorageConfig(f"sqlite:///{root / 'optuna.db'}"))
+    storage = open_storage(f"sqlite:///{root / 'optuna.db'}")
     study = open_study(storage, study_name(identity), settings, space)
     return TrialScheduler(backend(root), study, space, settings, template, identity)
 

@@ -1,5 +1,5 @@
 """HyperparameterSearchOperator in a real DAG run (dag.test()): LightGBM trials on the local backend,
-the result in XCom, the study beside the metadata database, the runs in MLflow."""
+the result in XCom, the study in its own journal file, the runs in MLflow."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_search_dag_returns_best_trial_and_records_every_trial(run_dag):
         metrics, _ = summarize_log(backend, trial["job_name"])
         assert metrics.final["auc"] == trial["value"]
     assert Path(out["best_model_path"]).is_file()
-    assert (home / "optuna.db").is_file(), "the study belongs beside the metadata database (airflow.db)"
+    assert (home / "ml" / "search" / "optuna.journal").is_file(), "the study has its own storage, not airflow.db"
 
     from mlflow import MlflowClient
 

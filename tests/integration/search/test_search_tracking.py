@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 
 from airflow_ml_provider.jobs.search.runner import summarize
 from airflow_ml_provider.jobs.search.space import parse_settings, parse_space
-from airflow_ml_provider.jobs.search.study import StorageConfig, open_storage, open_study
+from airflow_ml_provider.jobs.search.study import open_storage, open_study
 from airflow_ml_provider.jobs.search.tracking import MlflowSearchLog
 
 pytestmark = pytest.mark.integration
@@ -21,7 +21,7 @@ def test_a_restarted_search_reuses_its_parent_run_and_logs_each_trial_once(tmp_p
     experiment = MlflowClient(uri).create_experiment("searches", artifact_location=str(artifacts))
 
     def session():
-        study = open_study(open_storage(StorageConfig(f"sqlite:///{tmp_path / 'optuna.db'}")), "d/search/r",
+        study = open_study(open_storage(f"sqlite:///{tmp_path / 'optuna.db'}"), "d/search/r",
                            settings, space)
         return study, MlflowSearchLog(uri, experiment)
 

@@ -12,7 +12,7 @@ def test_without_a_connection_the_embedded_sqlite_registry_is_used(tmp_path, mon
     settings = ModelRegistryHook("ml_registry_absent").settings()
     assert settings.tracking_uri == settings.registry_uri == f"sqlite:///{tmp_path}/ml/mlflow.db"
     assert settings.artifact_root == (tmp_path / "ml" / "mlartifacts").as_uri()
-    assert settings.env == {}
+    assert settings.authorization is None
 
 
 def test_a_connection_names_the_tracking_server_and_its_credentials(monkeypatch):
@@ -25,5 +25,5 @@ def test_a_connection_names_the_tracking_server_and_its_credentials(monkeypatch)
     assert settings.tracking_uri == "https://mlflow.internal:5443"
     assert (settings.registry_uri, settings.artifact_root) == ("databricks-uc", "s3://bucket/mlflow")
     assert settings.ui_url == "https://mlflow.internal:5443"
-    assert settings.env == {"MLFLOW_TRACKING_USERNAME": "airflow", "MLFLOW_TRACKING_PASSWORD": "s3cret"}
+    assert settings.authorization == "Basic YWlyZmxvdzpzM2NyZXQ="  # airflow:s3cret, sent as a header only
     assert ModelRegistryHook("ml_registry_test").version_url("m", 3) == "https://mlflow.internal:5443/#/models/m/versions/3"

@@ -52,3 +52,20 @@ def test_the_trial_must_be_a_training_operator_or_a_spec_dict():
         HyperparameterSearchOperator(task_id="search", search_space=SPACE, n_trials=4,
                                      trial={"framework": "generic", "num_workers": 1,
                                             "command": ["python", "train.py", "{{ params.num_leaves }}"]})
+
+
+def test_the_study_storage_is_never_the_metadata_database(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://airflow:metadata-pw@db/airflow")
+    monkeypatch.delenv("AIRFLOW__ML_TRAINING__SEARCH_STORAGE_URL", raising=False)
+    operator = HyperparameterSearchOperator(task_id="search", trial=_trial(), search_space=SPACE, n_trials=2)
+    assert operator._storage_url() is None  # the default journal file under $AIRFLOW_HOME/ml/search
+
+
+def test_a_configured_storage_url_has_its_password_masked_in_logs(monkeypatch):
+    from airflow.sdk._shared.secrets_masker.secrets_masker import redact
+
+    url = "postgresql://optuna:optuna-store-pw@db/optuna"
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__SEARCH_STORAGE_URL", url)
+    operator = HyperparameterSearchOperator(task_id="search", trial=_trial(), search_space=SPACE, n_trials=2)
+    assert operator._storage_url() == url
+    assert redact(f"connecting to {url}") == "connecting to postgresql://optuna:***@db/optuna"
