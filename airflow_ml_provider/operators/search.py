@@ -17,8 +17,8 @@ from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.follow import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.search.space import SearchSpace, SearchSpaceError, parse_settings, parse_space
-from airflow_ml_provider.jobs.search.template import check_template, placeholder
+from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError, parse_settings, parse_space
+from airflow_ml_provider.search.template import check_template, placeholder
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
@@ -47,7 +47,7 @@ class HyperparameterSearchOperator(BaseOperator):
         search_space: parameter -> ``{"type": "float"|"int"|"categorical", ...}`` or a list of choices.
         sampler, n_trials, max_parallel, objective_metric, direction, seed, pruner,
         pruning_startup_trials, pruning_warmup_steps, metric_patterns, poll_interval: see
-            :class:`~airflow_ml_provider.jobs.search.space.SearchSettings`.
+            :class:`~airflow_ml_provider.search.space.SearchSettings`.
         backend: backend name (default: the trial operator's, else the connection's).
         storage_url: the Optuna storage: ``journal:///path`` or an SQLAlchemy URL (its password is masked
             in logs).
@@ -117,9 +117,9 @@ class HyperparameterSearchOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
-        from airflow_ml_provider.jobs.search.runner import SearchFailed, TrialScheduler, summarize, trial_identity
-        from airflow_ml_provider.jobs.search.study import open_storage, open_study, study_name
-        from airflow_ml_provider.jobs.search.tracking import MlflowSearchLog
+        from airflow_ml_provider.search.runner import SearchFailed, TrialScheduler, summarize, trial_identity
+        from airflow_ml_provider.search.study import open_storage, open_study, study_name
+        from airflow_ml_provider.search.tracking import MlflowSearchLog
 
         identity = JobIdentity.from_context(context)
         space = _user_error(self.task_id, lambda: parse_space(self.search_space))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_ml_provider.jobs.search.template import placeholder
+from airflow_ml_provider.search.template import placeholder
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.recipes.argv import PLACEHOLDER, as_text

@@ -10,9 +10,9 @@ from support import TRAINING_IMAGE
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.search.runner import TrialScheduler
-from airflow_ml_provider.jobs.search.space import parse_settings, parse_space
-from airflow_ml_provider.jobs.search.study import open_storage, open_study, study_name
+from airflow_ml_provider.search.runner import TrialScheduler
+from airflow_ml_provider.search.space import parse_settings, parse_space
+from airflow_ml_provider.search.study import open_storage, open_study, study_name
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.runtime.datasets import write_synthetic
 

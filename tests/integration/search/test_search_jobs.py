@@ -18,7 +18,7 @@ from support import REPO, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.follow import summarize_log
-from airflow_ml_provider.jobs.search.runner import summarize
+from airflow_ml_provider.search.runner import summarize
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 pytestmark = pytest.mark.integration

@@ -7,10 +7,10 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
-from airflow_ml_provider.jobs.search.runner import summarize
-from airflow_ml_provider.jobs.search.space import parse_settings, parse_space
-from airflow_ml_provider.jobs.search.study import open_storage, open_study
-from airflow_ml_provider.jobs.search.tracking import MlflowSearchLog
+from airflow_ml_provider.search.runner import summarize
+from airflow_ml_provider.search.space import parse_settings, parse_space
+from airflow_ml_provider.search.study import open_storage, open_study
+from airflow_ml_provider.search.tracking import MlflowSearchLog
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from airflow.sdk import DAG
 
-from airflow_ml_provider.jobs.search.space import SearchSpaceError
+from airflow_ml_provider.search.space import SearchSpaceError
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.operators.training import LightGBMTrainingOperator
 

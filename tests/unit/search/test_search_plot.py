@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optuna
 
-from airflow_ml_provider.jobs.search.plot import plot_trials
+from airflow_ml_provider.search.plot import plot_trials
 
 
 def test_the_plot_is_a_png_with_completed_and_pruned_trials(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from airflow_ml_provider.jobs.search.space import (
+from airflow_ml_provider.search.space import (
     SearchSpaceError,
     make_pruner,
     make_sampler,

@@ -8,8 +8,8 @@ import pytest
 from optuna.storages import JournalStorage, RDBStorage
 
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.search.space import SearchSpaceError, parse_settings, parse_space
-from airflow_ml_provider.jobs.search.study import masked, open_storage, open_study, study_name
+from airflow_ml_provider.search.space import SearchSpaceError, parse_settings, parse_space
+from airflow_ml_provider.search.study import masked, open_storage, open_study, study_name
 
 SPACE = parse_space({"x": {"type": "float", "low": 0.0, "high": 1.0}})
 

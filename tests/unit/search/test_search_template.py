@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from airflow_ml_provider.jobs.search.space import SearchSpaceError, parse_space
-from airflow_ml_provider.jobs.search.template import check_template, render_trial
+from airflow_ml_provider.search.space import SearchSpaceError, parse_space
+from airflow_ml_provider.search.template import check_template, render_trial
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from airflow_ml_provider.jobs.search.plot import plot_trials
-from airflow_ml_provider.jobs.search.runner import JOB_NAME_ATTR
-from airflow_ml_provider.jobs.search.space import SearchSettings, SearchSpace
+from airflow_ml_provider.search.plot import plot_trials
+from airflow_ml_provider.search.runner import JOB_NAME_ATTR
+from airflow_ml_provider.search.space import SearchSettings, SearchSpace
 
 PARENT_RUN_ATTR = "mlflow_run_id"
 TRIAL_TAG = "optuna.trial_number"

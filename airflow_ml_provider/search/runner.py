@@ -21,8 +21,8 @@ from airflow_ml_provider.jobs.drivers import SyncDriver
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX, JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmission
-from airflow_ml_provider.jobs.search.space import SearchSettings, SearchSpace, trial_budget
-from airflow_ml_provider.jobs.search.template import render_trial
+from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
+from airflow_ml_provider.search.template import render_trial
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 
 TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it

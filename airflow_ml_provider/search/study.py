@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.search.space import (
+from airflow_ml_provider.search.space import (
     SearchSettings,
     SearchSpace,
     SearchSpaceError,

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from airflow_ml_provider.jobs.search.space import SearchSpace, SearchSpaceError
+from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 PLACEHOLDER = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
