@@ -33,6 +33,16 @@ class Resources(BaseModel):
 
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_WORKERS = 4096  # beyond any cluster's gang; also bounds what rendering a manifest allocates
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:  # execve() cannot pass it: the argument or variable would be cut short or refused
+        raise ValueError("contains a NUL character")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
 
 
 def _env_name(name: str) -> str:
@@ -123,16 +133,16 @@ class TrainingJobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     framework: Framework
-    command: list[str] = Field(min_length=1)
-    num_workers: int = Field(ge=1)
-    image: str | None = None
+    command: list[Text] = Field(min_length=1)
+    num_workers: int = Field(ge=1, le=MAX_WORKERS)
+    image: Text | None = None
     resources: Resources = Resources()
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
     working_dir: str | None = None
-    checkpoint_dir: str | None = None
-    model_dir: str | None = None
-    min_workers: Annotated[int, Field(ge=1)] | None = None
-    max_workers: Annotated[int, Field(ge=1)] | None = None
+    checkpoint_dir: Text | None = None
+    model_dir: Text | None = None
+    min_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
+    max_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
     # Wall-clock limit of one attempt, in seconds: the local launcher stops the job when it passes,
     # the Kubernetes backends render it as activeDeadlineSeconds.
     timeout_s: Annotated[int, Field(gt=0)] | None = None
