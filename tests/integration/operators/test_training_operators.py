@@ -10,7 +10,7 @@ import pytest
 from support import needs_horovod
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.follow import summarize_log
+from airflow_ml_provider.jobs.drivers import replay
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +39,8 @@ def test_horovod_and_lightgbm_train_in_one_dag_run(run_dag, capfd):
     assert Path(horovod["model_path"]).exists(), horovod
     checksums = {fields["rank"]: fields["checksum"] for _, fields in _events(horovod["job_name"], "weights_checksum")}
     assert set(checksums) == {0, 1} and checksums[0] == checksums[1], "ranks ended with different weights"
-    metrics, _ = summarize_log(_backend(), horovod["job_name"])
-    losses = [step["loss"] for step in metrics.history]
+    metrics = replay(_backend().log_source(horovod["job_name"])).tracker
+    losses = [step["loss"] for step in metrics.history()]
     assert len(losses) == 3 and losses[-1] < losses[0], losses
     assert horovod["metrics"]["accuracy"] > 0.8, horovod["metrics"]
 

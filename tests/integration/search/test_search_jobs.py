@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from support import REPO, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.follow import summarize_log
+from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.search.runner import summarize
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
@@ -55,10 +55,10 @@ def test_trials_run_in_parallel_up_to_max_parallel_with_their_own_parameters(tmp
         params = json.loads(command[command.index("--params-json") + 1])
         assert (params["learning_rate"], params["num_leaves"]) == (trial["params"]["learning_rate"],
                                                                   trial["params"]["num_leaves"])
-        metrics, _ = summarize_log(backend, trial["job_name"])
+        metrics = replay(backend.log_source(trial["job_name"])).tracker
         assert trial["value"] == metrics.result["auc"]  # the objective is the job's own final result
         assert search.study.trials[trial["number"]].intermediate_values == {
-            step["step"]: step["auc"] for step in metrics.history}
+            step["step"]: step["auc"] for step in metrics.history()}
     assert result["best_value"] == max(t["value"] for t in result["trials"])
     assert Path(result["best_model_path"]).is_file()
 

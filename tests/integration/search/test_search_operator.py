@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.follow import summarize_log
+from airflow_ml_provider.jobs.drivers import replay
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_search_dag_returns_best_trial_and_records_every_trial(run_dag):
         assert {k: lightgbm_params[k] for k in trial["params"]} == trial["params"]
         assert command[command.index("--num-boost-round") + 1] == "15"  # the DAG's param, rendered by Airflow
         assert command[command.index("--train-data") + 1] == str(home / "search-data" / "train.npz")
-        metrics, _ = summarize_log(backend, trial["job_name"])
+        metrics = replay(backend.log_source(trial["job_name"])).tracker
         assert metrics.final["auc"] == trial["value"]
     assert Path(out["best_model_path"]).is_file()
     assert (home / "ml" / "search" / "optuna.journal").is_file(), "the study has its own storage, not airflow.db"
