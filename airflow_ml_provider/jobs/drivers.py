@@ -18,7 +18,6 @@ from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Ste
 from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogSource, LogSourceUnavailable
 
-MAX_LINES = 5000  # lines per read; a full batch means more are ready
 
 
 class SyncDriver:
@@ -50,10 +49,10 @@ class SyncDriver:
         batch = None
         if self.source is not None:
             try:
-                batch = self.source.read(self.follower.cursor, MAX_LINES)
+                batch = self.source.read(self.follower.cursor, self.follower.options.max_lines)
             except LogSourceUnavailable as exc:
                 return self._act(self.follower.unavailable(str(exc), self.clock()))
-        return self._act(self.follower.observe(status, batch, self.clock(), MAX_LINES))
+        return self._act(self.follower.observe(status, batch, self.clock()))
 
     def run(self, sleep: Callable[[float], None] = time.sleep) -> Step:
         while (step := self.poll()).action is Action.WAIT:
@@ -137,16 +136,16 @@ async def _round(follower: Follower, backend: Backend | None, name: str | None, 
     batch = None
     if source is not None:
         try:
-            batch = await asyncio.to_thread(source.read, follower.cursor, MAX_LINES)
+            batch = await asyncio.to_thread(source.read, follower.cursor, follower.options.max_lines)
         except LogSourceUnavailable as exc:
             return follower.unavailable(str(exc), clock())
-    return follower.observe(latest.get("status"), batch, clock(), MAX_LINES)
+    return follower.observe(latest.get("status"), batch, clock())
 
 
 def replay(source: LogSource, options: FollowOptions | None = None) -> Follower:
     """Feed a finished job's whole log through a follower: its metrics, model path and last lines
     (for reading another task's job, e.g. the training curve an evaluation plots)."""
     follower = Follower(options)
-    while (batch := source.read(follower.cursor, MAX_LINES)).lines:
+    while (batch := source.read(follower.cursor, follower.options.max_lines)).lines:
         follower.observe(None, batch, time.time())
     return follower

@@ -74,6 +74,7 @@ class FollowOptions:
             outside all of them is ignored with a warning (a pod's output is not trusted).
         metric_goals: ``{"auc": "max"}`` where the default direction is wrong.
         tail_lines: last lines kept for failure messages.
+        max_lines: lines per read; a full batch means more are ready.
     """
 
     rules: dict[str, list[str]] = field(default_factory=dict)
@@ -85,12 +86,13 @@ class FollowOptions:
     artifact_roots: tuple[str, ...] = ()
     metric_goals: dict[str, str] = field(default_factory=dict)
     tail_lines: int = 20
+    max_lines: int = 5000
 
     def to_dict(self) -> dict[str, Any]:
         return {"rules": self.rules, "max_preemptions": self.max_preemptions, "poll_interval": self.poll_interval,
                 "settle_s": self.settle_s, "outage_grace_s": self.outage_grace_s, "deadline": self.deadline,
                 "artifact_roots": list(self.artifact_roots), "metric_goals": self.metric_goals,
-                "tail_lines": self.tail_lines}
+                "tail_lines": self.tail_lines, "max_lines": self.max_lines}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FollowOptions:
@@ -121,8 +123,7 @@ class Follower:
 
     # -- rounds -----------------------------------------------------------------------------------------
 
-    def observe(self, status: JobStatus | None, batch: LogBatch | None, now: float,
-                max_lines: int | None = None) -> Step:
+    def observe(self, status: JobStatus | None, batch: LogBatch | None, now: float) -> Step:
         """One round: ``status`` read first (None when following a log alone), then ``batch`` (None
         when following a status alone). A terminal status followed by an empty read, at least
         ``settle_s`` after the job ended, means every line has been seen."""
@@ -142,7 +143,7 @@ class Follower:
         if self.options.deadline is not None and now >= self.options.deadline and not (status and status.state.is_terminal):
             return Step(Action.FAIL, **progress, cancel=True, timed_out=True,
                         message=f"the job did not finish by its deadline ({self.options.deadline - now:+.0f} s)")
-        more = batch is not None and max_lines is not None and len(batch.lines) >= max_lines
+        more = batch is not None and len(batch.lines) >= self.options.max_lines
         if more:
             return Step(Action.WAIT, **progress, delay=0.0)
         if status is None or not status.state.is_terminal:

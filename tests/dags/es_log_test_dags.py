@@ -28,9 +28,9 @@ with DAG("ml_test_es_log_sensor", schedule=None, catchup=False, tags=["test"]) a
     def train() -> dict[str, str]:
         return {"job_name": "es-job-ok"}
 
-    # Deferred, and checkpointing after every batch: the task defers again and again from its cursor.
+    # Deferred: the trigger keeps its read position durable in an XCom after every batch.
     ElasticsearchLogSensor(task_id="watch", job="{{ ti.xcom_pull('train')['job_name'] }}", deferrable=True,
-                           checkpoint_interval=0, max_lines=40, **COMMON).set_upstream(train())
+                           **COMMON).set_upstream(train())
     ElasticsearchLogSensor(task_id="oom", job="es-job-oom", deferrable=False, retries=2, **COMMON)
     ElasticsearchLogSensor(task_id="flaky", job="es-job-flaky", deferrable=True, retries=1,
                            retry_delay=timedelta(0), **COMMON)

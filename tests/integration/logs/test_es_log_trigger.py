@@ -1,5 +1,5 @@
 """ElasticsearchLogTrigger contract: streams each line once and in order into the task log, fires on
-the first rule verdict, survives outages and restarts from its serialized cursor (double and real)."""
+the first rule verdict, survives outages and restarts from its follower state (double and real)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 import pytest
 from es_logs_support import connection_env, load, training_log
 
+from airflow_ml_provider.jobs.follow import Follower
 from airflow_ml_provider.triggers.elasticsearch_log import ElasticsearchLogTrigger
 
 pytestmark = pytest.mark.integration
@@ -30,9 +31,9 @@ def conn(monkeypatch, es_url, index):
     return use
 
 
-def trigger(conn_id: str, job: str, **kwargs) -> ElasticsearchLogTrigger:
-    return ElasticsearchLogTrigger(job=job, rules=RULES, elasticsearch_conn_id=conn_id,
-                                   **{"poll_interval": 0.05, "checkpoint_interval": None, **kwargs})
+def trigger(conn_id: str, job: str, state: dict | None = None, **options) -> ElasticsearchLogTrigger:
+    return ElasticsearchLogTrigger(job=job, elasticsearch_conn_id=conn_id, state=state,
+                                   options={"rules": RULES, "poll_interval": 0.05, **options})
 
 
 def rebuild(existing: ElasticsearchLogTrigger, **changes) -> ElasticsearchLogTrigger:
@@ -72,35 +73,31 @@ def test_restarted_trigger_continues_after_the_last_printed_line(es, index, conn
 
     async def run_until_cancelled() -> None:
         task = asyncio.ensure_future(anext(original.run()))
-        while original.cursor is None or original.cursor["after"][1] < 300:  # a few batches in
+        while original.state.get("seq", 0) < 3:  # a few batches in
             await asyncio.sleep(0.005)
         task.cancel()  # what a triggerer restart does to a running trigger
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(run_until_cancelled())
-    payload = first_event(rebuild(original))  # rebuilt from its serialized state, cursor included
-    assert payload["status"] == "matched" and payload["match"]["verdict"] == "succeed"
+    payload = first_event(rebuild(original))  # rebuilt from its serialized state, position included
+    assert payload["action"] == "finish" and payload["match"]["verdict"] == "succeed"
     assert printed(capfd) == expected_lines(docs)
 
 
-def test_checkpoints_carry_cursor_and_metric_series_across_deferrals(es, index, conn, capfd):
+def test_the_final_state_carries_every_line_and_the_metric_series(es, index, conn, capfd):
     docs = training_log("job-c", pods=2, lines=300)
     for step, doc in enumerate(docs[::10], start=1):
         doc["message"] = f"step={step} loss={1 / step:.4f}"
     docs[-1]["message"] = "Training finished"
     load(es, index, docs)
-    current, deferrals = trigger(conn(), "job-c", max_lines=70, checkpoint_interval=0), 0
-    while (payload := first_event(current))["status"] == "checkpoint":
-        deferrals += 1
-        current = trigger(conn(), "job-c", max_lines=70, checkpoint_interval=0, cursor=payload["cursor"],
-                          metrics_state=payload["metrics_state"])
-    assert payload["status"] == "matched" and deferrals >= 4
+    payload = first_event(trigger(conn(), "job-c", max_lines=70))
+    assert payload["action"] == "finish"
     assert printed(capfd) == expected_lines(docs)
-    series = payload["metrics"]["series"]["loss"]
-    assert [step for step, _ in series] == list(range(1, 31))
-    assert payload["metrics"]["best"]["loss"] == pytest.approx(1 / 30, abs=1e-4)
-    assert payload["metrics"]["last"]["loss"] == payload["metrics"]["best"]["loss"]
+    metrics = Follower(state=payload["state"]).tracker.summary()
+    assert [step for step, _ in metrics["series"]["loss"]] == list(range(1, 31))
+    assert metrics["best"]["loss"] == pytest.approx(1 / 30, abs=1e-4)
+    assert metrics["last"]["loss"] == metrics["best"]["loss"]
 
 
 @pytest.mark.parametrize(
@@ -115,7 +112,7 @@ def test_the_first_matching_line_decides(es, index, conn, ending, verdict):
     docs = log_with_ending("job-v", 50, ending) + training_log("job-v-after", pods=1, lines=5)
     load(es, index, docs)
     payload = first_event(trigger(conn(), "job-v"))
-    assert payload["status"] == "matched"
+    assert payload["action"] == ("finish" if verdict == "succeed" else "fail")
     assert payload["match"] == {"verdict": verdict, "pattern": payload["match"]["pattern"],
                                 "source": docs[49]["kubernetes"]["pod"]["name"], "line": ending}
 
@@ -131,12 +128,12 @@ def test_100k_lines_through_an_outage_lose_nothing_and_repeat_nothing(es, index,
         proxy.set_mode("forward")
 
     threading.Thread(target=come_back, daemon=True).start()
-    payload = first_event(trigger(conn(proxy.url), "job-big", max_lines=5000, outage_grace_period=60))
+    payload = first_event(trigger(conn(proxy.url), "job-big", max_lines=5000, outage_grace_s=60))
     assert proxy.cut.is_set(), "the outage never happened"
-    assert payload["status"] == "matched"
+    assert payload["action"] == "finish"
     out = capfd.readouterr()
     text = out.out + out.err
-    assert "Elasticsearch unavailable" in text and "reachable again" in text
+    assert "log store unavailable" in text and "reachable again" in text
     streamed = [f"[{pod}] {line}" for pod, line in _PRINTED.findall(text)]
     assert len(streamed) == 100_000
     assert streamed == expected_lines(docs)
@@ -145,12 +142,12 @@ def test_100k_lines_through_an_outage_lose_nothing_and_repeat_nothing(es, index,
 def test_an_outage_longer_than_the_grace_period_ends_the_wait(es, index, conn, proxy):
     load(es, index, training_log("job-down", pods=1, lines=10))
     proxy.set_mode("unavailable")
-    payload = first_event(trigger(conn(proxy.url), "job-down", outage_grace_period=0.5))
-    assert payload["status"] == "outage"
-    assert "grace period 0.5 s" in payload["message"]
+    payload = first_event(trigger(conn(proxy.url), "job-down", outage_grace_s=0.5))
+    assert payload["action"] == "fail" and payload["retryable"]
+    assert "longer than the 0.5 s grace period" in payload["message"]
 
 
 def test_the_deadline_ends_the_wait(es, index, conn):
     load(es, index, training_log("job-slow", pods=1, lines=10))
     payload = first_event(trigger(conn(), "job-slow", deadline=time.time() + 0.5))
-    assert payload["status"] == "timeout"
+    assert payload["action"] == "fail" and payload["timed_out"]

@@ -64,6 +64,6 @@ def test_failed_job_names_exit_codes_and_last_lines_and_deferred_job_succeeds(ru
     assert "[rank 1] working 1" in task_log  # the last lines of the job, in the failure message
 
     deferred = result.xcom["deferred"]
-    assert deferred["metrics"] == {"step": 3, "loss": pytest.approx(1 / 3), "accuracy": 0.9}
+    assert deferred["metrics"] == {"loss": pytest.approx(1 / 3), "accuracy": 0.9}
     streamed = [line for line in task_log.splitlines() if '"event": "metrics"' in line and "[rank 0]" in line]
     assert len(streamed) == 3, "the trigger must stream each of rank 0's lines exactly once"

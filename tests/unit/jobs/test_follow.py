@@ -21,10 +21,10 @@ def event(**fields) -> str:
 
 
 def test_waits_while_running_and_reads_again_at_once_when_a_batch_was_full():
-    follower = Follower(FollowOptions(poll_interval=2.0))
-    step = follower.observe(RUNNING, batch("a", "b", cursor=2), now=0, max_lines=2)
+    follower = Follower(FollowOptions(poll_interval=2.0, max_lines=2))
+    step = follower.observe(RUNNING, batch("a", "b", cursor=2), now=0)
     assert (step.action, step.delay, [line.text for line in step.lines]) == (Action.WAIT, 0.0, ["a", "b"])
-    step = follower.observe(RUNNING, batch(cursor=2), now=1, max_lines=2)
+    step = follower.observe(RUNNING, batch(cursor=2), now=1)
     assert (step.action, step.delay) == (Action.WAIT, 2.0)
     assert follower.cursor == 2
 
