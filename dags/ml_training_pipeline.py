@@ -14,6 +14,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, conf, task
 
+from airflow_ml_provider.assets import data_asset, model_asset
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
@@ -23,6 +24,8 @@ from airflow_ml_provider.operators.training import HorovodTrainingOperator, Ligh
 
 BACKEND = "{{ params.backend }}"  # "" = the ml_training connection's default backend
 WORKERS = "{{ params.workers }}"
+MODEL = model_asset("ml_training_pipeline")  # deploy's events schedule dags/ml_batch_scoring.py
+DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of the data
 
 with DAG(
     dag_id="ml_training_pipeline",
@@ -118,7 +121,9 @@ with DAG(
         return f"train_{params['framework']}"
 
     prepared = prepare_data()
-    preprocess = PreprocessOperator.partial(task_id="preprocess", backend=BACKEND).expand_kwargs(prepared)
+    preprocess = PreprocessOperator.partial(task_id="preprocess",
+        outlets=[DATA],
+        data_version=prepared["data_version"], backend=BACKEND).expand_kwargs(prepared)
     train_lightgbm = LightGBMTrainingOperator(
         task_id="train_lightgbm",
         train_data=prepared["train_dir"],
@@ -174,5 +179,6 @@ with DAG(
         model_name="{{ params.model_name }}",
         evaluation=evaluate.output,
         gate=gate.output,
+        outlets=[MODEL],
         description="{{ params.notes }}",
     )

@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_ml_provider import assets
 from airflow_ml_provider.hooks.model_registry import CHALLENGER, CHAMPION, ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.operators.links import MLflowModelVersionLink
@@ -27,15 +28,18 @@ class DeployModelOperator(BaseOperator):
     Args:
         evaluation: ``EvaluateModelOperator``'s result.
         gate: ``ModelGateOperator``'s result; None registers a challenger without promoting it.
+        approval: ``ChampionApprovalOperator``'s result; a rejection keeps the champion where it is.
         kserve: optional ``KServeTarget`` fields; renders an InferenceService for the version (stored as
             an artifact) and, with ``apply: true``, applies it with the training connection's
             Kubernetes connection.
 
     Returns (XCom): ``{"model_name", "version", "aliases", "promoted", "previous_champion", "url",
-    "model_uri", "kserve"}``.
+    "model_uri", "kserve"}``. Every Asset in ``outlets`` gets an event whose ``extra`` holds ``name``,
+    ``version``, ``model_uri``, ``aliases``, ``metrics``, ``run_id``, ``mlflow_run_id`` and ``data_version``
+    (see ``airflow_ml_provider.assets``).
     """
 
-    template_fields: Sequence[str] = ("model_name", "evaluation", "gate", "description", "kserve")
+    template_fields: Sequence[str] = ("model_name", "evaluation", "gate", "approval", "description", "kserve")
     operator_extra_links = (MLflowModelVersionLink(),)
     ui_color = "#d1f2eb"
 
@@ -45,6 +49,7 @@ class DeployModelOperator(BaseOperator):
         model_name: str,
         evaluation: dict[str, Any],
         gate: dict[str, Any] | None = None,
+        approval: dict[str, Any] | None = None,
         description: str = "",
         kserve: dict[str, Any] | None = None,
         registry_conn_id: str = ModelRegistryHook.default_conn_name,
@@ -55,6 +60,7 @@ class DeployModelOperator(BaseOperator):
         self.model_name = model_name
         self.evaluation = evaluation
         self.gate = gate
+        self.approval = approval
         self.description = description
         self.kserve = kserve
         self.registry_conn_id = registry_conn_id
@@ -85,7 +91,8 @@ class DeployModelOperator(BaseOperator):
             self.description,
         )
         self.registry.set_alias(self.model_name, CHALLENGER, number)
-        promoted, previous = bool(self.gate and self.gate["passed"]), None
+        previous, why_not = None, self._why_not_promoted()
+        promoted = why_not is None
         if promoted:
             previous = self.registry.promote(self.model_name, number)
             self.log.info("Model %s version %d is the champion (was: %s)", self.model_name, number, previous)
@@ -94,9 +101,9 @@ class DeployModelOperator(BaseOperator):
                 "Model %s version %d is the challenger; the champion stays: %s",
                 self.model_name,
                 number,
-                "; ".join((self.gate or {}).get("reasons", ["no gate given"])),
+                why_not,
             )
-        return {
+        result = {
             "model_name": self.model_name,
             "version": number,
             "aliases": [CHALLENGER, CHAMPION] if promoted else [CHALLENGER],
@@ -106,6 +113,21 @@ class DeployModelOperator(BaseOperator):
             "model_uri": f"models:/{self.model_name}/{number}",
             "kserve": self._kserve(number, evaluation) if self.kserve else None,
         }
+        assets.emit(context, self.outlets, {
+            "name": self.model_name, "version": number, "model_uri": result["model_uri"],
+            "aliases": result["aliases"], "metrics": evaluation["metrics"], "run_id": ti.run_id,
+            "mlflow_run_id": evaluation["mlflow_run_id"], "data_version": evaluation["lineage"].get("data_version"),
+        })
+        return result
+
+    def _why_not_promoted(self) -> str | None:
+        """None if the gate passed and, where a person had to approve (``ChampionApprovalOperator``),
+        they did; else why the champion stays."""
+        if not (self.gate and self.gate["passed"]):
+            return "; ".join((self.gate or {}).get("reasons", ["no gate given"]))
+        if self.approval and self.approval.get("approved") is False:
+            return f"the promotion was rejected by {self.approval.get('by') or 'a reviewer'}"
+        return None
 
     def _kserve(self, number: int, evaluation: dict[str, Any]) -> dict[str, Any]:
         import yaml

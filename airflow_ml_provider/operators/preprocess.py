@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider import assets
 from airflow_ml_provider.jobs.spec import Framework
-from airflow_ml_provider.jobs.state import JobStatus
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 
@@ -21,10 +20,13 @@ class PreprocessOperator(BaseTrainingOperator):
 
     Returns (XCom): the job summary (without ``model_path``: it trains nothing) plus ``input`` and
     ``output`` (paths, never data); the job's ``result`` line (rows, content hash) is in ``metrics``.
+    Every Asset in ``outlets`` gets an event per shard whose ``extra`` holds ``data_version`` (the
+    source's content hash, when given), ``input``, ``output``, ``rows`` and ``sha256`` of the output.
     """
 
     framework = Framework.GENERIC
-    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "input_path", "output_path")
+    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "input_path", "output_path",
+                                      "data_version")
     ui_color = "#d5f5e3"
 
     def __init__(
@@ -33,6 +35,7 @@ class PreprocessOperator(BaseTrainingOperator):
         input_path: str,
         output_path: str,
         command: list[str] | None = None,
+        data_version: str | None = None,
         **kwargs: Any,
     ):
         super().__init__(
@@ -40,10 +43,16 @@ class PreprocessOperator(BaseTrainingOperator):
         )
         self.input_path = input_path
         self.output_path = output_path
+        self.data_version = data_version
 
     def build_command(self) -> list[str]:
         return [*self.command, "--input", self.input_path, "--output", self.output_path]
 
-    def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
-        result = {k: v for k, v in super()._finish(backend, name, status).items() if k != "model_path"}
+    def _conclude(self, context, *args: Any) -> dict[str, Any]:
+        result = {k: v for k, v in super()._conclude(context, *args).items() if k != "model_path"}
+        metrics = result.get("metrics") or {}
+        assets.emit(context, self.outlets, {
+            "data_version": self.data_version, "input": self.input_path, "output": self.output_path,
+            "rows": metrics.get("rows_out"), "sha256": metrics.get("sha256"),
+        })
         return {**result, "input": self.input_path, "output": self.output_path}

@@ -1,0 +1,76 @@
+"""Batch scoring, scheduled on the training pipeline's model Asset: whenever `ml_training_pipeline`
+registers a model version, this DAG runs and scores a batch with exactly that version (named by the
+Asset event's extra), writing the predictions under the artifact root.
+
+Triggered by hand (no Asset event), it scores with `models:/<model_name>@champion`. The batch is
+generated here (`rows` rows with the model's input width); point `score` at your own data instead.
+The model is an MLflow pyfunc, loaded in this Airflow environment: LightGBM models work as they are;
+a Keras model needs TensorFlow where this task runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from airflow.sdk import DAG, Param, task
+
+from airflow_ml_provider.assets import model_asset
+
+MODEL = model_asset("ml_training_pipeline")
+
+with DAG(
+    dag_id="ml_batch_scoring",
+    description="Scores a batch with each model version the training pipeline registers",
+    schedule=[MODEL],
+    catchup=False,
+    tags=["ml", "example", "assets"],
+    doc_md=__doc__,
+    params={
+        "model_name": Param(
+            "ml_training_pipeline",
+            type="string",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+            title="Model name",
+            description="Used when the run has no Asset event: its champion scores the batch.",
+        ),
+        "rows": Param(1000, type="integer", minimum=1, maximum=1_000_000, title="Rows to score"),
+    },
+) as dag:
+
+    @task(doc_md="The model version to score with: the triggering Asset event's, else the champion.")
+    def choose_model(params: dict, triggering_asset_events=None) -> dict:
+        events = list(triggering_asset_events[MODEL]) if triggering_asset_events else []
+        if not events:
+            return {"model_uri": f"models:/{params['model_name']}@champion", "trigger": "manual"}
+        extra = events[-1].extra  # several events queued before this run: the newest version wins
+        return {
+            "model_uri": f"models:/{extra['name']}/{extra['version']}",
+            "trigger": f"asset event of DAG run {extra['run_id']}",
+            "metrics": extra.get("metrics", {}),
+        }
+
+    @task(doc_md="Scores a generated batch and writes `predictions.csv` under the artifact root.")
+    def score(model: dict, params: dict, run_id: str) -> dict:
+        import numpy as np
+
+        from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
+        from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+
+        with ModelRegistryHook().mlflow() as mlflow:
+            loaded = mlflow.pyfunc.load_model(model["model_uri"])
+        width = loaded.metadata.get_input_schema().inputs[0].shape[-1]
+        batch = np.random.default_rng(0).normal(size=(params["rows"], width)).astype(np.float32)
+        probabilities = np.asarray(loaded.predict(batch))
+        labels = probabilities.argmax(axis=1) if probabilities.ndim == 2 else (probabilities > 0.5).astype(int)
+        store = TrainingBackendHook().artifact_store()
+        if store is None:
+            raise ValueError("artifact_root: not configured for the training connection's cluster backend")
+        where = ("predictions", dag.dag_id, hashlib.sha256(run_id.encode()).hexdigest()[:12])
+        store.path(*where).mkdir(parents=True, exist_ok=True)
+        with store.path(*where, "predictions.csv").open("w") as f:
+            f.write("row,label\n")
+            f.writelines(f"{i},{label}\n" for i, label in enumerate(labels.tolist()))
+        return {**model, "rows": len(labels), "predictions": store.url(*where, "predictions.csv"),
+                "label_counts": {str(k): int(v) for k, v in zip(*np.unique(labels, return_counts=True))}}
+
+    score(choose_model())

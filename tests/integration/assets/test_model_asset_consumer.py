@@ -1,0 +1,140 @@
+"""The shipped batch-scoring DAG runs on the model Asset event a deploy emits (and preprocessing emits
+data Asset events).
+
+A producer (tests/dags/ml_asset_test_dags.py: a tiny model, then the real DeployModelOperator with the
+pipeline's model Asset as outlet) runs with dag.test(); Airflow records the event with the deploy's
+extra and queues the consumer. The scheduler's own code then creates the consumer's asset-triggered
+run (what `airflow scheduler` does each loop), and that run's tasks execute as dag.test() executes
+tasks: the consumer reads the event's extra and scores with exactly that model version.
+"""
+
+from __future__ import annotations
+
+import csv
+import uuid
+
+import pytest
+from dag_runs import load_dag
+from support import REPO, TEST_DAGS
+
+pytestmark = pytest.mark.integration
+
+NAME = f"asset_test_{uuid.uuid4().hex[:8]}"
+
+
+def _sync_shipped_dags() -> None:
+    """Parse dags/ into the metadata DB as the DAG processor does, and unpause the consumer."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        DagBundlesManager().sync_bundles_to_db(session=session)
+    bag = BundleDagBag(dag_folder=str(REPO / "dags"), bundle_path=REPO / "dags", bundle_name="shipped")
+    sync_bag_to_db(bag, "shipped", None)
+    with create_session() as session:
+        session.get(DagModel, "ml_batch_scoring").is_paused = False
+
+
+def _schedule_asset_triggered_run(dag_id: str):
+    """The scheduler's step that turns queued Asset events into a DAG run; returns the run."""
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query, triggered = DagModel.dags_needing_dagruns(session)
+        assert dag_id in triggered, f"{dag_id} was not queued by the Asset event: {sorted(triggered)}"
+        models = [m for m in query.all() if m.dag_id == dag_id]
+        SchedulerJobRunner(job=Job())._create_dag_runs_asset_triggered(dag_models=models, session=session)
+        session.flush()
+        dag_run = session.scalars(
+            select(DagRun)
+            .where(DagRun.dag_id == dag_id, DagRun.run_type == DagRunType.ASSET_TRIGGERED)
+            .order_by(DagRun.id.desc())
+            .limit(1)
+        ).one()
+        dag_run.state = DagRunState.RUNNING  # what the scheduler does next with a queued run
+        return dag_run.run_id
+
+
+def _execute(dag, run_id: str) -> dict:
+    """Run the tasks of an existing DAG run in this process, as dag.test() runs its own run's tasks."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    with create_session() as session:
+        dag_run = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
+        dag_run.dag = scheduler_dag
+        while dag_run.state == DagRunState.RUNNING:
+            session.expire_all()
+            for ti in dag_run.update_state(session=session)[0]:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            for ti in dag_run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id])
+        rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run_id, key="return_value")
+        return {"state": str(dag_run.state), **{row.task_id: row.value for row in rows}}
+
+
+def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    _sync_shipped_dags()
+    producer = load_dag(TEST_DAGS / "ml_asset_test_dags.py", "asset_producer")
+    produced = producer.test(run_conf={"model_name": NAME})
+    assert str(produced.state) == "success"
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == "ml_training_pipeline.model", AssetEvent.source_run_id == produced.run_id)
+            .all()
+        )
+        assert len(events) == 1
+        extra, event_id = events[0].extra, events[0].id
+    assert {k: extra[k] for k in ("name", "version", "model_uri", "aliases", "metrics", "run_id", "data_version")} == {
+        "name": NAME, "version": 1, "model_uri": f"models:/{NAME}/1", "aliases": ["challenger", "champion"],
+        "metrics": {"accuracy": 0.9}, "run_id": produced.run_id, "data_version": "feedface",
+    }
+    assert extra["mlflow_run_id"]
+    with create_session() as session:
+        [data_event] = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == "ml_asset_producer_test.data", AssetEvent.source_run_id == produced.run_id)
+            .all()
+        )
+        data = data_event.extra
+    assert data["data_version"] == "feedface" and data["output"].endswith("processed.npz")
+    assert data["rows"] == 10 and len(data["sha256"]) == 64
+
+    run_id = _schedule_asset_triggered_run("ml_batch_scoring")
+    with create_session() as session:
+        consumed = session.query(DagRun).filter_by(dag_id="ml_batch_scoring", run_id=run_id).one().consumed_asset_events
+        assert event_id in [event.id for event in consumed]
+
+    result = _execute(load_dag(REPO / "dags" / "ml_batch_scoring.py"), run_id)
+    assert result["state"] == "success", result
+    scored = result["score"]
+    assert scored["model_uri"] == f"models:/{NAME}/1"
+    assert scored["trigger"] == f"asset event of DAG run {produced.run_id}"
+    with open(scored["predictions"]) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == scored["rows"] == 1000
+    assert {row["label"] for row in rows} <= {"0", "1"}
