@@ -1,17 +1,14 @@
 """Every YAML recipe in the repository's ``recipes/`` folder, as a DAG (one per recipe).
 
-A recipe is validated while this file is parsed: an invalid one fails here, naming the file,
-line and field; `airflow-ml validate recipes/*.yaml` catches the same errors in CI first.
+A recipe is validated while this file is parsed. An invalid one does not take the others down: it
+becomes a DAG ``invalid_recipe_<file stem>`` whose task fails with the file's errors (file, line and
+field), and a warning on this file; `airflow-ml validate recipes/*.yaml` catches the same errors in CI.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_ml_provider.recipes import dag_from_recipe
+from airflow_ml_provider.recipes.dag import dags_from_folder
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-
-for _path in sorted(RECIPES.glob("*.yaml")):
-    _dag = dag_from_recipe(_path)
-    globals()[_dag.dag_id] = _dag
+globals().update(dags_from_folder(Path(__file__).resolve().parents[1] / "recipes"))

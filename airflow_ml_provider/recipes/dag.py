@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
-from airflow_ml_provider.recipes.loader import load_recipe
+from airflow_ml_provider.recipes.loader import Issue, RecipeError, load_recipe
 from airflow_ml_provider.recipes.model import Recipe
 from airflow_ml_provider.recipes.search import search_operator
 
@@ -57,6 +60,57 @@ def build_dag(recipe: Recipe, source: str = "<recipe>", **dag_kwargs: Any) -> DA
         for name, experiment in recipe.experiments.items():
             for dependency in experiment.depends_on:
                 tasks[dependency] >> tasks[name]
+    return dag
+
+
+class RecipeWarning(UserWarning):
+    """A recipe file that could not become its DAG (Airflow shows a DAG file's warnings in the UI)."""
+
+
+class InvalidRecipeOperator(BaseOperator):
+    """Stands in for a recipe file that does not load: running it fails with that file's errors."""
+
+    ui_color = "#f4a6a6"
+
+    def __init__(self, *, errors: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.errors = errors
+
+    def execute(self, context: Any) -> None:
+        raise AirflowFailException(self.errors)
+
+
+def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
+    """One DAG per ``*.yaml`` recipe in ``folder``, keyed by DAG id.
+
+    A file that fails to load (invalid, unreadable, or reusing another recipe's name) never takes the
+    others down: it becomes a DAG ``invalid_recipe_<file stem>`` whose one task fails with the file's
+    errors (also raised as a RecipeWarning, which the DAG processor records for the DAG file).
+    """
+    dags: dict[str, DAG] = {}
+    files: dict[str, Path] = {}
+    for path in sorted(Path(folder).glob("*.yaml")):
+        try:
+            dag = build_dag(load_recipe(path), str(path), **dag_kwargs)
+            if dag.dag_id in files:
+                raise RecipeError(str(path), [Issue(1, "name", f"DAG id {dag.dag_id!r} is already the recipe "
+                                                                f"{files[dag.dag_id].name}'s")])
+        except Exception as exc:  # noqa: BLE001 (one bad file must not hide every other recipe's DAG)
+            errors = str(exc) if isinstance(exc, RecipeError) else f"{path}: {type(exc).__name__}: {exc}"
+            warnings.warn(f"recipe not loaded: {errors}", RecipeWarning, stacklevel=2)
+            dag = invalid_recipe_dag(path, errors)
+        dags[dag.dag_id], files[dag.dag_id] = dag, path
+    return dags
+
+
+def invalid_recipe_dag(path: Path, errors: str) -> DAG:
+    """A DAG named after the file, that fails at once with its errors (shown as code, never as markup)."""
+    dag_id = "invalid_recipe_" + re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)[:180]
+    shown = "\n".join(f"    {line}" for line in errors.splitlines())
+    with DAG(dag_id, schedule=None, catchup=False, tags=["ml", "recipe", "invalid"],
+             description=f"INVALID RECIPE {path.name}: fix it (airflow-ml validate) to get its DAG",
+             doc_md=f"This recipe file does not load:\n\n{shown}\n") as dag:
+        InvalidRecipeOperator(task_id="invalid_recipe", errors=errors)
     return dag
 
 

@@ -1,0 +1,64 @@
+"""dags/ml_recipes.py over a folder of recipes: one bad file becomes its own failing DAG, the others load."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from support import REPO
+
+GOOD = textwrap.dedent("""\
+    version: 1
+    name: folder_good_recipe
+    experiments:
+      train:
+        framework: generic
+        command: [python, train.py]
+""")
+BOMB = "version: 1\nname: folder_bomb\n" + 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{level}: &{level} [{', '.join([f'*{previous}'] * 10)}]\n" for previous, level in zip("abcdefgh", "bcdefghi")
+) + "experiments: {x: {framework: generic, command: [python, '{{p}}'], parameters: {p: *i}}}\n"
+
+
+@pytest.fixture
+def dag_folder(tmp_path):
+    """The shipped dags/ml_recipes.py beside a recipes/ folder of our own (it reads ../recipes)."""
+    (tmp_path / "dags").mkdir()
+    shutil.copy(REPO / "dags" / "ml_recipes.py", tmp_path / "dags")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "good.yaml").write_text(GOOD)
+    (tmp_path / "recipes" / "bomb.yaml").write_text(BOMB)
+    (tmp_path / "recipes" / "same_name.yaml").write_text(GOOD)
+    return tmp_path
+
+
+def test_a_bad_recipe_is_its_own_failing_dag_and_the_others_load(dag_folder, airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dag_folder / "dags"))
+
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {"folder_good_recipe", "invalid_recipe_bomb", "invalid_recipe_same_name"}
+    warnings = "\n".join(bag.captured_warnings[str(dag_folder / "dags" / "ml_recipes.py")])
+    assert f"{dag_folder / 'recipes' / 'bomb.yaml'}:" in warnings and "same_name.yaml" in warnings
+
+    bomb = bag.get_dag("invalid_recipe_bomb")
+    assert bomb.description.startswith("INVALID RECIPE bomb.yaml")
+    with pytest.raises(AirflowFailException) as failed:
+        bomb.get_task("invalid_recipe").execute({})
+    assert str(failed.value).startswith(f"{dag_folder / 'recipes' / 'bomb.yaml'}:7: e: not valid YAML: expands "
+                                        "to more than 100000 values")
+    with pytest.raises(AirflowFailException, match=r"same_name.yaml:1: name: DAG id 'folder_good_recipe' is "
+                                                   r"already the recipe good.yaml's"):
+        bag.get_dag("invalid_recipe_same_name").get_task("invalid_recipe").execute({})
+
+
+def test_error_text_in_the_dag_docs_is_code_never_markup(tmp_path):
+    from airflow_ml_provider.recipes.dag import invalid_recipe_dag
+
+    dag = invalid_recipe_dag(tmp_path / "x y`.yaml", "x.yaml:1: name: '<img src=x onerror=alert(1)>'\n```\n# h")
+    assert dag.dag_id == "invalid_recipe_x_y_"
+    body = dag.doc_md.split("\n\n", 1)[1]
+    assert all(line.startswith("    ") for line in body.splitlines())  # an indented code block, whatever it holds
