@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.hooks.model_registry import CHAMPION, LINEAGE_KEY, ModelRegistryHook
 from airflow_ml_provider.logs.metrics import metric_goal
+from airflow_ml_provider.operators.notify import notify_all
 
 
 
@@ -78,7 +79,9 @@ class ModelGateOperator(BaseOperator):
     ``thresholds`` maps metric names to bounds (numbers or numeric strings, so DAG Params can be
     templated in); ``min_improvement`` applies to ``metric``. A rejection is a normal outcome, not a
     failure: the task succeeds and returns ``{"passed": false, "reasons": [...]}``, and the deploy
-    task then registers the model as ``challenger`` only.
+    task then registers the model as ``challenger`` only. On a rejection every one of ``notifiers``
+    (Airflow ``BaseNotifier``s: Slack, SMTP, HTTP...) is called with the task's context plus ``gate``
+    (the decision and ``model_name``) for its templates, e.g. ``{{ gate.reasons | join('; ') }}``.
     """
 
     template_fields: Sequence[str] = ("evaluation", "model_name", "metric", "thresholds", "min_improvement")
@@ -93,9 +96,11 @@ class ModelGateOperator(BaseOperator):
         thresholds: dict[str, float | str] | None = None,
         min_improvement: float | str = 0.0,
         registry_conn_id: str = ModelRegistryHook.default_conn_name,
+        notifiers: Sequence[Any] = (),
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        self.notifiers = list(notifiers)
         self.evaluation = evaluation
         self.model_name = model_name
         self.metric = metric
@@ -128,4 +133,7 @@ class ModelGateOperator(BaseOperator):
             self.model_name,
             "\n  ".join(decision["reasons"]),
         )
+        if not decision["passed"] and self.notifiers:
+            sent = notify_all(self.notifiers, context, self.log, gate={**decision, "model_name": self.model_name})
+            self.log.info("Rejection sent through %d of %d notifier(s)", sent, len(self.notifiers))
         return decision
