@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_ml_provider.hooks.mlflow_s3 import s3_client_settings
+
 CHAMPION, CHALLENGER = "champion", "challenger"
 LINEAGE_KEY = "airflow.lineage_key"
 PREVIOUS_CHAMPION = "airflow.previous_champion"
@@ -39,11 +41,14 @@ class RegistrySettings:
     artifact_root: str | None
     ui_url: str
     authorization: str | None = field(default=None, repr=False)  # the Authorization header's value
+    s3: dict[str, str] | None = field(default=None, repr=False)  # artifacts on S3: see hooks.mlflow_s3
 
 
 class ModelRegistryHook(BaseHook):
     """MLflow tracking and registry. Without a connection, the embedded default: a SQLite store at
-    ``$AIRFLOW_HOME/ml/mlflow.db`` with artifacts under ``$AIRFLOW_HOME/ml/mlartifacts``.
+    ``$AIRFLOW_HOME/ml/mlflow.db`` with artifacts under the training connection's artifact root
+    (``<artifact_root>/mlartifacts``; by default ``$AIRFLOW_HOME/ml/mlartifacts``). Artifacts on S3 are
+    written with the credentials of the training connection's ``artifact_conn_id`` (hooks.mlflow_s3).
 
     Connection (type ``ml_registry``): host = tracking URI (``http://mlflow:5000``, ``databricks``,
     ``sqlite:///...``); login/password = basic auth; extras ``registry_uri``, ``artifact_root``
@@ -67,7 +72,9 @@ class ModelRegistryHook(BaseHook):
             home.mkdir(parents=True, exist_ok=True)
             uri = f"sqlite:///{home / 'mlflow.db'}"
             ui = conf.get("ml_training", "mlflow_ui_url", fallback="http://127.0.0.1:5000")
-            return RegistrySettings(uri, uri, (home / "mlartifacts").as_uri(), ui)
+            store = _artifact_store()  # artifacts under the training connection's artifact_root
+            location = store.mlflow_location()
+            return RegistrySettings(uri, uri, location, ui, s3=store.mlflow_s3(location))
         extras = connection.extra_dejson
         tracking = connection.host or ""
         if "://" not in tracking and tracking != "databricks":
@@ -84,6 +91,7 @@ class ModelRegistryHook(BaseHook):
             artifact_root=extras.get("artifact_root"),
             ui_url=extras.get("ui_url") or (tracking if tracking.startswith("http") else ""),
             authorization=_authorization(connection.login, connection.password, extras.get("token")),
+            s3=_artifact_store().mlflow_s3(extras.get("artifact_root")),
         )
 
     @contextmanager
@@ -99,7 +107,8 @@ class ModelRegistryHook(BaseHook):
         mlflow.set_registry_uri(settings.registry_uri)
         token = _AUTHORIZATION.set(settings.authorization)
         try:
-            yield mlflow
+            with s3_client_settings(settings.s3):
+                yield mlflow
         finally:
             _AUTHORIZATION.reset(token)
 
@@ -238,6 +247,13 @@ class ModelRegistryHook(BaseHook):
     def version_url(self, name: str, version: int) -> str:
         ui = self.settings().ui_url.rstrip("/")
         return f"{ui}/#/models/{name}/versions/{version}" if ui else ""
+
+
+def _artifact_store():
+    """The training connection's artifact store (its ``local`` default when nothing is configured)."""
+    from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+
+    return TrainingBackendHook().artifact_store("local")
 
 
 def _authorization(login: str | None, password: str | None, token: str | None) -> str | None:

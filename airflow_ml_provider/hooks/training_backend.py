@@ -6,9 +6,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk import BaseHook, conf
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
+from airflow_ml_provider.artifacts import check_root, job_artifact_dir
+from airflow_ml_provider.hooks.artifacts import ArtifactStore, ArtifactStoreError, JobEnvironment
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
 
@@ -22,6 +24,14 @@ class TrainingBackendHook(BaseHook):
     local backend's store of elastic worker slots; default ``$AIRFLOW_ML_ETCD``), and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
     context; default ``kubernetes_default``) and ``namespace``.
+
+    Artifacts (``artifact_root`` extra, else ``[ml_training] artifact_root``, else the local root
+    ``$AIRFLOW_HOME/ml`` for local jobs): a local/mounted path or ``s3://``/``gs://`` URL under which
+    every job keeps its model, checkpoints and data (see ``airflow_ml_provider.artifacts``);
+    ``artifact_conn_id`` names the aws/google connection for it; ``artifact_secret_env`` maps worker
+    variables to Kubernetes Secret keys (``{"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}``).
+    Images for the Kubernetes backends: ``image_<framework>`` (``image_horovod``, ``image_lightgbm``,
+    ``image_generic``), else ``image``.
     """
 
     conn_name_attr = "ml_conn_id"
@@ -43,10 +53,9 @@ class TrainingBackendHook(BaseHook):
         extras = self.extras()
         name = name or extras.get("backend") or "local"
         if name == "local":
-            airflow_home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
             return get_backend(
                 "local",
-                root=extras.get("local_root") or os.path.join(airflow_home, "ml"),
+                root=self._local_root(extras),
                 image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
                 etcd=extras.get("etcd"),
             )
@@ -55,6 +64,54 @@ class TrainingBackendHook(BaseHook):
         kubernetes = KubernetesHook(conn_id=self.kubernetes_conn_id(extras))
         namespace = extras.get("namespace") or kubernetes.get_namespace() or "default"
         return get_backend(name, api_client=kubernetes.api_client, namespace=namespace)
+
+    def artifact_store(self, backend: str | None = None) -> ArtifactStore | None:
+        """Where jobs on ``backend`` keep artifacts. None for a cluster backend with no root configured
+        (its pods cannot see this machine's disk), so its jobs get no default directories."""
+        extras = self.extras()
+        root = extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None)
+        if not root:
+            if (backend or extras.get("backend") or "local") != "local":
+                return None
+            root = self._local_root(extras)
+        try:
+            root = check_root(root)
+        except ValueError as exc:
+            raise AirflowFailException(f"connection {self.ml_conn_id}: {exc}") from None
+        return ArtifactStore(root, extras.get("artifact_conn_id") or None)
+
+    def job_artifact_dir(self, backend: Backend, name: str) -> str | None:
+        """The job's directory (model/, checkpoints/ below it) under the configured artifact root, else
+        the backend's own default (local: ``<local root>/artifacts/<name>``; Kubernetes: None)."""
+        extras = self.extras()
+        if extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None):
+            return job_artifact_dir(self.artifact_store(backend.name).root, name)
+        return backend.default_artifact_dir(name)
+
+    def default_image(self, backend: str, framework: str) -> str | None:
+        """A cluster backend's image for ``framework`` from the connection; locally None (the backend's
+        ``local_image`` applies)."""
+        if backend == "local":
+            return None
+        extras = self.extras()
+        return extras.get(f"image_{framework}") or extras.get("image") or None
+
+    def job_environment(self, backend: str) -> JobEnvironment:
+        """What a job's workers need to reach the artifact root (see JobEnvironment)."""
+        store = self.artifact_store(backend)
+        if store is None:
+            return JobEnvironment()
+        try:
+            if backend == "local":
+                return JobEnvironment(env=store.worker_settings(), secrets=store.worker_credentials())
+            return JobEnvironment(env=store.worker_settings(),
+                                  secret_env=self.extras().get("artifact_secret_env") or {})
+        except ArtifactStoreError as exc:
+            raise AirflowFailException(f"connection {self.ml_conn_id}: {exc}") from None
+
+    def _local_root(self, extras: dict[str, Any]) -> str:
+        airflow_home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
+        return extras.get("local_root") or os.path.join(airflow_home, "ml")
 
     def kubernetes_conn_id(self, extras: dict[str, Any] | None = None) -> str:
         extras = self.extras() if extras is None else extras

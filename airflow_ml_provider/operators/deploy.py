@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -81,15 +82,16 @@ class DeployModelOperator(BaseOperator):
             }
         )
         tags.update({f"metric.{k}": f"{v:.6g}" for k, v in evaluation["metrics"].items()})
-        number = self.registry.register(
-            self.model_name,
-            evaluation["mlflow_run_id"],
-            evaluation["model_path"],
-            _signature(evaluation),
-            _requirements(evaluation["framework"]),
-            tags,
-            self.description,
-        )
+        with self._model_file(evaluation) as model_file:
+            number = self.registry.register(
+                self.model_name,
+                evaluation["mlflow_run_id"],
+                model_file,
+                _signature(evaluation),
+                _requirements(evaluation["framework"]),
+                tags,
+                self.description,
+            )
         self.registry.set_alias(self.model_name, CHALLENGER, number)
         previous, why_not = None, self._why_not_promoted()
         promoted = why_not is None
@@ -128,6 +130,17 @@ class DeployModelOperator(BaseOperator):
         if self.approval and self.approval.get("approved") is False:
             return f"the promotion was rejected by {self.approval.get('by') or 'a reviewer'}"
         return None
+
+    @contextmanager
+    def _model_file(self, evaluation: dict[str, Any]) -> Iterator[str]:
+        """The trained model as a local file: read from the artifact root (object storage included)
+        with the training connection's artifact connection."""
+        from airflow_ml_provider.runtime import storage
+
+        location = evaluation["model_path"]
+        store = TrainingBackendHook(self.ml_conn_id).artifact_store(evaluation.get("backend"))
+        with storage.local_copy(store.locate(location) if store else location) as local:
+            yield local
 
     def _kserve(self, number: int, evaluation: dict[str, Any]) -> dict[str, Any]:
         import yaml

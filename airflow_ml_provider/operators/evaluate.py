@@ -13,6 +13,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.hooks.model_registry import LINEAGE_KEY, ModelRegistryHook
 from airflow_ml_provider.jobs.drivers import replay
+from airflow_ml_provider.artifacts import evaluation_dir, join
+from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
@@ -132,6 +134,19 @@ class EvaluateModelOperator(BaseTrainingOperator):
             "lineage_key": key,
         }
 
+    def _keep(self, context, files: list[Path]) -> None:
+        """Also store the evaluation files with this job's other artifacts: ``<job dir>/evaluation/``
+        under the artifact root (the MLflow run holds them too)."""
+        from airflow_ml_provider.runtime import storage
+
+        backend = self.hook.get_backend(self.backend)
+        job_dir = self.hook.job_artifact_dir(backend, JobIdentity.from_context(context).name)
+        store = self.hook.artifact_store(backend.name)
+        if not job_dir or store is None:
+            return
+        kept = [storage.upload(str(f), store.locate(join(evaluation_dir(job_dir), f.name))) for f in files]
+        self.log.info("Evaluation files stored under %s: %s", evaluation_dir(job_dir), [Path(k).name for k in kept])
+
     def _log_run(
         self,
         registry: ModelRegistryHook,
@@ -152,6 +167,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
                 plot_training_curve(history, Path(tmp) / PLOT, f"Training of {trained['job_name']}"),
                 *write_report(tmp, result, trained.get("metrics", {}), lineage),
             ]
+            self._keep(context, files)
             tags = {LINEAGE_KEY: key, **{f"airflow.{k}": str(v) for k, v in lineage.items()}}
             params = {
                 **dict(context.get("params") or {}),

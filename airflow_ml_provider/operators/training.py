@@ -142,24 +142,25 @@ class BaseTrainingOperator(BaseOperator):
         return self.command
 
     def artifact_dirs(self, backend: Backend, name: str) -> tuple[str | None, str | None]:
-        """(model dir, checkpoint dir): the task's own, else the backend's default for this job."""
-        artifacts = backend.default_artifact_dir(name)
+        """(model dir, checkpoint dir): the task's own, else the job's under the artifact root."""
+        artifacts = self.hook.job_artifact_dir(backend, name)
         return (self.model_dir or (artifacts and f"{artifacts}/model"),
                 self.checkpoint_dir or (artifacts and f"{artifacts}/checkpoints"))
 
     def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
         model_dir, checkpoint_dir = self.artifact_dirs(backend, name)
+        storage = self.hook.job_environment(backend.name)  # what workers need to reach artifact_root
         timeout = self.execution_timeout.total_seconds() if self.execution_timeout else None
         try:
             return TrainingJobSpec(
                 framework=self.framework,
                 command=self.build_command(),
                 num_workers=self.num_workers,
-                image=self.image,
+                image=self.image or self.hook.default_image(backend.name, self.framework.value),
                 resources=self.job_resources or Resources(),
                 scheduling=self.scheduling or Scheduling(),
-                kubernetes=self.kubernetes or KubernetesOptions(),
-                env=self.env,
+                kubernetes=storage.merged_kubernetes(self.kubernetes),
+                env=storage.merged_env(self.env),
                 working_dir=self.working_dir,
                 model_dir=model_dir,
                 checkpoint_dir=checkpoint_dir,
@@ -197,7 +198,8 @@ class BaseTrainingOperator(BaseOperator):
         spec = self.build_spec(backend, identity.name)
         self._job = (backend, identity.name)  # set first: a kill during submission still cancels the job
         try:
-            started = backend.submit(identity.name, spec, identity.labels())
+            started = backend.submit(identity.name, spec, identity.labels(),
+                                     **self.hook.job_environment(backend.name).submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the job: {exc}") from None
         self.log.info("%s job %s on backend %s with %d worker(s): %s",
@@ -259,7 +261,7 @@ class BaseTrainingOperator(BaseOperator):
             else f"whatever {base.checkpoint_dir} holds (its log reported no checkpoint)",
         )
         try:
-            backend.submit(name, spec, labels)
+            backend.submit(name, spec, labels, **self.hook.job_environment(backend.name).submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
         follower.resubmitted()

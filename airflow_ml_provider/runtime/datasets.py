@@ -3,42 +3,55 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import io
+import os
+from pathlib import Path, PurePosixPath
 
 import numpy as np
+
+from airflow_ml_provider.runtime import storage
 
 LABEL_COLUMN = "label"
 
 
 def load_npz_or_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(X, y)`` from an ``.npz`` (arrays ``X``, ``y``) or a ``.csv`` with a header and ``label``;
-    a directory of such shards is read as their concatenation, in file name order.
+    a directory of such shards is read as their concatenation, in file name order. ``path`` may be a
+    local path or an object-store URL (see runtime.storage).
 
     Raises:
         FileNotFoundError: the file does not exist (or the directory holds no shard).
         ValueError: unknown extension, or a CSV without a ``label`` column.
     """
-    path = Path(path)
-    if path.is_dir():
-        shards = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".csv"))
+    path = os.fspath(path) if not hasattr(path, "fs") else path
+    if storage.isdir(path):
+        shards = [p for p in storage.list_files(path) if p.endswith((".npz", ".csv"))]
         if not shards:
             raise FileNotFoundError(f"no .npz or .csv shard in directory {path}")
         parts = [load_npz_or_csv(shard) for shard in shards]
         return np.concatenate([X for X, _ in parts]), np.concatenate([y for _, y in parts])
-    if not path.is_file():
-        raise FileNotFoundError(f"data file not found: {path}")
-    if path.suffix == ".npz":
-        with np.load(path) as data:
-            return data["X"], data["y"]
-    if path.suffix == ".csv":
-        with path.open() as f:
-            header = [c.strip() for c in f.readline().split(",")]
-        if LABEL_COLUMN not in header:
-            raise ValueError(f"{path}: no {LABEL_COLUMN!r} column in header {header}")
-        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-        label = header.index(LABEL_COLUMN)
-        return np.delete(table, label, axis=1), table[:, label]
-    raise ValueError(f"{path}: unsupported data format {path.suffix!r} (use .npz or .csv)")
+    suffix = PurePosixPath(str(path)).suffix
+    if suffix not in (".npz", ".csv"):
+        raise ValueError(f"{path}: unsupported data format {suffix!r} (use .npz or .csv)")
+    try:
+        with storage.open_read(path) as f:
+            if suffix == ".npz":
+                with np.load(f) as data:
+                    return data["X"], data["y"]
+            text = io.TextIOWrapper(f, encoding="utf-8")
+            header = [c.strip() for c in text.readline().split(",")]
+            if LABEL_COLUMN not in header:
+                raise ValueError(f"{path}: no {LABEL_COLUMN!r} column in header {header}")
+            table = np.loadtxt(text, delimiter=",", ndmin=2)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"data file not found: {path}") from None
+    label = header.index(LABEL_COLUMN)
+    return np.delete(table, label, axis=1), table[:, label]
+
+
+def save_npz(location, **arrays: np.ndarray) -> str:
+    """Write an ``.npz`` atomically to a local path or an object-store URL; returns where it went."""
+    return storage.write_atomic(location, lambda tmp: np.savez(tmp, **arrays), ".npz")
 
 
 def shard(X: np.ndarray, y: np.ndarray, rank: int, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,9 +77,9 @@ def write_synthetic(
     )
     X, y = X.astype(np.float32), y.astype(np.float32)
     cut = len(X) - int(len(X) * valid_fraction) if valid_out else len(X)
-    np.savez(out, X=X[:cut], y=y[:cut])
+    save_npz(out, X=X[:cut], y=y[:cut])
     if valid_out:
-        np.savez(valid_out, X=X[cut:], y=y[cut:])
+        save_npz(valid_out, X=X[cut:], y=y[cut:])
 
 
 def load_digits_split(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 
+from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv
 from airflow_ml_provider.runtime.metrics_log import emit
 from airflow_ml_provider.runtime.predict import load_predictor
@@ -43,12 +44,14 @@ def classification_metrics(y: np.ndarray, probabilities: np.ndarray) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     """Evaluate and emit metrics, shapes (for the model signature) and the model's content hash."""
     parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.evaluate")
-    parser.add_argument("--model", required=True, help="model.txt (LightGBM) or model.keras")
+    parser.add_argument("--model", required=True, help="model.txt (LightGBM) or model.keras (path or URL)")
     parser.add_argument("--test-data", required=True, help="held-out .npz (X, y) or .csv with a label column")
     args = parser.parse_args(argv)
     try:
         X, y = load_npz_or_csv(args.test_data)
-        probabilities = load_predictor(args.model)(X.astype(np.float32))
+        with storage.local_copy(args.model) as model:  # Keras and LightGBM load from a local file
+            probabilities = load_predictor(model)(X.astype(np.float32))
+            model_sha256 = file_sha256(model)
     except (OSError, ValueError, KeyError) as exc:
         print(f"evaluate: error: {exc}", file=sys.stderr)
         return 2
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         rows=len(y),
         n_features=int(X.shape[1]),
         n_classes=len(labels),
-        model_sha256=file_sha256(args.model),
+        model_sha256=model_sha256,
         confusion_matrix=confusion_matrix(
             y.astype(int), probabilities.argmax(axis=1), labels=labels
         ).tolist(),

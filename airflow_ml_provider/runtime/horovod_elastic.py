@@ -8,23 +8,25 @@ optimizer and step counter together) and continue with fewer ranks, so a step tr
 last commit is trained again but counted once; when one joins, the next commit re-forms the ring and
 the newcomer receives the committed state. Each step's global batch is a function of the step
 alone, split over however many ranks there are. Rank 0 also writes ``ckpt-<step>.npz`` every
-``--checkpoint-every`` steps, so a whole-job restart resumes from disk.
+``--checkpoint-every`` steps (on a path or object storage), so a whole-job restart resumes from
+``AIRFLOW_ML_RESUME_FROM`` or the newest of them.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
 
+from airflow_ml_provider.runtime.checkpoints import announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split
 from airflow_ml_provider.runtime.horovod_keras import (
     build_model,
-    latest_checkpoint,
+    checkpoints,
     load_checkpoint,
     make_train_step,
     save_checkpoint,
+    save_model,
     weights_checksum,
 )
 from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
@@ -100,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     train_step = make_train_step(model, optimizer, loss_fn)
 
     start = 0
-    if hvd.rank() == 0 and (found := latest_checkpoint(args.checkpoint_dir)):
-        start = load_checkpoint(found[1], model, optimizer)
-        emit("resumed", step=start, path=found[1], rank=0)
+    if hvd.rank() == 0 and (resumed := checkpoints(args.checkpoint_dir).resume_from()):
+        start = load_checkpoint(resumed[0], model, optimizer)
+        announce_resume(*resumed, rank=0, step=start)
     state = eager_state(hvd, [v.value for v in model.variables + optimizer.variables], step=start)
     sizes = [hvd.size()]
 
@@ -127,17 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             if state.step % args.log_every == 0 or last:
                 emit_metrics(step=state.step, loss=float(loss), accuracy=float(accuracy), workers=hvd.size())
             if args.checkpoint_dir and (state.step % args.checkpoint_every == 0 or last):
-                path = save_checkpoint(args.checkpoint_dir, state.step, model, optimizer)
-                emit("checkpoint", step=state.step, path=path)
+                save_checkpoint(args.checkpoint_dir, state.step, model, optimizer, step=state.step)
 
     train(state)
     emit("weights_checksum", rank=hvd.rank(), checksum=weights_checksum(model))
     if hvd.rank() == 0:
         if args.model_dir:
-            os.makedirs(args.model_dir, exist_ok=True)
-            path = os.path.join(args.model_dir, "model.keras")
-            model.save(path)
-            emit("model_saved", path=path)
+            save_model(args.model_dir, model)
         logits = model(X_test, training=False)
         emit("result", accuracy=float(np.mean(np.argmax(logits, axis=1) == y_test)),
              loss=float(loss_fn(y_test, logits)), steps=state.step,

@@ -1,5 +1,9 @@
 """Horovod data-parallel Keras 3 trainer (digits MLP) with per-epoch checkpoints and resume.
 
+Checkpoints, data and the model may live on a local path or object storage (runtime.storage); a
+restarted job resumes from ``AIRFLOW_ML_RESUME_FROM``, else from its newest checkpoint
+(runtime.checkpoints), and never trains a finished epoch again.
+
 Keras 3 does not work with ``horovod.tensorflow.keras``, so this uses ``horovod.tensorflow`` directly
 and hands Horovod the underlying ``tf.Variable`` of each Keras variable (``v.value``).
 """
@@ -7,17 +11,15 @@ and hands Horovod the underlying ``tf.Variable`` of each Keras variable (``v.val
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
-import os
-import re
 
 import numpy as np
 
+from airflow_ml_provider.artifacts import join
+from airflow_ml_provider.runtime import storage
+from airflow_ml_provider.runtime.checkpoints import Checkpoints, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, shard
 from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
-
-CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.npz")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -28,45 +30,44 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=0.05, help="per worker; times worker count")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the smallest shard")
-    parser.add_argument("--model-dir", default=env.model_dir, help="where rank 0 saves model.keras")
-    parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="per-epoch checkpoints; resume")
+    parser.add_argument("--model-dir", default=env.model_dir, help="where rank 0 saves model.keras (path or URL)")
+    parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="per-epoch checkpoints; resume (path or URL)")
     parser.add_argument("--train-data", help=".npz/.csv file or shard directory instead of the bundled digits")
     parser.add_argument("--test-data", help="held-out .npz/.csv for the final result (with --train-data)")
     return parser.parse_args(argv)
 
 
-def latest_checkpoint(checkpoint_dir: str | None) -> tuple[int, str] | None:
-    """Return ``(epoch, path)`` of the newest ``ckpt-<epoch>.npz`` in ``checkpoint_dir``, or None."""
-    if not checkpoint_dir:
-        return None
-    found = [
-        (int(m.group(1)), path)
-        for path in glob.glob(os.path.join(checkpoint_dir, "ckpt-*.npz"))
-        if (m := CHECKPOINT_PATTERN.fullmatch(os.path.basename(path)))
-    ]
-    return max(found) if found else None
+def checkpoints(checkpoint_dir: str | None) -> Checkpoints:
+    """This trainer's checkpoints: ``ckpt-<epoch>.npz`` (elastic: ``ckpt-<step>.npz``) in ``checkpoint_dir``."""
+    return Checkpoints(checkpoint_dir, "ckpt", "npz")
 
 
-def save_checkpoint(checkpoint_dir: str, epoch: int, model, optimizer) -> str:
-    """Atomically write weights, optimizer state, the epoch and the optimizer ``step``; return the path."""
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    path = os.path.join(checkpoint_dir, f"ckpt-{epoch:06d}.npz")
+def save_checkpoint(checkpoint_dir: str, number: int, model, optimizer, **fields) -> str:
+    """Atomically write weights, optimizer state, ``number`` (the epoch) and the optimizer ``step``;
+    report it with ``fields``; return its location (a path or URL)."""
     arrays = {f"model_{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
     arrays.update({f"optimizer_{i}": np.asarray(v.numpy()) for i, v in enumerate(optimizer.variables)})
-    tmp = os.path.join(checkpoint_dir, f".tmp-{os.getpid()}-ckpt-{epoch:06d}.npz")
-    np.savez(tmp, epoch=np.int64(epoch), step=np.int64(optimizer.iterations.numpy()), **arrays)
-    os.replace(tmp, path)
-    return path
+    step = np.int64(optimizer.iterations.numpy())
+    return checkpoints(checkpoint_dir).save(
+        number, lambda tmp: np.savez(tmp, epoch=np.int64(number), step=step, **arrays), **fields
+    )
 
 
 def load_checkpoint(path: str, model, optimizer) -> int:
     """Restore what :func:`save_checkpoint` wrote into built ``model`` and ``optimizer``; return the epoch."""
-    with np.load(path) as data:
+    with storage.open_read(path) as f, np.load(f) as data:
         for i, v in enumerate(model.variables):
             v.assign(data[f"model_{i}"])
         for i, v in enumerate(optimizer.variables):
             v.assign(data[f"optimizer_{i}"])
         return int(data["epoch"])
+
+
+def save_model(model_dir: str, model) -> str:
+    """Save ``model.keras`` into ``model_dir`` (a path or URL) in one step and report it."""
+    path = storage.write_atomic(join(model_dir, "model.keras"), model.save, ".keras")
+    emit("model_saved", path=path)
+    return path
 
 
 def weights_checksum(model) -> str:
@@ -138,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     model, optimizer, loss_fn = build_model(X.shape[1], n_classes, args.learning_rate * size)
 
     start_epoch, resumed = 0, None
-    if rank == 0 and (found := latest_checkpoint(args.checkpoint_dir)):
-        start_epoch, resumed = load_checkpoint(found[1], model, optimizer), found[1]
+    if rank == 0 and (resumed := checkpoints(args.checkpoint_dir).resume_from()):
+        start_epoch = load_checkpoint(resumed[0], model, optimizer)
         optimizer.learning_rate = args.learning_rate * size  # the checkpoint also holds the old rate
     start_epoch, resumed = hvd.broadcast_object((start_epoch, resumed), root_rank=0, name="resume")
     hvd.broadcast_variables([v.value for v in model.variables + optimizer.variables], root_rank=0)
     if resumed:
-        emit("resumed", epoch=start_epoch, step=int(optimizer.iterations.numpy()), path=resumed, rank=rank)
+        announce_resume(*resumed, rank=rank, epoch=start_epoch, step=int(optimizer.iterations.numpy()))
 
     train_step = make_train_step(model, optimizer, loss_fn)
     for epoch in range(start_epoch + 1, args.epochs + 1):
@@ -157,16 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             emit_metrics(step=epoch, loss=mean[0], accuracy=mean[1])
             if args.checkpoint_dir:
-                path = save_checkpoint(args.checkpoint_dir, epoch, model, optimizer)
-                emit("checkpoint", epoch=epoch, step=int(optimizer.iterations.numpy()), path=path)
+                save_checkpoint(args.checkpoint_dir, epoch, model, optimizer,
+                                epoch=epoch, step=int(optimizer.iterations.numpy()))
 
     emit("weights_checksum", rank=rank, checksum=weights_checksum(model))
     if rank == 0:
         if args.model_dir:
-            os.makedirs(args.model_dir, exist_ok=True)
-            path = os.path.join(args.model_dir, "model.keras")
-            model.save(path)
-            emit("model_saved", path=path)
+            save_model(args.model_dir, model)
         logits = model(X_test, training=False)
         accuracy = float(np.mean(np.argmax(logits, axis=1) == y_test))
         emit("result", accuracy=accuracy, loss=float(loss_fn(y_test, logits)))

@@ -1,14 +1,22 @@
-"""LightGBM worker: one process of LightGBM's own socket-based data-parallel training, or a single process."""
+"""LightGBM worker: one process of LightGBM's own socket-based data-parallel training, or a single process.
+
+Rank 0 saves the booster every ``--checkpoint-every`` rounds (``booster-<rounds>.txt`` in the checkpoint
+directory, a path or object-store URL); a restarted job starts every worker from
+``AIRFLOW_ML_RESUME_FROM``, else from the newest of them (LightGBM's ``init_model``), and trains only
+the rounds still missing.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
 
+from airflow_ml_provider.artifacts import join
+from airflow_ml_provider.runtime import storage
+from airflow_ml_provider.runtime.checkpoints import Checkpoints, announce_resume
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, shard
 from airflow_ml_provider.runtime.metrics_log import WorkerEnv, emit, emit_metrics, worker_env
 
@@ -75,6 +83,17 @@ def _metrics_callback(log_every: int):
     return callback
 
 
+def _checkpoint_callback(checkpoints: Checkpoints, every: int):
+    """Return a callback that saves the booster every ``every`` rounds (rank 0 only)."""
+
+    def callback(cb_env) -> None:
+        rounds = cb_env.iteration + 1
+        if rounds % every == 0:
+            checkpoints.save(rounds, cb_env.model.save_model, step=rounds, round=rounds)
+
+    return callback
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.lightgbm_trainer")
     parser.add_argument("--train-data", required=True, help=".npz (X, y) or .csv with a label column")
@@ -83,6 +102,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--num-boost-round", type=int, default=100)
     parser.add_argument("--log-every", type=int, default=1)
     parser.add_argument("--model-dir", help="where rank 0 writes model.txt (default AIRFLOW_ML_MODEL_DIR)")
+    parser.add_argument("--checkpoint-dir", help="booster checkpoints; resume (default AIRFLOW_ML_CHECKPOINT_DIR)")
+    parser.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints")
     return parser.parse_args(argv)
 
 
@@ -95,8 +116,8 @@ def train(args: argparse.Namespace) -> None:
         raise UsageError(f"--params-json is not valid JSON: {exc}") from exc
     if not isinstance(user_params, dict):
         raise UsageError(f"--params-json must be a JSON object, got {type(user_params).__name__}")
-    if args.num_boost_round < 1 or args.log_every < 1:
-        raise UsageError("--num-boost-round and --log-every must be positive")
+    if min(args.num_boost_round, args.log_every, args.checkpoint_every) < 1:
+        raise UsageError("--num-boost-round, --log-every and --checkpoint-every must be positive")
     params = build_params(user_params, env)
     try:
         X, y = shard(*load_npz_or_csv(args.train_data), env.rank, env.num_workers)
@@ -105,27 +126,31 @@ def train(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from exc
     import lightgbm as lgb
 
+    checkpoints = Checkpoints(args.checkpoint_dir or env.checkpoint_dir, "booster", "txt")
     train_set = lgb.Dataset(X, y)
     valid_sets, callbacks = [], []
     if valid is not None:
         valid_sets = [lgb.Dataset(*valid, reference=train_set)]
         if env.rank == 0:
             callbacks = [_metrics_callback(args.log_every)]
-    booster = lgb.train(
-        params,
-        train_set,
-        num_boost_round=args.num_boost_round,
-        valid_sets=valid_sets,
-        valid_names=["valid"][: len(valid_sets)],
-        callbacks=callbacks,
-    )
+    if env.rank == 0 and checkpoints.directory:
+        callbacks.append(_checkpoint_callback(checkpoints, args.checkpoint_every))
+    booster, done = _resume_point(checkpoints, env.rank)
+    if done < args.num_boost_round:
+        booster = lgb.train(
+            params,
+            train_set,
+            num_boost_round=args.num_boost_round - done,
+            valid_sets=valid_sets,
+            valid_names=["valid"][: len(valid_sets)],
+            callbacks=callbacks,
+            init_model=booster,
+        )
     if env.rank != 0:
         return
     model_dir = args.model_dir or env.model_dir
     if model_dir:
-        os.makedirs(model_dir, exist_ok=True)
-        path = os.path.join(model_dir, "model.txt")
-        booster.save_model(path)
+        path = storage.write_atomic(join(model_dir, "model.txt"), booster.save_model, ".txt")
         emit("model_saved", path=path)
     result = {"num_trees": booster.num_trees()}
     if valid is not None and len(np.unique(valid[1])) == 2:
@@ -133,6 +158,20 @@ def train(args: argparse.Namespace) -> None:
 
         result["auc"] = float(roc_auc_score(valid[1], booster.predict(valid[0])))
     emit("result", **result)
+
+
+def _resume_point(checkpoints: Checkpoints, rank: int):
+    """``(booster or None, rounds already trained)``: the checkpoint to continue from, if any."""
+    found = checkpoints.resume_from()
+    if found is None:
+        return None, 0
+    import lightgbm as lgb
+
+    with storage.local_copy(found[0]) as local:
+        booster = lgb.Booster(model_file=local)
+    done = booster.current_iteration()
+    announce_resume(*found, rank=rank, step=done, round=done)
+    return booster, done
 
 
 def main(argv: list[str] | None = None) -> int:

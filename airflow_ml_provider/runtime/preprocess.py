@@ -8,12 +8,11 @@ values are dropped, features are clipped to ``[-clip, clip]`` and stored as floa
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import numpy as np
 
-from airflow_ml_provider.runtime.datasets import load_npz_or_csv
+from airflow_ml_provider.runtime.datasets import load_npz_or_csv, save_npz
 from airflow_ml_provider.runtime.metrics_log import emit
 from airflow_ml_provider.runtime.splits import file_sha256
 
@@ -25,8 +24,8 @@ def clean(X: np.ndarray, y: np.ndarray, clip: float) -> tuple[np.ndarray, np.nda
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.preprocess")
-    parser.add_argument("--input", required=True, help=".npz (X, y) or .csv with a label column")
-    parser.add_argument("--output", required=True, help="the cleaned shard (.npz)")
+    parser.add_argument("--input", required=True, help=".npz (X, y) or .csv with a label column (path or URL)")
+    parser.add_argument("--output", required=True, help="the cleaned shard (.npz; path or URL)")
     parser.add_argument(
         "--clip", type=float, default=10.0, help="feature values are clipped to [-clip, clip]"
     )
@@ -37,10 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 2
     X_out, y_out = clean(X, y, args.clip)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    tmp = f"{args.output}.tmp-{os.getpid()}.npz"
-    np.savez(tmp, X=X_out, y=y_out)
-    os.replace(tmp, args.output)  # a retried shard never leaves a half-written file behind
+    save_npz(args.output, X=X_out, y=y_out)  # atomic: a retried shard never leaves half a file behind
     emit("result", rows_in=len(y), rows_out=len(y_out), sha256=file_sha256(args.output))
     return 0
 
