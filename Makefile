@@ -8,16 +8,25 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 VENV := .venv
 TRAIN_VENV := .venv-train
+MLFLOW_VENV := .venv-mlflow
 export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint control-env training-env kube-apiserver clean
+.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium kube-apiserver clean
 
 demo: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
-test: control-env training-env kube-apiserver
+test: control-env training-env kube-apiserver mlflow-env chromium
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The Airflow UI (standalone, this project's DAGs, embedded defaults) and the MLflow UI over the embedded
+# registry, on make demo's AIRFLOW_HOME; prints where to log in. Ctrl-C stops both.
+ui: control-env training-env mlflow-env
+	$(VENV)/bin/python scripts/ui.py --home $(CURDIR)/.airflow-demo
+
+mlflow-ui: mlflow-env
+	$(VENV)/bin/python scripts/ui.py --home $(CURDIR)/.airflow-demo --only mlflow
 
 bench: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/local_overhead.py
@@ -33,6 +42,11 @@ lint: control-env
 
 control-env: $(VENV)/.installed
 training-env: $(TRAIN_VENV)/.installed
+mlflow-env: $(MLFLOW_VENV)/.installed
+
+# Debian's chromium for the browser tests (tests/ui); does nothing when it is installed.
+chromium:
+	scripts/install_chromium.sh
 kube-apiserver: .tools/kube-apiserver
 
 # A real kube-apiserver (built from Debian's source package, cached by version) and etcd, for the
@@ -59,5 +73,11 @@ $(TRAIN_VENV)/.installed: requirements/training.lock scripts/build_horovod.sh se
 	$(UV) pip install --quiet --python $(TRAIN_VENV)/bin/python --no-deps -e .
 	touch $@
 
+# The full mlflow package (its UI server), same version as the control env's mlflow-skinny, on its own.
+$(MLFLOW_VENV)/.installed: requirements/mlflow.lock | $(UV)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(MLFLOW_VENV)
+	$(UV) pip install --quiet --python $(MLFLOW_VENV)/bin/python -r requirements/mlflow.lock
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(TRAIN_VENV) .tools .airflow-demo .airflow-test .airflow-bench
+	rm -rf $(VENV) $(TRAIN_VENV) $(MLFLOW_VENV) .tools .airflow-demo .airflow-test .airflow-bench

@@ -2,6 +2,78 @@
 
 from airflow_ml_provider import __version__
 
+DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider#readme"  # also setup.cfg's Documentation URL
+
+
+def _field(label: str, description: str, kind: str = "string", **schema) -> dict:
+    """An optional extra field of a connection form (``null``: not set, the documented default)."""
+    return {"label": label, "description": description, "schema": {"type": [kind, "null"], **schema}}
+
+
+_TRAINING_FIELDS = {
+    "backend": _field(
+        "Default backend",
+        "Where a task's job runs unless the task names a backend. Empty: local.",
+        enum=["local", "mpijob", "volcano", "indexed-job"],
+        values_display={
+            "local": "local: processes on the Airflow worker",
+            "mpijob": "mpijob: Kubeflow MPIJob",
+            "volcano": "volcano: Volcano Job (gang-scheduled)",
+            "indexed-job": "indexed-job: Kubernetes Indexed Job (LightGBM, generic)",
+        },
+    ),
+    "local_root": _field(
+        "Local: jobs directory",
+        "Job records and logs of the local backend. Empty: $AIRFLOW_HOME/ml.",
+        examples=["/data/ml"],
+    ),
+    "local_image": _field(
+        "Local: training environment",
+        "A virtualenv whose bin/python runs the workers (TensorFlow, Horovod, LightGBM). Empty: "
+        "$AIRFLOW_ML_LOCAL_IMAGE, else Airflow's own interpreter.",
+        examples=["/opt/venvs/train"],
+    ),
+    "etcd": _field(
+        "Local: etcd for elastic slots",
+        "URL of the etcd that holds elastic Horovod worker slots. Empty: $AIRFLOW_ML_ETCD.",
+        examples=["http://127.0.0.1:2379"],
+    ),
+    "kubernetes_conn_id": _field(
+        "Kubernetes: connection id",
+        "A cncf-kubernetes connection (kubeconfig, in-cluster or context). Empty: kubernetes_default.",
+        examples=["kubernetes_default"],
+    ),
+    "namespace": _field(
+        "Kubernetes: namespace",
+        "Namespace of the jobs. Empty: the Kubernetes connection's namespace.",
+        examples=["training"],
+    ),
+    "elasticsearch_conn_id": _field(
+        "Elasticsearch connection id",
+        "Read jobs' logs from Elasticsearch (Filebeat) through this connection instead of the backend.",
+        examples=["elasticsearch_default"],
+    ),
+}
+
+_REGISTRY_FIELDS = {
+    "registry_uri": _field(
+        "Registry URI", "Where models are registered, if not at the tracking URI.", examples=["databricks-uc"]
+    ),
+    "artifact_root": _field(
+        "Artifact root", "Artifact location of new experiments.", examples=["s3://bucket/mlflow"]
+    ),
+    "token": _field(
+        "Token",
+        "Bearer token for the tracking server (sent as a request header, never logged).",
+        format="password",
+    ),
+    "ui_url": _field(
+        "MLflow UI URL",
+        "Base URL of the MLflow UI for task links. Empty: the tracking URI when it is http(s).",
+        examples=["https://mlflow.example.com"],
+    ),
+}
+
 
 def get_provider_info() -> dict:
     return {
@@ -11,76 +83,76 @@ def get_provider_info() -> dict:
         "Volcano and Kubernetes Indexed Jobs.",
         "versions": [__version__],
         "integrations": [
-            {"integration-name": "ML Training", "external-doc-url": "https://github.com/apache/airflow",
-             "tags": ["software"]},
+            {"integration-name": "ML Training", "external-doc-url": DOCS_URL, "tags": ["software"]},
         ],
         "hooks": [
-            {"integration-name": "ML Training",
-             "python-modules": ["airflow_ml_provider.hooks.training_backend",
-                                "airflow_ml_provider.hooks.elasticsearch_logs",
-                                "airflow_ml_provider.hooks.model_registry"]},
+            {
+                "integration-name": "ML Training",
+                "python-modules": [
+                    "airflow_ml_provider.hooks.training_backend",
+                    "airflow_ml_provider.hooks.elasticsearch_logs",
+                    "airflow_ml_provider.hooks.model_registry",
+                ],
+            },
         ],
         "operators": [
-            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.operators.training",
-                                                                  "airflow_ml_provider.operators.search",
-                                                                  "airflow_ml_provider.operators.preprocess",
-                                                                  "airflow_ml_provider.operators.evaluate",
-                                                                  "airflow_ml_provider.operators.gate",
-                                                                  "airflow_ml_provider.operators.deploy",
-                                                                  "airflow_ml_provider.operators.recipe"]},
+            {
+                "integration-name": "ML Training",
+                "python-modules": [
+                    "airflow_ml_provider.operators.training",
+                    "airflow_ml_provider.operators.search",
+                    "airflow_ml_provider.operators.preprocess",
+                    "airflow_ml_provider.operators.evaluate",
+                    "airflow_ml_provider.operators.gate",
+                    "airflow_ml_provider.operators.deploy",
+                    "airflow_ml_provider.operators.recipe",
+                ],
+            },
         ],
         "sensors": [
-            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.sensors.training_job",
-                                                                  "airflow_ml_provider.sensors.elasticsearch_log"]},
+            {
+                "integration-name": "ML Training",
+                "python-modules": [
+                    "airflow_ml_provider.sensors.training_job",
+                    "airflow_ml_provider.sensors.elasticsearch_log",
+                ],
+            },
         ],
         "triggers": [
-            {"integration-name": "ML Training", "python-modules": ["airflow_ml_provider.triggers.training_job",
-                                                                  "airflow_ml_provider.triggers.elasticsearch_log"]},
+            {
+                "integration-name": "ML Training",
+                "python-modules": [
+                    "airflow_ml_provider.triggers.training_job",
+                    "airflow_ml_provider.triggers.elasticsearch_log",
+                ],
+            },
         ],
         "connection-types": [
             {
                 "connection-type": "ml_training",
                 "hook-class-name": "airflow_ml_provider.hooks.training_backend.TrainingBackendHook",
+                "hook-name": "ML Training Backend",
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],
                     "relabeling": {},
-                    "placeholders": {
-                        "extra": '{"backend": "local", "local_root": "/data/ml", "local_image": "/opt/venvs/train"}'
-                    },
+                    "placeholders": {},
                 },
-                "conn-fields": {
-                    "backend": {
-                        "label": "Default backend",
-                        "schema": {"type": ["string", "null"],
-                                   "enum": ["local", "mpijob", "volcano", "indexed-job", None]},
-                    },
-                    "local_root": {"label": "Local backend: jobs and artifacts directory",
-                                   "schema": {"type": ["string", "null"]}},
-                    "local_image": {"label": "Local backend: training Python environment",
-                                    "schema": {"type": ["string", "null"]}},
-                    "namespace": {"label": "Kubernetes backends: namespace", "schema": {"type": ["string", "null"]}},
-                    "kubernetes_conn_id": {"label": "Kubernetes backends: cncf-kubernetes connection id",
-                                           "schema": {"type": ["string", "null"]}},
-                },
+                "conn-fields": _TRAINING_FIELDS,
             },
             {
                 "connection-type": "ml_registry",
                 "hook-class-name": "airflow_ml_provider.hooks.model_registry.ModelRegistryHook",
+                "hook-name": "ML Model Registry",
                 "ui-field-behaviour": {
-                    "hidden-fields": [],
-                    "relabeling": {"host": "Tracking URI or host", "login": "Username", "password": "Password"},
-                    "placeholders": {"host": "http://mlflow:5000 (no connection: embedded SQLite registry)",
-                                     "extra": '{"registry_uri": "...", "artifact_root": "s3://bucket/mlflow"}'},
+                    "hidden-fields": ["schema", "port"],
+                    "relabeling": {"host": "Tracking URI", "login": "Username", "password": "Password"},
+                    "placeholders": {
+                        "host": "http://mlflow:5000 (without a connection: the embedded SQLite registry)",
+                        "login": "basic auth user (optional)",
+                        "password": "basic auth password (optional)",
+                    },
                 },
-                "conn-fields": {
-                    "registry_uri": {"label": "Registry URI (default: the tracking URI)",
-                                     "schema": {"type": ["string", "null"]}},
-                    "artifact_root": {"label": "Artifact root for new experiments",
-                                      "schema": {"type": ["string", "null"]}},
-                    "token": {"label": "Token (MLFLOW_TRACKING_TOKEN)", "schema": {"type": ["string", "null"]},
-                              "sensitive": True},
-                    "ui_url": {"label": "MLflow UI URL for links", "schema": {"type": ["string", "null"]}},
-                },
+                "conn-fields": _REGISTRY_FIELDS,
             },
         ],
         "extra-links": [

@@ -1,108 +1,198 @@
 """The production pipeline, without Airflow plumbing to write: preprocess -> train -> evaluate ->
-gate -> deploy to the model marketplace (MLflow Model Registry).
+gate -> deploy to the model marketplace (MLflow Model Registry) -> summary.
 
-Trigger it from the UI and pick the Params: framework (LightGBM or Horovod), backend, workers,
-epochs/rounds, learning rate, data, gate thresholds. Every value is validated by its JSON schema
-in the trigger form and reaches jobs as argv data only (no shell, no second template pass).
+**Trigger it** with the defaults (a generated dataset, LightGBM on the connection's default backend,
+the local one unless configured), or pick the Params: framework (LightGBM or Horovod), backend,
+workers, epochs/rounds, learning rate, your own data, gate thresholds. The trigger form checks
+types, ranges and choices; paths and names are checked by the server when you trigger (the
+refusal names the Param), and whether `data_path` exists by the first task, `prepare_data`.
+Values reach jobs as argv data only (no shell, no second template pass).
+
+**What comes out**: the `summary` task's log and XCom say it in one place: held-out metrics, the
+gate's verdict, the registered model version, with links to the MLflow run (plot, report) and
+the model version. The `evaluate` and `deploy` tasks carry the same links ("MLflow ...").
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, conf, task
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.assets import data_asset, model_asset
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
-from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
 
-BACKEND = "{{ params.backend }}"  # "" = the ml_training connection's default backend
+BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 WORKERS = "{{ params.workers }}"
 MODEL = model_asset("ml_training_pipeline")  # deploy's events schedule dags/ml_batch_scoring.py
 DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of the data
-# Who hears of failed trainings and gate rejections: [ml_training] notify_http_conn_id (a chat webhook), or
-# put any Airflow notifier here, e.g. [SmtpNotifier(to="ml-team@example.com", ...)] or a SlackNotifier.
-FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
-GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
+
+
+def whole(pattern: str) -> str:
+    """A JSON-schema pattern that must match the whole value, the same in the browser (ECMAScript)
+    and on the server (Python ``re.search``, where ``$`` would also match before a final newline)."""
+    return rf"^(?:{pattern})$(?!\n)"
+
+
+DATA_PATH = whole(r"/(?!.*\.\.)[A-Za-z0-9_./-]+\.(?:npz|csv)")
+MODEL_NAME = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def check_params(params: dict) -> None:
+    """What the trigger form's JSON schema cannot say: the data file exists (here, where the run
+    reads it) and the learning rate is a number (JSON-schema bounds let NaN through). Fails the run
+    at its first task, for good, naming each refused Param."""
+    problems = []
+    if not math.isfinite(float(params["learning_rate"])):
+        problems.append(f"learning_rate: {params['learning_rate']!r} is not a finite number")
+    if params.get("data_path") and not Path(params["data_path"]).is_file():
+        problems.append(f"data_path: {params['data_path']!r} is not a file the Airflow worker can read")
+    if problems:
+        raise AirflowFailException("Params refused: " + "; ".join(problems))
+
+
+def data_part(output_path: str) -> str:
+    """The name of a preprocessing input in the UI: ``shard 0``, ``shard 1``, ..., ``valid``, ``test``."""
+    split, name = output_path.rstrip("/").split("/")[-2:]
+    return f"shard {int(name.split('-')[-1].split('.')[0])}" if split == "train" else split
+
 
 with DAG(
     dag_id="ml_training_pipeline",
+    description="Preprocess, train (LightGBM or Horovod), evaluate, gate and register a model in MLflow",
     schedule=None,
     catchup=False,
     tags=["ml", "pipeline", "example"],
     doc_md=__doc__,
+    user_defined_filters={"data_part": data_part},
     params={
         "framework": Param(
             "lightgbm",
             type="string",
             enum=["lightgbm", "horovod"],
-            description="LightGBM (socket data-parallel) or Horovod (TensorFlow/Keras)",
+            values_display={"lightgbm": "LightGBM (data-parallel)", "horovod": "Horovod (TensorFlow/Keras)"},
+            title="Framework",
+            description="Which trainer runs: LightGBM gradient boosting or a Horovod/Keras network.",
         ),
         "backend": Param(
-            "",
-            type="string",
-            enum=["", *sorted(BACKENDS)],
-            values_display={"": "default (the ml_training connection's backend)"},
-            description="Where the jobs run",
+            None,
+            type=["null", "string"],
+            enum=[None, *sorted(BACKENDS)],
+            values_display={"null": "default: the ml_training connection's backend (local)"},
+            title="Backend",
+            description="Where the jobs run; empty: the ml_training connection's default backend.",
         ),
-        "workers": Param(2, type="integer", minimum=1, maximum=64, description="Workers of the training job"),
-        "epochs": Param(3, type="integer", minimum=1, maximum=500, description="Horovod: training epochs"),
-        "boost_rounds": Param(60, type="integer", minimum=1, maximum=10_000, description="LightGBM: rounds"),
+        "workers": Param(
+            2,
+            type="integer",
+            minimum=1,
+            maximum=64,
+            title="Workers",
+            description="Workers of the training job.",
+        ),
+        "epochs": Param(
+            3, type="integer", minimum=1, maximum=500, title="Epochs", description="Horovod only: epochs."
+        ),
+        "boost_rounds": Param(
+            60,
+            type="integer",
+            minimum=1,
+            maximum=10_000,
+            title="Boosting rounds",
+            description="LightGBM only: boosting rounds.",
+        ),
         "learning_rate": Param(
-            0.05, type="number", exclusiveMinimum=0, maximum=1, description="Learning rate"
+            0.05,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=1,
+            title="Learning rate",
+            description="Step size, above 0 and at most 1.",
         ),
         "data_path": Param(
-            "",
-            type="string",
-            pattern=r"^$|^/(?!.*\.\.)[A-Za-z0-9_./-]+\.(npz|csv)$",
-            description="Absolute path of an .npz (X, y) or .csv (label column) dataset; "
-            "empty: a generated binary classification set",
+            None,
+            type=["null", "string"],
+            pattern=DATA_PATH,
+            maxLength=4096,
+            title="Dataset",
+            description="Absolute path of an .npz (X, y) or .csv (a label column) file on the Airflow worker; "
+            "empty: a generated binary classification set.",
         ),
-        "shards": Param(2, type="integer", minimum=1, maximum=64, description="Preprocessing shards"),
+        "shards": Param(
+            2,
+            type="integer",
+            minimum=1,
+            maximum=64,
+            title="Shards",
+            description="Preprocessing jobs for the training data.",
+        ),
         "model_name": Param(
             "ml_training_pipeline",
             type="string",
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
-            description="Registered model name in the model registry",
+            pattern=MODEL_NAME,
+            title="Model name",
+            description="Registered model name: letters, digits, '_', '.', '-' (at most 100).",
         ),
         "gate_metric": Param(
             "accuracy",
             type="string",
             enum=["accuracy", "auc", "f1", "log_loss"],
-            description="Metric the challenger must improve on the champion",
+            title="Gate metric",
+            description="The metric on which the new model must beat the champion.",
         ),
         "min_improvement": Param(
             0.0,
             type="number",
             minimum=0,
             maximum=1,
-            description="Required improvement of gate_metric over the champion",
+            title="Minimum improvement",
+            description="How much better than the champion the gate metric must be (0: at least as good).",
         ),
-        "min_accuracy": Param(0.7, type="number", minimum=0, maximum=1, description="Gate: minimum accuracy"),
-        "min_auc": Param(0.0, type="number", minimum=0, maximum=1, description="Gate: minimum ROC AUC"),
+        "min_accuracy": Param(
+            0.7,
+            type="number",
+            minimum=0,
+            maximum=1,
+            title="Minimum accuracy",
+            description="Gate: held-out accuracy.",
+        ),
+        "min_auc": Param(
+            0.0,
+            type="number",
+            minimum=0,
+            maximum=1,
+            title="Minimum ROC AUC",
+            description="Gate: held-out ROC AUC.",
+        ),
         "notes": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             maxLength=500,
-            description="Free text stored as the model version's description (data, never run)",
+            title="Notes",
+            description="Free text stored as the model version's description (data, never run).",
         ),
     },
 ) as dag:
 
-    @task
+    @task(
+        doc_md="Checks the Params, then splits the dataset into training shards, a validation and a test set."
+    )
     def prepare_data(params: dict, run_id: str, ti=None) -> list[dict]:
         """Split the dataset (or a generated one) into shards and held-out sets; only paths go to XCom:
         the shards to preprocess are the return value (mapped over), the rest have their own keys."""
         from airflow_ml_provider.runtime.datasets import write_synthetic
         from airflow_ml_provider.runtime.splits import split_dataset
 
+        check_params(params)
         home = Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser()
         root = Path(conf.get("ml_training", "data_root", fallback=str(home / "ml" / "data")))
         out = root / "ml_training_pipeline" / hashlib.sha256(run_id.encode()).hexdigest()[:12]
@@ -121,17 +211,21 @@ with DAG(
                 ti.xcom_push(key, value)
         return split["items"]
 
-    @task.branch
+    @task.branch(doc_md="Picks the training task of the `framework` Param.")
     def choose_framework(params: dict) -> str:
         return f"train_{params['framework']}"
 
     prepared = prepare_data()
-    preprocess = PreprocessOperator.partial(task_id="preprocess",
+    preprocess = PreprocessOperator.partial(
+        task_id="preprocess",
         outlets=[DATA],
-        data_version=prepared["data_version"], backend=BACKEND).expand_kwargs(prepared)
+        data_version=prepared["data_version"],
+        backend=BACKEND,
+        map_index_template="{{ task.output_path | data_part }}",
+        doc_md="One job per part of the data (`shard 0..N`, `valid`, `test`): drop non-finite rows, clip, float32.",
+    ).expand_kwargs(prepared)
     train_lightgbm = LightGBMTrainingOperator(
         task_id="train_lightgbm",
-        on_failure_callback=FAILURE_NOTIFIERS,
         train_data=prepared["train_dir"],
         valid_data=prepared["valid"],
         lightgbm_params={
@@ -144,10 +238,10 @@ with DAG(
         num_boost_round="{{ params.boost_rounds }}",
         num_workers=WORKERS,
         backend=BACKEND,
+        doc_md="Data-parallel LightGBM over the preprocessed shards, one worker per machine.",
     )
     train_horovod = HorovodTrainingOperator(
         task_id="train_horovod",
-        on_failure_callback=FAILURE_NOTIFIERS,
         command=[
             "python",
             "-m",
@@ -163,6 +257,7 @@ with DAG(
         ],
         num_workers=WORKERS,
         backend=BACKEND,
+        doc_md="Horovod (ring-allreduce) training of a Keras network over the preprocessed shards.",
     )
     evaluate = EvaluateModelOperator(
         task_id="evaluate",
@@ -171,22 +266,32 @@ with DAG(
         data_version=prepared["data_version"],
         backend=BACKEND,
         trigger_rule="none_failed_min_one_success",
+        doc_md="Held-out metrics, training curve and report, recorded as an MLflow run (see its link).",
     )
     preprocess >> choose_framework() >> [train_lightgbm, train_horovod] >> evaluate
     gate = ModelGateOperator(
         task_id="gate",
-        notifiers=GATE_NOTIFIERS,
         evaluation=evaluate.output,
         model_name="{{ params.model_name }}",
         metric="{{ params.gate_metric }}",
         thresholds={"accuracy": "{{ params.min_accuracy }}", "auc": "{{ params.min_auc }}"},
         min_improvement="{{ params.min_improvement }}",
+        doc_md="Thresholds and champion comparison; a rejection is a normal outcome (the model stays challenger).",
     )
-    DeployModelOperator(
+    deploy = DeployModelOperator(
         task_id="deploy",
         model_name="{{ params.model_name }}",
         evaluation=evaluate.output,
         gate=gate.output,
         outlets=[MODEL],
-        description="{{ params.notes }}",
+        description="{{ params.notes or '' }}",
+        doc_md="Registers the model version (alias `challenger`; `champion` too if the gate passed).",
     )
+
+    @task(doc_md="What came out of this run: metrics, the gate's verdict, the model version, links.")
+    def summary(evaluation: dict, verdict: dict, deployed: dict) -> dict:
+        from airflow_ml_provider.operators.summary import log_run_summary
+
+        return log_run_summary(evaluation, verdict, deployed)
+
+    summary(evaluate.output, gate.output, deploy.output)

@@ -15,6 +15,7 @@ from airflow_ml_provider import assets
 from airflow_ml_provider.hooks.model_registry import CHALLENGER, CHAMPION, ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.operators.links import MLflowModelVersionLink
+from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
 
 
 class DeployModelOperator(BaseOperator):
@@ -72,6 +73,19 @@ class DeployModelOperator(BaseOperator):
         return ModelRegistryHook(self.registry_conn_id)
 
     def execute(self, context) -> dict[str, Any]:
+        requirements, absent = _requirements(self.evaluation["framework"])
+        if absent:
+            self.log.info(
+                "The model needs %s to be served; %s run%s in the training image, not in this Airflow "
+                "environment, so MLflow's check of them against this environment is skipped",
+                ", ".join(requirements),
+                ", ".join(absent),
+                "s" if len(absent) == 1 else "",
+            )
+        with mlflow_output_to_task_log(absent):
+            return self._deploy(context, requirements)
+
+    def _deploy(self, context, requirements: list[str]) -> dict[str, Any]:
         evaluation, ti = self.evaluation, context["ti"]
         tags = {f"airflow.{k}": str(v) for k, v in evaluation["lineage"].items()}
         tags.update(
@@ -88,7 +102,7 @@ class DeployModelOperator(BaseOperator):
                 evaluation["mlflow_run_id"],
                 model_file,
                 _signature(evaluation),
-                _requirements(evaluation["framework"]),
+                requirements,
                 tags,
                 self.description,
             )
@@ -192,13 +206,15 @@ def _signature(evaluation: dict[str, Any]):
     )
 
 
-def _requirements(framework: str) -> list[str]:
-    """What serving the model needs (pinned to this environment's versions where installed)."""
+def _requirements(framework: str) -> tuple[list[str], list[str]]:
+    """What serving the model needs, pinned to this environment's versions where installed, and the
+    packages that are not installed here (a Keras model's TensorFlow lives in the training image)."""
     packages = ["numpy", "lightgbm" if framework == "lightgbm" else "tensorflow-cpu"]
-    pinned = []
+    pinned, absent = [], []
     for package in packages:
         try:
             pinned.append(f"{package}=={version(package)}")
         except PackageNotFoundError:
             pinned.append(package)
-    return pinned
+            absent.append(package)
+    return pinned, absent

@@ -16,6 +16,8 @@ from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.artifacts import evaluation_dir, join
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.links import MLflowEvaluationLink, job_links
+from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 _NOT_METRICS = {"rows", "n_features", "n_classes"}
@@ -41,7 +43,8 @@ class EvaluateModelOperator(BaseTrainingOperator):
     content hash: a LightGBM model file records its workers' ports, so it differs between runs.)
 
     Returns (XCom): ``{"metrics", "mlflow_run_id", "model_path", "framework", "n_features",
-    "n_classes", "lineage", "lineage_key", "job_name", "backend"}``.
+    "n_classes", "lineage", "lineage_key", "job_name", "backend", "url", "artifacts_url"}`` (the two
+    URLs: the MLflow run, and its artifacts: empty without an MLflow UI URL).
     """
 
     framework = Framework.GENERIC
@@ -52,6 +55,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
         "data_version",
         "experiment_name",
     )
+    operator_extra_links = (*job_links(), MLflowEvaluationLink())
     ui_color = "#fdebd0"
 
     def __init__(
@@ -113,12 +117,15 @@ class EvaluateModelOperator(BaseTrainingOperator):
             "\x1f".join((ti.dag_id, ti.run_id, trained["job_name"])).encode()
         ).hexdigest()[:32]
         registry = ModelRegistryHook(self.registry_conn_id)
-        experiment = registry.experiment_id(self.experiment_name or ti.dag_id)
-        run_id = registry.find_run(experiment, key)
-        if run_id:
-            self.log.info("This model's evaluation is already recorded as MLflow run %s", run_id)
-        else:
-            run_id = self._log_run(registry, experiment, key, context, result, metrics, lineage)
+        with mlflow_output_to_task_log():
+            experiment = registry.experiment_id(self.experiment_name or ti.dag_id)
+            run_id = registry.find_run(experiment, key)
+            if run_id:
+                self.log.info("This model's evaluation is already recorded as MLflow run %s", run_id)
+            else:
+                run_id = self._log_run(registry, experiment, key, context, result, metrics, lineage)
+        ui = registry.settings().ui_url.rstrip("/")
+        url = f"{ui}/#/experiments/{experiment}/runs/{run_id}" if ui else ""
         framework = _FRAMEWORK_BY_SUFFIX.get(Path(trained["model_path"]).suffix, "unknown")
         self.log.info("Held-out metrics of the %s model: %s (MLflow run %s)", framework, metrics, run_id)
         return {
@@ -132,6 +139,8 @@ class EvaluateModelOperator(BaseTrainingOperator):
             "n_classes": result["n_classes"],
             "lineage": lineage,
             "lineage_key": key,
+            "url": url,
+            "artifacts_url": url and f"{url}/artifacts",
         }
 
     def _keep(self, context, files: list[Path]) -> None:
@@ -161,7 +170,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
 
         trained = self.training
         backend = self.hook.get_backend(trained["backend"])
-        history = replay(self._log_source(backend, trained["job_name"])).tracker.history()
+        history = replay(self._source(backend, trained["job_name"])).tracker.history()
         with tempfile.TemporaryDirectory(prefix="evaluation-") as tmp:
             files = [
                 plot_training_curve(history, Path(tmp) / PLOT, f"Training of {trained['job_name']}"),

@@ -1,6 +1,10 @@
-"""Extra links on task pages: the registered MLflow model version, and the job's Kibana/Grafana views.
+"""Extra links on task pages: the MLflow evaluation run and registered model version, and the job's
+Kibana/Grafana views.
 
-Kibana and Grafana links appear when configured, as URL templates in the ``[ml_training]`` section:
+Airflow stores every link an operator declares as an XCom row when the task ends, so only links
+that can lead somewhere are declared: the MLflow ones on the evaluate/deploy tasks (the embedded
+registry's UI is ``[ml_training] mlflow_ui_url``, ``make mlflow-ui`` serves it), and Kibana and
+Grafana (``job_links()``) only when configured, as URL templates in the ``[ml_training]`` section:
 ``kibana_url_template`` / ``grafana_url_template`` with ``{job_name}``, ``{dag_id}``, ``{task_id}``,
 ``{run_id}``, ``{map_index}`` and ``{try_number}`` (each URL-quoted), for example
 ``https://kibana.example.com/app/discover#/?_a=(query:(language:kuery,query:'labels.job_name:"{job_name}"'))``.
@@ -18,16 +22,30 @@ from airflow_ml_provider.jobs.naming import JobIdentity
 _FIELD = re.compile(r"\{(job_name|dag_id|task_id|run_id|map_index|try_number)\}")
 
 
-class MLflowModelVersionLink(BaseOperatorLink):
-    """The model version a deploy task registered (from its returned ``url``)."""
+class _ResultLink(BaseOperatorLink):
+    """A URL the task returned (a key of its XCom return value)."""
 
-    name = "MLflow model version"
+    key: str
 
     def get_link(self, operator, *, ti_key) -> str:
         from airflow.sdk.execution_time.xcom import XCom
 
         value = XCom.get_value(ti_key=ti_key, key="return_value")
-        return value.get("url", "") if isinstance(value, dict) else ""
+        return (value.get(self.key) or "") if isinstance(value, dict) else ""
+
+
+class MLflowModelVersionLink(_ResultLink):
+    """The model version a deploy task registered (from its returned ``url``)."""
+
+    name = "MLflow model version"
+    key = "url"
+
+
+class MLflowEvaluationLink(_ResultLink):
+    """The evaluation's MLflow run, opened on its artifacts: the training curve, report and metrics."""
+
+    name = "MLflow evaluation (plot, report)"
+    key = "artifacts_url"
 
 
 class _JobLink(BaseOperatorLink):
@@ -62,3 +80,12 @@ class KibanaJobLink(_JobLink):
 class GrafanaJobLink(_JobLink):
     name = "Job metrics (Grafana)"
     option = "grafana_url_template"
+
+
+def job_links() -> tuple[BaseOperatorLink, ...]:
+    """The Kibana/Grafana links whose URL templates are configured (read when the operator class is
+    defined: the DAG processor and the workers share the configuration)."""
+    configured = (
+        link for link in (KibanaJobLink, GrafanaJobLink) if conf.get("ml_training", link.option, fallback="")
+    )
+    return tuple(link() for link in configured)

@@ -30,6 +30,7 @@ from airflow_ml_provider.runtime.horovod_keras import (
     weights_checksum,
 )
 from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.quiet import quiet_startup
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,7 +89,8 @@ def eager_state(hvd, variables: list, **attrs):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    import tensorflow as tf
+    with quiet_startup():  # TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them)
+        import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -20,6 +20,7 @@ from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import Checkpoints, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, shard
 from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.quiet import quiet_startup
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -121,7 +122,8 @@ def make_train_step(model, optimizer, loss_fn):
 def main(argv: list[str] | None = None) -> int:
     """Train, checkpoint every epoch on rank 0, and report metrics, checksums and the test result."""
     args = _parse_args(argv)
-    import tensorflow as tf
+    with quiet_startup():  # TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them)
+        import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

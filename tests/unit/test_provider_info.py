@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import re
 from importlib.metadata import entry_points
+
+from support import REPO
 
 from airflow_ml_provider.get_provider_info import get_provider_info
 
@@ -36,3 +39,73 @@ def test_airflow_providers_manager_lists_hook_and_trigger():
     assert "ml_training" in ProvidersManagerTaskRuntime().hooks
     triggers = {t.trigger_class_name for t in manager.trigger if t.package_name == "airflow-ml-provider"}
     assert triggers == {"airflow_ml_provider.triggers.training_job", "airflow_ml_provider.triggers.elasticsearch_log"}
+
+
+# --- the connection forms, as the UI's API serves them ----------------------------------------------------
+
+HOOK_MODULES = {  # where each connection's extras are read
+    "ml_training": ("airflow_ml_provider/hooks/training_backend.py", "airflow_ml_provider/operators/training.py"),
+    "ml_registry": ("airflow_ml_provider/hooks/model_registry.py",),
+}
+
+
+def _hook_meta() -> dict:
+    """What ``GET /ui/connections/hook_meta`` sends the connection form, per connection type."""
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+
+    return {m.connection_type: m for m in HookMetaService.hook_meta_data() if m.connection_type in HOOK_MODULES}
+
+
+def test_connection_types_have_friendly_names():
+    meta = _hook_meta()
+    assert (meta["ml_training"].hook_name, meta["ml_registry"].hook_name) == (
+        "ML Training Backend",
+        "ML Model Registry",
+    )
+
+
+def test_connection_forms_show_only_the_fields_their_hooks_read():
+    meta = _hook_meta()
+    training = meta["ml_training"].standard_fields
+    assert all(getattr(training, name).hidden for name in ("host", "url_schema", "port", "login", "password"))
+    registry = meta["ml_registry"].standard_fields
+    assert registry.url_schema.hidden and registry.port.hidden
+    assert not (registry.host.hidden or registry.login.hidden or registry.password.hidden)
+    assert registry.host.title == "Tracking URI" and "http://mlflow:5000" in registry.host.placeholder
+    for conn_type, modules in HOOK_MODULES.items():
+        source = "\n".join((REPO / module).read_text() for module in modules)
+        declared = set(meta[conn_type].extra_fields)
+        read = set(re.findall(r"extras(?:\(\))?(?:\.get\(|\[)\"(\w+)\"", source))
+        if 'f"image_{framework}"' in source:
+            read |= {"image_horovod", "image_lightgbm", "image_generic"}
+        assert declared - read == set(), f"{conn_type}: fields the hook never reads"
+        assert read - declared == set(), f"{conn_type}: extras the hook reads that the form lacks"
+
+
+def test_extra_fields_are_labelled_optional_and_never_offer_a_literal_null():
+    for conn_type, meta in _hook_meta().items():
+        for name, field in meta.extra_fields.items():
+            schema = field["schema"]
+            assert schema["title"] and field["description"], (conn_type, name)
+            assert "null" in schema["type"] and field["value"] is None, (conn_type, name)  # optional, unset
+            assert None not in schema.get("enum", []), (conn_type, name)
+            if "enum" in schema:
+                assert set(schema["values_display"]) == set(schema["enum"]), (conn_type, name)
+
+
+def test_secrets_are_masked():
+    from airflow.providers_manager import ProvidersManager
+
+    widgets = ProvidersManager().connection_form_widgets
+    assert _hook_meta()["ml_registry"].extra_fields["token"]["schema"]["format"] == "password"
+    assert widgets["extra__ml_registry__token"].is_sensitive
+    assert not widgets["extra__ml_registry__ui_url"].is_sensitive
+
+
+def test_the_providers_page_links_to_real_documentation():
+    from airflow.providers_manager import ProvidersManager
+
+    from airflow_ml_provider.get_provider_info import DOCS_URL
+
+    assert ProvidersManager().providers["airflow-ml-provider"].data["documentation-url"] == DOCS_URL
+    assert DOCS_URL.startswith("https://github.com/airflow-ml/airflow-ml-provider")

@@ -1,14 +1,22 @@
-"""The pipeline's Params: defaults validate; wrong or hostile values are refused with a message,
-both by Airflow's trigger-time validation and by the JSON schema the trigger form uses."""
+"""The pipeline's Params: the defaults trigger as they are; wrong or hostile values are refused with the
+Param's name, both by Airflow's trigger-time validation and by the JSON schema the trigger form uses;
+what a schema cannot check (NaN, a missing file) is refused by the first task."""
 
 from __future__ import annotations
 
+import json
+import math
 import runpy
+import subprocess
+from pathlib import Path
 
 import jsonschema
 import pytest
-from airflow.sdk.exceptions import ParamValidationError
+from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
 from support import REPO
+
+PIPELINE = runpy.run_path(str(REPO / "dags" / "ml_training_pipeline.py"))
+OPTIONAL = ("backend", "data_path", "notes")
 
 
 @pytest.fixture(scope="module")
@@ -16,13 +24,20 @@ def dag():
     """The DAG as the API server holds it: triggering validates the run's conf against these Params."""
     from airflow.serialization.serialized_objects import DagSerialization
 
-    dag = runpy.run_path(str(REPO / "dags" / "ml_training_pipeline.py"))["dag"]
-    return DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    return DagSerialization.deserialize_dag(DagSerialization.serialize_dag(PIPELINE["dag"]))
 
 
-def test_defaults_are_valid(dag):
+def test_defaults_are_valid_and_the_optional_params_are_empty(dag):
     values = dag.params.deep_merge({}).validate()
-    assert values["framework"] == "lightgbm" and values["workers"] == 2 and values["data_path"] == ""
+    assert values["framework"] == "lightgbm" and values["workers"] == 2
+    assert [values[name] for name in OPTIONAL] == [None, None, None]
+
+
+def test_every_param_has_a_title_and_a_description_and_optional_ones_allow_null(dag):
+    for name, param in PIPELINE["dag"].params.items():
+        assert param.schema.get("title") and param.description, name
+        if name in OPTIONAL:  # the form's "required" rule: a type list holding "null"
+            assert "null" in param.schema["type"], name
 
 
 @pytest.mark.parametrize(
@@ -30,21 +45,30 @@ def test_defaults_are_valid(dag):
     [
         ("framework", "pytorch"),
         ("backend", "local; rm -rf /"),
+        ("backend", ""),
         ("workers", 0),
+        ("workers", 65),
         ("workers", "2; rm -rf /"),
         ("epochs", 1.5),
         ("learning_rate", 0),
+        ("learning_rate", -1),
+        ("learning_rate", math.inf),
         ("learning_rate", "$(id)"),
         ("data_path", "relative/data.npz"),
         ("data_path", "/data/../etc/passwd.npz"),
         ("data_path", "/data/x.npz; rm -rf /"),
+        ("data_path", "; rm -rf /"),
         ("data_path", "/data/$(touch x).npz"),
         ("data_path", "/data/`id`.npz"),
         ("data_path", "/data/{{ 7 * 7 }}.npz"),
         ("data_path", "/data/train.parquet"),
+        ("data_path", "/data/train.npz\n"),
+        ("data_path", "/data/train.npz\n/etc/passwd.npz"),
         ("shards", 0),
         ("model_name", "model`id`"),
         ("model_name", "{{ conf }}"),
+        ("model_name", "model\n"),
+        ("model_name", ""),
         ("gate_metric", "speed"),
         ("min_improvement", -0.1),
         ("min_accuracy", 1.5),
@@ -62,6 +86,86 @@ def test_a_wrong_value_is_refused_naming_the_param(dag, name, value):
 def test_free_text_is_accepted_as_data(dag):
     notes = "; rm -rf / $(id) `id` {{ 7 * 7 }}"
     assert dag.params.deep_merge({"notes": notes}).validate()["notes"] == notes
+
+
+PATTERN_CASES = {
+    "data_path": ["/data/train.npz", "/d/x.csv", "/data/train.npz\n", "/a/../b.npz", "x.npz", "/data/t.npz\nx"],
+    "model_name": ["m", "my_model-1.2", "model\n", "-m", "a" * 100, "a" * 101, "m\nn"],
+}
+
+
+def test_patterns_mean_the_same_in_the_browser_and_on_the_server(dag):
+    """The form evaluates ``pattern`` as an ECMAScript regex, the server with Python's ``re.search``
+    (where ``$`` also matches before a final newline): both must accept and refuse the same values."""
+    node = _node()
+    for name, values in PATTERN_CASES.items():
+        pattern = dag.params.get_param(name).schema["pattern"]
+        script = "const [p, v] = JSON.parse(process.argv[1]); console.log(JSON.stringify(v.map(s => new RegExp(p, 'u').test(s))))"
+        ecmascript = json.loads(
+            subprocess.run(
+                [node, "-e", script, json.dumps([pattern, values])], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        python = [_accepted(dag, name, value) for value in values]
+        assert ecmascript == python, (name, values)
+    assert not _accepted(dag, "data_path", "/data/train.npz\n")
+
+
+def test_check_params_refuses_what_the_schema_cannot_naming_each_param(tmp_path):
+    check = PIPELINE["check_params"]
+    data = tmp_path / "train.npz"
+    data.write_bytes(b"")
+    check({"learning_rate": 0.1, "data_path": None})
+    check({"learning_rate": 0.1, "data_path": str(data)})
+    with pytest.raises(AirflowFailException) as refused:
+        check({"learning_rate": math.nan, "data_path": str(tmp_path / "missing.npz")})
+    message = str(refused.value)
+    assert "learning_rate: nan is not a finite number" in message
+    assert f"data_path: '{tmp_path / 'missing.npz'}' is not a file the Airflow worker can read" in message
+
+
+def test_nan_passes_the_json_schema_so_the_first_task_must_refuse_it(dag):
+    assert math.isnan(dag.params.deep_merge({"learning_rate": math.nan}).validate()["learning_rate"])
+
+
+@pytest.mark.parametrize(
+    ("output_path", "label"),
+    [
+        ("/h/ml/data/p/abc/processed/train/part-00000.npz", "shard 0"),
+        ("/h/ml/data/p/abc/processed/train/part-00011.npz", "shard 11"),
+        ("/h/ml/data/p/abc/processed/valid/part-00000.npz", "valid"),
+        ("s3://bucket/p/abc/processed/test/part-00000.npz", "test"),
+    ],
+)
+def test_mapped_preprocess_tasks_are_named_by_their_part_of_the_data(output_path, label):
+    dag = PIPELINE["dag"]
+    template = dag.get_task("preprocess").partial_kwargs["map_index_template"]
+    task = type("Task", (), {"output_path": output_path})
+    assert dag.get_template_env().from_string(template).render(task=task) == label
+
+
+def test_the_dag_has_a_description_and_docs():
+    dag = PIPELINE["dag"]
+    assert dag.description and "**Trigger it**" in dag.doc_md
+    assert all(task.doc_md for task in dag.tasks), [t.task_id for t in dag.tasks if not t.doc_md]
+
+
+def _accepted(dag, name: str, value: str) -> bool:
+    try:
+        dag.params.deep_merge({name: value}).validate()
+    except ParamValidationError:
+        return False
+    return True
+
+
+def _node() -> str:
+    """Node.js, for ECMAScript semantics: the one bundled with playwright (the browser tests' driver)."""
+    import playwright
+
+    node = Path(playwright.__file__).parent / "driver" / "node"
+    if not node.exists():
+        pytest.skip(f"no Node.js at {node} (playwright's driver)")
+    return str(node)
 
 
 def _trigger_form_schema(dag, name: str) -> dict:

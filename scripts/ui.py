@@ -1,0 +1,174 @@
+"""`make ui` / `make mlflow-ui`: the Airflow UI (``airflow standalone``) with this project's DAGs on the
+embedded defaults, and the MLflow UI over the embedded model registry, so the tasks' MLflow links open.
+
+Both run in their own sessions (setsid) and are stopped, whole process groups, on Ctrl-C or exit.
+Airflow is started with the control environment's ``bin`` first on PATH (standalone launches its
+components as ``airflow`` by name) and ``[ml_training] mlflow_ui_url`` pointing at the MLflow UI.
+The MLflow UI needs the full ``mlflow`` package, which the control environment (mlflow-skinny)
+lacks: it runs from ``.venv-mlflow`` (``make mlflow-env``), the same MLflow version, on the same
+SQLite registry ``$AIRFLOW_HOME/ml/mlflow.db`` the tasks write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+MLFLOW = REPO / ".venv-mlflow" / "bin" / "mlflow"
+
+
+def airflow_env(home: Path, port: int, mlflow_url: str) -> dict[str, str]:
+    """Airflow's settings for the UI: this project's DAGs, no examples, the training environment."""
+    bundles = [
+        {
+            "name": "dags-folder",
+            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+            "kwargs": {"path": str(REPO / "dags")},
+        }
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env.update(
+        {
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # no DAG here has a schedule
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__ML_TRAINING__MLFLOW_UI_URL": mlflow_url,
+        }
+    )
+    if (REPO / ".venv-train" / "bin" / "python").exists():
+        env.setdefault("AIRFLOW_ML_LOCAL_IMAGE", str(REPO / ".venv-train"))
+    return env
+
+
+def mlflow_argv(home: Path, port: int) -> list[str]:
+    """The MLflow UI over the embedded registry (the store ``ModelRegistryHook`` uses by default)."""
+    ml = home / "ml"
+    return [
+        str(MLFLOW),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{ml / 'mlflow.db'}",
+        "--default-artifact-root",
+        (ml / "mlartifacts").as_uri(),
+    ]
+
+
+def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group, SIGKILL what is left after a grace period."""
+    for process in processes:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(process, signal.SIGKILL)
+
+
+def wait_for(url: str, process: subprocess.Popen, log: Path, timeout: float, healthy=lambda body: True) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{process.args[0]} exited ({process.returncode}); see {log}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if healthy(response.read()):
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"{url} did not answer within {timeout:.0f} s; see {log}")
+
+
+def airflow_healthy(body: bytes) -> bool:
+    status = json.loads(body)
+    return all(status.get(c, {}).get("status") == "healthy" for c in ("scheduler", "triggerer", "dag_processor"))
+
+
+def password(home: Path) -> str:
+    """The admin password ``airflow standalone`` generated (SimpleAuthManager's file)."""
+    path = home / "simple_auth_manager_passwords.json.generated"
+    try:
+        return json.loads(path.read_text()).get("admin", "?")
+    except (OSError, ValueError):
+        return f"? (see {path})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=REPO / ".airflow-demo", help="AIRFLOW_HOME (default: make demo's)")
+    parser.add_argument("--port", type=int, default=8080, help="Airflow UI port")
+    parser.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port ([ml_training] mlflow_ui_url)")
+    parser.add_argument("--only", choices=["airflow", "mlflow"], help="start one of the two")
+    args = parser.parse_args(argv)
+    home = args.home.resolve()
+    (home / "ml").mkdir(parents=True, exist_ok=True)
+    mlflow_url = f"http://127.0.0.1:{args.mlflow_port}"
+    processes: list[subprocess.Popen] = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        lines = []
+        if args.only != "airflow":
+            if not MLFLOW.exists():
+                raise SystemExit(f"{MLFLOW} is missing: run `make mlflow-env` (the full mlflow package)")
+            log = home / "mlflow-ui.log"
+            processes.append(start(mlflow_argv(home, args.mlflow_port), dict(os.environ), log))
+            wait_for(f"{mlflow_url}/health", processes[-1], log, timeout=120)
+            lines.append(f"MLflow UI   {mlflow_url}   registry {home / 'ml' / 'mlflow.db'}   (log: {log})")
+        if args.only != "mlflow":
+            if not (VENV_BIN / "airflow").exists():
+                raise SystemExit(f"no airflow in {VENV_BIN}: run this with the control environment's python")
+            log = home / "standalone.log"
+            env = airflow_env(home, args.port, mlflow_url)
+            processes.append(start([str(VENV_BIN / "airflow"), "standalone"], env, log))
+            url = f"http://127.0.0.1:{args.port}"
+            print(f"Starting Airflow standalone in {home} (about a minute; log: {log}) ...", flush=True)
+            wait_for(f"{url}/api/v2/monitor/health", processes[-1], log, timeout=300, healthy=airflow_healthy)
+            lines.insert(0, f"Airflow UI  {url}   log in as admin / {password(home)}   (log: {log})")
+            lines.append("Trigger ml_training_pipeline from its page (Trigger, defaults as they are).")
+        print("\n".join(lines) + "\nCtrl-C stops everything.", flush=True)
+        while all(process.poll() is None for process in processes):
+            time.sleep(1)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop(processes)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""A real Airflow 3.3 deployment for tests: api-server, scheduler (LocalExecutor), dag-processor and
+triggerer as separate processes, each in its own session (setsid), on a fresh AIRFLOW_HOME.
+
+Used as a context manager from a fixture::
+
+    with AirflowStack(tmp_path_factory.mktemp("airflow"), dags_folder=REPO / "dags") as stack:
+        run_id = stack.trigger_dag("ml_training_pipeline", {"boost_rounds": 5})
+        assert stack.wait_for_run("ml_training_pipeline", run_id) == "success"
+        stack.restart("triggerer", sig=signal.SIGKILL)   # one component alone
+
+Every request goes through the public REST API (``/api/v2``) with a token from ``/auth/token``
+(SimpleAuthManager, user ``admin`` with a generated password, see ``credentials``). Components
+are started as ``<venv>/bin/airflow`` with that ``bin`` first on PATH (what ``airflow standalone``
+and the LocalExecutor's workers need to find ``airflow`` by name). Each component logs to
+``<home>/<component>.log``; the tails are printed when a wait times out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+VENV_BIN = Path(sys.executable).parent
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+TERMINAL_RUN_STATES = ("success", "failed")
+_HEALTH_KEYS = {"scheduler": "scheduler", "dag-processor": "dag_processor", "triggerer": "triggerer"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def airflow_env(home: Path, dags_folder: Path, port: int, extra: Mapping[str, str] | None = None) -> dict:
+    """The environment of every component: this one's, minus any Airflow settings, connections or
+    variables of the calling process (tests set their own), plus a self-contained configuration."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_")) and k != "AIRFLOW_HOME"
+    }
+    base_url, dags_folder = f"http://127.0.0.1:{port}", Path(dags_folder).resolve()
+    bundles = [
+        {
+            "name": "dags-folder",
+            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+            "kwargs": {"path": str(dags_folder)},
+        }
+    ]
+    env.update(
+        {
+            "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
+            "AIRFLOW__API__BASE_URL": base_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            "AIRFLOW__CORE__INTERNAL_API_SECRET_KEY": secrets.token_urlsafe(32),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),  # two stacks may run at once
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+class AirflowStack:
+    """Four Airflow components as separate processes; see the module docstring.
+
+    Args:
+        home: an empty directory, the deployment's AIRFLOW_HOME.
+        dags_folder: the DAG files to serve (one local DAG bundle).
+        env: extra environment for every component (``AIRFLOW__...`` settings, ``AIRFLOW_CONN_...``).
+        start_timeout: seconds to wait for every component to report healthy.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        dags_folder: Path,
+        env: Mapping[str, str] | None = None,
+        start_timeout: float = 240.0,
+    ):
+        self.home = Path(home)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = airflow_env(self.home, Path(dags_folder), self.port, env)
+        self.start_timeout = start_timeout
+        self.credentials = ("admin", secrets.token_urlsafe(12))
+        self.processes: dict[str, subprocess.Popen] = {}
+        self._token: str | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    def __enter__(self) -> AirflowStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "passwords.json").write_text(json.dumps(dict([self.credentials])))
+        migrate = subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"], env=self.env, capture_output=True, text=True
+        )
+        if migrate.returncode:
+            raise RuntimeError(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
+        try:
+            for component in COMPONENTS:
+                self.start_component(component)
+            self.wait_until_healthy(COMPONENTS)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_component(self, component: str) -> subprocess.Popen:
+        argv = [str(VENV_BIN / "airflow"), component]
+        if component == "api-server":
+            argv += ["--host", "127.0.0.1", "--port", str(self.port)]
+        log = open(self.home / f"{component}.log", "ab")  # noqa: SIM115 (owned by the process)
+        process = subprocess.Popen(
+            argv, env=self.env, cwd=self.home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.processes[component] = process
+        return process
+
+    def stop_component(self, component: str, sig: int = signal.SIGTERM, grace: float = 30.0) -> None:
+        """Signal the component's whole session (its workers too); SIGKILL what outlives ``grace``."""
+        process = self.processes.pop(component, None)
+        if process is None or process.poll() is not None:
+            return
+        _signal_group(process.pid, sig)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        if sig != signal.SIGKILL:
+            _signal_group(process.pid, signal.SIGKILL)  # leftovers of the group, if any
+
+    def restart(self, component: str, sig: int = signal.SIGTERM, wait_healthy: bool = True) -> None:
+        """Stop one component with ``sig`` (e.g. SIGKILL: a crash) and start it again."""
+        self.stop_component(component, sig)
+        self.start_component(component)
+        if wait_healthy:
+            self.wait_until_healthy([component], after=time.time())
+
+    def stop(self) -> None:
+        for component in reversed(list(self.processes)):
+            self.stop_component(component)
+
+    # --- REST API ----------------------------------------------------------------------------------
+    def token(self) -> str:
+        if self._token is None:
+            username, password = self.credentials
+            body = self._request("POST", "/auth/token", {"username": username, "password": password})
+            self._token = body["access_token"]
+        return self._token
+
+    def api(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None) -> Any:
+        """Call ``/api/v2{path}``; returns the decoded JSON body. Raises ``ApiError`` on 4xx/5xx."""
+        if query:
+            path = f"{path}?{urllib.parse.urlencode(query)}"
+        return self._request(method, f"/api/v2{path}", body, {"Authorization": f"Bearer {self.token()}"})
+
+    def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json", **(headers or {})},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                text = response.read().decode()
+        except urllib.error.HTTPError as exc:
+            raise ApiError(exc.code, exc.read().decode(errors="replace")) from None
+        return json.loads(text) if text else None
+
+    def health(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=10) as response:
+                return json.loads(response.read())
+        except (OSError, ValueError):
+            return None
+
+    def wait_until_healthy(self, components, after: float = 0.0) -> None:
+        """Wait until the api-server answers and each other component's heartbeat is fresh (newer
+        than ``after``, a Unix time, when a component was just restarted)."""
+
+        def healthy() -> bool:
+            status = self.health()
+            if status is None:
+                return False
+            for component in components:
+                if component == "api-server":
+                    continue
+                entry = status.get(_HEALTH_KEYS[component]) or {}
+                beat = entry.get(f"latest_{_HEALTH_KEYS[component]}_heartbeat")
+                if entry.get("status") != "healthy" or not beat or _epoch(beat) < after:
+                    return False
+            return True
+
+        self._wait(healthy, self.start_timeout, f"healthy {', '.join(components)}")
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180.0) -> dict[str, Any]:
+        """The DAG as the API serves it, once the dag-processor has parsed it."""
+
+        def parsed():
+            try:
+                dag = self.api("GET", f"/dags/{dag_id}")
+                self.api("GET", f"/dags/{dag_id}/details")
+                return dag
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                return None
+
+        return self._wait(parsed, timeout, f"DAG {dag_id} to be parsed")
+
+    def trigger_dag(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        """Trigger a manual run; returns its run_id."""
+        body = {"logical_date": None, "conf": dict(conf or {})}
+        return self.api("POST", f"/dags/{dag_id}/dagRuns", body)["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.api("GET", f"/dags/{dag_id}/dagRuns/{_quote(run_id)}")["state"]
+
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout: float = 600.0, states=TERMINAL_RUN_STATES
+    ) -> str:
+        """Wait until the run reaches one of ``states``; returns the state."""
+
+        def reached():
+            state = self.run_state(dag_id, run_id)
+            return state if state in states else None
+
+        return self._wait(reached, timeout, f"run {dag_id}/{run_id} to reach {states}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances", query={"limit": 100})
+        return body["task_instances"]
+
+    def task_log(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
+    ) -> list[dict[str, Any]]:
+        """The task's log as structured entries (``{"event", "level", "logger", "timestamp", ...}``)."""
+        path = f"/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}/logs/{try_number}"
+        body = self.api("GET", path, query={"map_index": map_index, "full_content": "true"})
+        content = body["content"]
+        return [entry if isinstance(entry, dict) else {"event": str(entry)} for entry in content]
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1):
+        path = f"/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}/xcomEntries/{key}"
+        return self.api("GET", path, query={"map_index": map_index, "deserialize": "true"})["value"]
+
+    # --- diagnostics -------------------------------------------------------------------------------
+    def log_tails(self, lines: int = 40) -> str:
+        parts = []
+        for component in COMPONENTS:
+            path = self.home / f"{component}.log"
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {component} ({path}) ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def _wait(self, predicate, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for component, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{component} exited ({process.returncode})\n{self.log_tails()}")
+            if value := predicate():
+                return value
+            time.sleep(1)
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.log_tails()}")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: str):
+        super().__init__(f"HTTP {status}: {body[:2000]}")
+        self.status, self.body = status, body
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # the component's session leader: its pgid is its pid
+    except ProcessLookupError:
+        pass
+
+
+def _quote(run_id: str) -> str:
+    return urllib.parse.quote(run_id, safe="")
+
+
+def _epoch(timestamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
