@@ -28,6 +28,7 @@ from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
+from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
 
@@ -35,6 +36,10 @@ BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's defa
 WORKERS = "{{ params.workers }}"
 MODEL = model_asset("ml_training_pipeline")  # deploy's events schedule dags/ml_batch_scoring.py
 DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of the data
+# Who hears of failed trainings and gate rejections: [ml_training] notify_http_conn_id (a chat webhook), or
+# put any Airflow notifier here, e.g. [SmtpNotifier(to="ml-team@example.com", ...)] or a SlackNotifier.
+FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
+GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
 
 
 def whole(pattern: str) -> str:
@@ -226,6 +231,7 @@ with DAG(
     ).expand_kwargs(prepared)
     train_lightgbm = LightGBMTrainingOperator(
         task_id="train_lightgbm",
+        on_failure_callback=FAILURE_NOTIFIERS,
         train_data=prepared["train_dir"],
         valid_data=prepared["valid"],
         lightgbm_params={
@@ -242,6 +248,7 @@ with DAG(
     )
     train_horovod = HorovodTrainingOperator(
         task_id="train_horovod",
+        on_failure_callback=FAILURE_NOTIFIERS,
         command=[
             "python",
             "-m",
@@ -271,6 +278,7 @@ with DAG(
     preprocess >> choose_framework() >> [train_lightgbm, train_horovod] >> evaluate
     gate = ModelGateOperator(
         task_id="gate",
+        notifiers=GATE_NOTIFIERS,
         evaluation=evaluate.output,
         model_name="{{ params.model_name }}",
         metric="{{ params.gate_metric }}",
