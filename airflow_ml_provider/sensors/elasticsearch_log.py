@@ -130,6 +130,7 @@ class ElasticsearchLogSensor(BaseSensorOperator):
         while (step := self._driver.poll()).action is Action.WAIT and step.delay == 0:
             pass
         if step.action is Action.WAIT:
+            time.sleep(max(0.0, step.delay - self.poke_interval))  # an outage's backoff outlasts a poke
             return False
         return PokeReturnValue(True, self._conclude(context, self._driver.follower, step))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger
@@ -20,7 +21,10 @@ class DurableFollowTrigger(BaseTrigger):
     """Keeps ``self.state`` (a follower's state) durable in an XCom of the task instance ``self.state_key``
     (dag_id/task_id/run_id/map_index), written after every batch of lines shown. The triggerer stores
     a trigger's arguments only when the task defers; this XCom is what lets a trigger restarted by
-    another triggerer process continue after the last line shown instead of replaying the log."""
+    another triggerer process continue after the last line shown instead of replaying the log.
+
+    The sync XCom calls run in a thread: the triggerer's comms bridge them to its event loop, and
+    ``dag.test()``'s in-process comms only have the sync form."""
 
     state: dict[str, Any]
     state_key: dict[str, Any] | None
@@ -32,7 +36,7 @@ class DurableFollowTrigger(BaseTrigger):
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
-            saved = await XCom.aget_one(key=STATE_XCOM_KEY, **self.state_key)
+            saved = await asyncio.to_thread(XCom.get_one, key=STATE_XCOM_KEY, **self.state_key)
         except Exception as exc:  # noqa: BLE001 - no durable state: continue from the deferral's
             self.log.warning("Could not read the saved log position (%s); continuing from the deferral's", exc)
             return self.state
@@ -48,7 +52,7 @@ class DurableFollowTrigger(BaseTrigger):
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
-            await XCom.aset(key=STATE_XCOM_KEY, value=state, **self.state_key)
+            await asyncio.to_thread(XCom.set, key=STATE_XCOM_KEY, value=state, **self.state_key)
         except Exception as exc:  # noqa: BLE001 - keep streaming; a restart would then repeat lines
             self.log.warning("Could not save the log position (%s); a triggerer restart may repeat lines", exc)
             self.state_key = None

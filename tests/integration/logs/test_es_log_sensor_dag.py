@@ -65,8 +65,9 @@ def test_log_sensor_dag(run_dag, es, es_url, es_double, index, monkeypatch, capf
         text)
     expected = [(d["kubernetes"]["pod"]["name"], d["message"]) for d in logs["es-job-ok"]
                 if not d["message"].startswith("{")]
-    assert streamed == expected, "each line of the job once, in order, across every re-deferral"
-    assert text.count("deferring again") >= 4
+    assert streamed == expected, "each line of the job once, in order"
+    saved = xcoms[("watch", "ml_follow_state")]  # the trigger's durable read position, for a restart
+    assert saved["seq"] >= 1 and saved["metrics"]["metrics"]["loss"]["last"] == 0.1
     assert "CUDA out of memory" in text and "Connection reset by peer" in text
 
     if es_url != REAL_URL:
