@@ -1,10 +1,12 @@
-"""How cheaply one triggerer process follows N Kubernetes jobs: N = 10, 100, 1000 MPIJobs waited on by N
-TrainingJobTriggers in one event loop against a real kube-apiserver (tests/kube_cluster.py).
+"""How cheaply one triggerer process follows N Kubernetes jobs: N = 10, 100, 1000 MPIJobs, each followed by
+its own ``Backend.statuses`` (what every TrainingJobTrigger runs, with a backend built from the connection)
+in one event loop against a real kube-apiserver (tests/kube_cluster.py).
 
-Reports the API requests the triggers caused (counted by the API server itself, from its /metrics),
+Reports the API requests the followers caused (counted by the API server itself, from its /metrics),
 per minute of waiting, beside what a per-job 2-second status poll would need (N x 30 per minute),
-and the trigger process's CPU time per job-minute while the jobs run; the one-off set-up reads
-(the list, and one PodGroup lookup per pending job) are reported apart. Needs `make kube-apiserver`.
+and the process's CPU time per job-minute while the jobs run; the one-off set-up reads (the list and
+the watch) are reported apart. The MPI operator here has no gang scheduler (a default install), so no
+PodGroup is looked up. Needs `make kube-apiserver`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ _METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[
 
 
 def trigger_reads(cluster) -> int:
-    """GET/LIST/WATCH requests the API server has answered so far, on any resource the triggers read
+    """GET/LIST/WATCH requests the API server has answered so far, on any resource the followers read
     (mpijobs, and podgroups for the gang check of pending jobs); the benchmark's own writes are PATCHes."""
     import ssl
     import urllib.request
@@ -51,20 +53,22 @@ def trigger_reads(cluster) -> int:
 
 
 async def follow(names: list[str], wait_s: float, cluster, namespace: str):
-    """(reads to set up, (reads, CPU s, seconds) while the jobs run, reads in all) for N triggers."""
+    """(reads to set up, (reads, CPU s, seconds) while the jobs run, reads in all) for N followers."""
+    from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
     from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
-    from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
     async def first(name: str):
-        async for event in TrainingJobTrigger(name, "mpijob", poll_interval=600, stream_logs=False).run():
-            return event.payload
+        backend = await asyncio.to_thread(TrainingBackendHook().get_backend, "mpijob")
+        async for status in backend.statuses(name, 600):
+            if status.state.is_terminal:
+                return status
 
     start_reads = trigger_reads(cluster)
     tasks = [asyncio.create_task(first(name)) for name in names]
     while sum(len(w._subscribers.get(name, ())) for w in CollectionWatcher._shared.values() for name in names) < len(names):
-        await asyncio.sleep(0.5)  # until every trigger follows its job through the shared watch
+        await asyncio.sleep(0.5)  # until every follower follows its job through the shared watch
     settled, before = -1, trigger_reads(cluster)
-    while settled != before:  # ... and has finished its first status check (PodGroup lookups)
+    while settled != before:  # ... and has finished its first status check
         settled = before
         await asyncio.sleep(3)
         before = trigger_reads(cluster)
@@ -75,8 +79,8 @@ async def follow(names: list[str], wait_s: float, cluster, namespace: str):
         await asyncio.to_thread(cluster.patch_status, f"/apis/kubeflow.org/v2beta1/namespaces/{namespace}/mpijobs/{name}",
                                 {"conditions": [{"type": "Succeeded", "status": "True",
                                                  "lastTransitionTime": "2026-11-21T00:00:00Z"}]})
-    events = await asyncio.gather(*tasks)
-    assert all(event["status"]["state"] == "SUCCEEDED" for event in events), events[:3]
+    finals = await asyncio.gather(*tasks)
+    assert all(status.state.value == "SUCCEEDED" for status in finals), finals[:3]
     return before - start_reads, waiting, trigger_reads(cluster) - start_reads
 
 

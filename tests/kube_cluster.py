@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,7 +36,11 @@ class ApiError(RuntimeError):
 
 
 CRDS_DIR = Path(os.environ.get("AIRFLOW_ML_CRDS_DIR", REPO.parent / "shared" / "crds"))
-TOKEN = "airflow-ml-test-token"
+TOKEN = "airflow-ml-test-token"  # user "admin", in group system:masters
+# Users with no RBAC binding: "nobody" stays so (every request but discovery is forbidden); tests grant
+# "trainer" exactly the permissions they mean to test with Roles.
+NOBODY_TOKEN = "airflow-ml-nobody-token"
+TRAINER_TOKEN = "airflow-ml-trainer-token"
 
 
 def apiserver_binary() -> Path | None:
@@ -84,10 +89,11 @@ class KubeCluster:
                 content_type: str = "application/json") -> dict:
         return json.loads(self.raw(method, path, body, content_type) or b"{}")
 
-    def raw(self, method: str, path: str, body: dict | None = None, content_type: str = "application/json") -> bytes:
+    def raw(self, method: str, path: str, body: dict | None = None, content_type: str = "application/json",
+            token: str = TOKEN) -> bytes:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type})
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": content_type})
         context = ssl._create_unverified_context()  # the API server's self-generated serving certificate
         try:
             with urllib.request.urlopen(req, context=context, timeout=30) as response:
@@ -99,10 +105,31 @@ class KubeCluster:
         """Play the controller: write the object's status through the /status subresource."""
         return self.request("PATCH", f"{path}/status", {"status": status}, "application/merge-patch+json")
 
-    def api_client(self):
+    def api_client(self, token: str = TOKEN):
         from kubernetes import config
 
-        return config.new_client_from_config(str(self.kubeconfig))
+        return config.new_client_from_config(str(self.kubeconfig_for(token)))
+
+    def kubeconfig_for(self, token: str) -> Path:
+        """A kubeconfig that authenticates with ``token`` (the admin's is ``kubeconfig``)."""
+        if token == TOKEN:
+            return self.kubeconfig
+        path = self.workdir / f"kubeconfig-{token}"
+        config = json.loads(self.kubeconfig.read_text())
+        config["users"][0]["user"]["token"] = token
+        path.write_text(json.dumps(config))
+        return path
+
+    def grant(self, namespace: str, user: str, rules: list[dict]) -> None:
+        """Give ``user`` exactly ``rules`` (RBAC PolicyRules) in ``namespace``."""
+        name = f"{user}-grant"
+        self.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+                     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                      "metadata": {"name": name}, "rules": rules})
+        self.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+                     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                      "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
 
     def stop(self) -> None:
         for proc in reversed(self.processes):
@@ -114,7 +141,18 @@ class KubeCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_cluster(binary: Path) -> KubeCluster:
+def new_namespace(cluster: KubeCluster, monkeypatch, kubeconfig: Path | None = None) -> str:
+    """A fresh namespace, and the connection pointing Airflow at it (as a user would configure)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    kube = {"conn_type": "kubernetes",
+            "extra": {"kube_config_path": str(kubeconfig or cluster.kubeconfig), "namespace": name}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(kube))
+    return name
+
+
+def start_cluster(binary: Path, crds: list[Path] | None = None) -> KubeCluster:
+    """etcd + kube-apiserver with ``crds`` installed (default: every CRD in CRDS_DIR)."""
     workdir = Path(tempfile.mkdtemp(prefix="kube-test-"))
     client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
     etcd = subprocess.Popen(
@@ -125,7 +163,8 @@ def start_cluster(binary: Path) -> KubeCluster:
     cluster = KubeCluster(f"https://127.0.0.1:{api_port}", workdir / "kubeconfig", workdir, [etcd])
     try:
         sa_key, _ = _self_signed(workdir, "service-account")
-        (workdir / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
+        (workdir / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n'
+                                            f"{NOBODY_TOKEN},nobody,nobody\n{TRAINER_TOKEN},trainer,trainer\n")
         apiserver = subprocess.Popen(
             [str(binary), f"--etcd-servers=http://127.0.0.1:{client_port}", "--bind-address=127.0.0.1",
              "--advertise-address=127.0.0.1", f"--secure-port={api_port}", f"--cert-dir={workdir / 'certs'}",
@@ -143,7 +182,7 @@ def start_cluster(binary: Path) -> KubeCluster:
             "users": [{"name": "admin", "user": {"token": TOKEN}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
         }))
-        _install_crds(cluster)
+        _install_crds(cluster, sorted(CRDS_DIR.glob("*.yaml")) if crds is None else crds)
         return cluster
     except BaseException:
         cluster.stop()
@@ -183,11 +222,11 @@ def _for_kubernetes_1_20(schema):
     return fixed
 
 
-def _install_crds(cluster: KubeCluster) -> None:
+def _install_crds(cluster: KubeCluster, paths: list[Path]) -> None:
     import yaml
 
     names = []
-    for path in sorted(CRDS_DIR.glob("*.yaml")):
+    for path in paths:
         crd = _for_kubernetes_1_20(yaml.safe_load(path.read_text()))
         cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         names.append(crd["metadata"]["name"])

@@ -23,7 +23,8 @@ class TrainingBackendHook(BaseHook):
     Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``, ``etcd`` (the
     local backend's store of elastic worker slots; default ``$AIRFLOW_ML_ETCD``), and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
-    context; default ``kubernetes_default``) and ``namespace``.
+    context; default ``kubernetes_default``), ``namespace`` and ``gang_scheduler`` (the MPI operator's
+    ``--gang-scheduling`` setting, if it has one).
 
     Artifacts (``artifact_root`` extra, else ``[ml_training] artifact_root``, else the local root
     ``$AIRFLOW_HOME/ml`` for local jobs): a local/mounted path or ``s3://``/``gs://`` URL under which
@@ -63,7 +64,9 @@ class TrainingBackendHook(BaseHook):
 
         kubernetes = KubernetesHook(conn_id=self.kubernetes_conn_id(extras))
         namespace = extras.get("namespace") or kubernetes.get_namespace() or "default"
-        return get_backend(name, api_client=kubernetes.api_client, namespace=namespace)
+        return get_backend(name, api_client=kubernetes.api_client, namespace=namespace,
+                           async_api_factory=self.async_api_factory(), watch_key=self.kubernetes_conn_id(extras),
+                           gang_scheduler=extras.get("gang_scheduler") or None)
 
     def artifact_store(self, backend: str | None = None) -> ArtifactStore | None:
         """Where jobs on ``backend`` keep artifacts. None for a cluster backend with no root configured

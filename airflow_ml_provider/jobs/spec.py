@@ -29,7 +29,9 @@ class Resources(BaseModel):
     cpu: Annotated[float, Field(gt=0)] | None = None
     memory: Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")] | None = None
     gpu: Annotated[int, Field(ge=0)] = 0
-    gpu_type: str | None = None  # e.g. "NVIDIA-A100-SXM4-80GB": becomes a nvidia.com/gpu.product node selector
+    # The GPU model as the cluster labels its nodes, e.g. "Tesla-T4" or "NVIDIA-A100-SXM4-80GB" (NVIDIA GPU
+    # Feature Discovery's values): a node selector on KubernetesOptions.gpu_product_label.
+    gpu_type: str | None = None
 
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -116,6 +118,9 @@ class KubernetesOptions(BaseModel):
     clean_pod_policy: Literal["None", "Running", "All"] = "Running"
     slots_per_worker: Annotated[int, Field(ge=1)] = 1
     worker_port: Annotated[int, Field(ge=1024, le=65535)] = 12400  # LightGBM's listen port on every pod
+    # The node label that carries the GPU model: GPU Feature Discovery's by default; on GKE, for example,
+    # "cloud.google.com/gke-accelerator" (values like "nvidia-tesla-t4").
+    gpu_product_label: Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")] = "nvidia.com/gpu.product"
 
 
 class SpecError(ValueError):
@@ -138,7 +143,8 @@ class TrainingJobSpec(BaseModel):
     image: Text | None = None
     resources: Resources = Resources()
     env: dict[EnvName, Text] = Field(default_factory=dict)
-    working_dir: str | None = None
+    # Absolute, and only characters a shell takes literally: horovodrun's ssh launcher runs `cd {working_dir}` unquoted.
+    working_dir: Annotated[str, Field(pattern=r"^/[A-Za-z0-9_@%+=:,./-]*$")] | None = None
     checkpoint_dir: Text | None = None
     model_dir: Text | None = None
     min_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None

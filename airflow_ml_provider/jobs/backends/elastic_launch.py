@@ -21,6 +21,6 @@ def horovodrun_hosts(spec: TrainingJobSpec, hostfile: str, discovery: str) -> li
 
 
 def pod_discovery(selector: str, slots: int) -> str:
-    """The discovery command that reads the job's Running worker pods from the API (see jobs.pod_discovery)."""
-    return shlex.join(["python", "-m", "airflow_ml_provider.jobs.pod_discovery", "--selector", selector,
+    """The discovery command that reads the job's Running worker pods from the API (see runtime.pod_discovery)."""
+    return shlex.join(["python", "-m", "airflow_ml_provider.runtime.pod_discovery", "--selector", selector,
                        "--slots", str(slots)])

@@ -6,8 +6,10 @@ index as ``JOB_COMPLETION_INDEX``, so every worker can be told the full machine 
 
 from __future__ import annotations
 
+import logging
+
 from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import container, metadata, pod_template
+from airflow_ml_provider.jobs.backends.pod_template import container, deadline_s, metadata, pod_template
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -20,15 +22,38 @@ CONDITION_STATES = {
     "SuccessCriteriaMet": JobState.SUCCEEDED,
 }
 _DISRUPTION = ("DisruptionTarget", "evict", "preempt")
+log = logging.getLogger(__name__)
+_told_no_gang = False
+
+
+def check_options(spec: TrainingJobSpec) -> None:
+    """Refuse what a plain Job cannot honour, naming the field: a queue and an explicitly asked-for gang
+    need a batch scheduler, elastic bounds a launcher that resizes. ``scheduling.gang`` left at its
+    default is a no-op here (workers start as they are placed), said once per process."""
+    global _told_no_gang
+    if spec.scheduling.queue:
+        raise ValueError(f"scheduling.queue: indexed-job has no queues (got {spec.scheduling.queue!r}); "
+                         "use the volcano backend, or leave it unset")
+    if spec.scheduling.gang and "gang" in spec.scheduling.model_fields_set:
+        raise ValueError("scheduling.gang: indexed-job cannot place workers as a gang; use the volcano or mpijob "
+                         "backend, or set it to false")
+    if spec.elastic:
+        raise ValueError("min_workers/max_workers: indexed-job runs a fixed number of workers")
+    if spec.scheduling.gang and not _told_no_gang:
+        _told_no_gang = True
+        log.warning("scheduling.gang: indexed-job has no gang scheduler; its workers start as they are placed")
 
 
 class IndexedJobBackend(KubernetesBackend):
+    """``scheduling.priority_class`` becomes the pods' priorityClassName; see ``check_options`` for the rest."""
+
     name = "indexed-job"
     api_version = "batch/v1"
     kind = "Job"
     frameworks = frozenset({Framework.LIGHTGBM, Framework.GENERIC})
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        check_options(spec)
         port = spec.kubernetes.worker_port
         machines = ",".join(f"{name}-{i}.{name}:{port}" for i in range(spec.num_workers))
         env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: JOB_COMPLETION_INDEX
@@ -41,8 +66,8 @@ class IndexedJobBackend(KubernetesBackend):
             "backoffLimit": spec.kubernetes.backoff_limit,
             "template": template,
         }
-        if spec.kubernetes.active_deadline_seconds:
-            job_spec["activeDeadlineSeconds"] = spec.kubernetes.active_deadline_seconds
+        if deadline := deadline_s(spec):
+            job_spec["activeDeadlineSeconds"] = deadline
         service = {
             "apiVersion": "v1",
             "kind": "Service",

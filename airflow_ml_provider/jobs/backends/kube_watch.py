@@ -3,6 +3,11 @@
 A triggerer following a thousand jobs then holds one watch connection per namespace and kind
 instead of polling each job: the API server pushes each change once, and every subscriber gets the
 latest object of the job it follows. A watch that expires (410 Gone) is re-listed from scratch.
+
+Failures: 429/5xx, dropped connections and timeouts are retried with capped exponential backoff and a
+warning that says what failed. A refusal (401/403, or 404 for a collection the server does not serve,
+e.g. a CRD that is not installed) is retried a few times quickly (RBAC and new CRDs take a moment
+to apply), then ends every subscription with BackendAccessError carrying the API server's message.
 """
 
 from __future__ import annotations
@@ -14,54 +19,95 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from airflow_ml_provider.jobs.backends.kube_rest import OBJECT
+from airflow_ml_provider.jobs.backends.base import BackendAccessError
+from airflow_ml_provider.jobs.backends.kube_rest import OBJECT, PERMANENT, TransientApiError, api_message
 
 log = logging.getLogger(__name__)
 DELETED = {"deleted": True}  # delivered to a subscriber whose object was deleted
 _WATCH_S = 240  # server-side lifetime of one watch request
+_REFUSALS = 3  # tries before a 401/403/404 is final: ~2 s of backoff in all
+FIRST_LIST_TIMEOUT_S = 60.0  # how long a subscriber waits for the collection's first list
+
+
+class ApiRefusal(RuntimeError):
+    """A non-2xx answer to a watch request (whose body the client does not check), with its status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
 
 
 def _version(obj: dict | None) -> str | None:
     return obj["metadata"].get("resourceVersion") if obj else None
 
 
+def _describe(exc: BaseException) -> tuple[int | None, str]:
+    """(HTTP status or None, what went wrong in words) for any failure of a list or watch."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and status and hasattr(exc, "body"):  # the client's ApiException
+        return status, f"{status} {api_message(exc)}"
+    if isinstance(exc, ApiRefusal):
+        return exc.status, str(exc)
+    return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class CollectionWatcher:
-    """Lists then watches ``path`` (a namespaced collection) with a label selector; fans changes out.
+    """Lists then watches a namespaced collection with a label selector; fans changes out.
 
     Args:
         api_factory: returns an async context manager yielding a ``kubernetes_asyncio`` ApiClient.
-        path: the collection, e.g. ``/apis/kubeflow.org/v2beta1/namespaces/ml/mpijobs``.
+        path: the collection's template, e.g. ``/apis/kubeflow.org/v2beta1/namespaces/{namespace}/mpijobs``.
+        path_params: its parameters (``{"namespace": ...}``), quoted by the client.
         selector: label selector limiting the watch to this provider's jobs.
     """
 
     _shared: dict[tuple, CollectionWatcher] = {}
 
-    def __init__(self, api_factory: Callable[[], Any], path: str, selector: str):
+    def __init__(self, api_factory: Callable[[], Any], path: str, path_params: dict[str, str], selector: str):
         self.api_factory = api_factory
         self.path = path
+        self.path_params = dict(path_params)
         self.selector = selector
+        self.where = path.format(**path_params)  # for messages
         self.objects: dict[str, dict] = {}
-        self.listed = asyncio.Event()
+        self.listed = asyncio.Event()  # the first list is in (or the watch failed for good: see failure)
+        self.failure: BackendAccessError | None = None
+        self.last_error: str | None = None
         self.requests = 0  # list + watch calls made, for the benchmark and the curious
         self._subscribers: dict[str, set[asyncio.Queue]] = {}
         self._task: asyncio.Task | None = None
 
     @classmethod
-    def shared(cls, key: tuple, api_factory: Callable[[], Any], path: str, selector: str) -> CollectionWatcher:
-        watcher = cls._shared.get((key, path, selector))
-        if watcher is None or watcher._task is None:
-            watcher = cls._shared[(key, path, selector)] = cls(api_factory, path, selector)
+    def shared(cls, key: tuple, api_factory: Callable[[], Any], path: str, path_params: dict[str, str],
+               selector: str) -> CollectionWatcher:
+        """The watcher of this collection in this event loop, started by whoever subscribes first."""
+        index = (key, path, tuple(sorted(path_params.items())), selector)
+        watcher = cls._shared.get(index)
+        if watcher is None or not watcher.alive():
+            watcher = cls._shared[index] = cls(api_factory, path, path_params, selector)
         return watcher
 
+    def alive(self) -> bool:
+        task = self._task
+        return task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop()
+
     @asynccontextmanager
-    async def subscribe(self, name: str):
-        """A queue that receives the job's object now (once listed) and after every change."""
+    async def subscribe(self, name: str, timeout_s: float = FIRST_LIST_TIMEOUT_S):
+        """A queue that receives the job's object now (once listed) and after every change; an exception
+        put on it (BackendAccessError) ends the subscription. Raises it at once if the watch failed
+        for good, TransientApiError if no list came within ``timeout_s``."""
         queue: asyncio.Queue = asyncio.Queue()
         self._subscribers.setdefault(name, set()).add(queue)
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"watch {self.path}")
+            self._task = asyncio.create_task(self._run(), name=f"watch {self.where}")
         try:
-            await self.listed.wait()
+            try:
+                await asyncio.wait_for(self.listed.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                raise TransientApiError(f"the watch on {self.where} could not list it within {timeout_s:g}s; "
+                                        f"last error: {self.last_error or 'none (no answer)'}") from None
+            if self.failure is not None:
+                raise self.failure
             queue.put_nowait(self.objects.get(name, DELETED))
             yield queue
         finally:
@@ -72,31 +118,45 @@ class CollectionWatcher:
                 self._task.cancel()
                 self._task = None
 
-    def _deliver(self, name: str, obj: dict) -> None:
+    def _deliver(self, name: str, obj: dict | BaseException) -> None:
         for queue in self._subscribers.get(name, ()):
             queue.put_nowait(obj)
 
+    def _fail(self, failure: BackendAccessError) -> None:
+        self.failure = failure
+        for name in list(self._subscribers):
+            self._deliver(name, failure)
+        self.listed.set()  # wakes subscribers still waiting for the first list
+
     async def _run(self) -> None:
-        backoff = 0.5
+        backoff, refusals = 0.5, 0
         while True:
             try:
                 async with self.api_factory() as api:
                     version = await self._list(api)
-                    backoff = 0.5
+                    backoff, refusals, self.last_error = 0.5, 0, None
                     while version is not None:
                         version = await self._watch(api, version)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - any failure of the stream: log, back off, re-list
-                log.warning("watch on %s failed (%r); re-listing in %.1fs", self.path, exc, backoff)
+            except Exception as exc:  # noqa: BLE001 - any failure of the stream: classify, back off, re-list
+                status, self.last_error = _describe(exc)
+                if status in PERMANENT:
+                    refusals += 1
+                    if refusals >= _REFUSALS:
+                        self._fail(BackendAccessError(f"list/watch {self.where}: {self.last_error}"))
+                        return
+                log.warning("watch on %s failed (%s); re-listing in %.1fs", self.where, self.last_error, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30)
 
     async def _list(self, api) -> str:
         self.requests += 1
-        listing = await api.call_api(self.path, "GET", query_params=[("labelSelector", self.selector)],
+        listing = await api.call_api(self.path, "GET", path_params=self.path_params,
+                                     query_params=[("labelSelector", self.selector)],
                                      response_types_map=OBJECT, auth_settings=["BearerToken"],
-                                     header_params={"Accept": "application/json"}, _return_http_data_only=True)
+                                     header_params={"Accept": "application/json"}, _return_http_data_only=True,
+                                     _request_timeout=60)
         current = {item["metadata"]["name"]: item for item in listing.get("items", [])}
         previous, self.objects = self.objects, current
         if self.listed.is_set():  # a re-list: tell subscribers what changed meanwhile
@@ -112,13 +172,16 @@ class CollectionWatcher:
         """Follow changes from ``version``; returns where to continue, or None to re-list (410 Gone)."""
         self.requests += 1
         response = await api.call_api(
-            self.path, "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+            self.path, "GET", path_params=self.path_params, auth_settings=["BearerToken"], _preload_content=False,
+            _return_http_data_only=True,
             query_params=[("watch", "true"), ("resourceVersion", version), ("labelSelector", self.selector),
                           ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(_WATCH_S))],
             header_params={"Accept": "application/json"},
             _request_timeout=_WATCH_S + 30,  # the server ends the watch first; then it is resumed, not re-listed
         )
         async with response:
+            if response.status != 200:  # unread by the client when the body is streamed
+                raise ApiRefusal(response.status, _status_message(await response.read()))
             async for raw in response.content:
                 if not raw.strip():
                     continue
@@ -127,7 +190,7 @@ class CollectionWatcher:
                 if event["type"] == "ERROR":
                     if obj.get("code") == 410:
                         return None
-                    raise RuntimeError(f"watch error: {obj.get('message')}")
+                    raise ApiRefusal(obj.get("code") or 500, obj.get("message") or "watch error")
                 version = obj["metadata"].get("resourceVersion", version)
                 if event["type"] == "BOOKMARK":
                     continue
@@ -139,3 +202,10 @@ class CollectionWatcher:
                     self.objects[name] = obj
                     self._deliver(name, obj)
         return version
+
+
+def _status_message(body: bytes) -> str:
+    try:
+        return json.loads(body).get("message") or body.decode(errors="replace")[:500]
+    except ValueError:
+        return body.decode(errors="replace")[:500]

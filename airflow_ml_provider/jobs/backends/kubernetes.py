@@ -1,14 +1,19 @@
-"""What every Kubernetes backend shares: REST calls with retries, submit-or-attach, delete, pod logs.
+"""What every Kubernetes backend shares: REST calls with retries, submit-or-attach, delete, pod logs,
+the shared watch behind ``statuses`` and the gang-scheduling lookup.
 
-A backend subclass only says which objects a job is (``manifests``) and how the primary object's
-status maps onto JobState (``job_status``). Calls go through the generic REST client so one code
-path serves custom resources (MPIJob, Volcano Job) and built-in ones (batch/v1 Job, Service).
+A backend subclass only says which objects a job is (``manifests``), how the primary object's
+status maps onto JobState (``job_status``, pure: no network call) and which PodGroup, if any, a gang
+scheduler keeps for it (``pod_group``). Calls go through the generic REST client so one code path
+serves custom resources (MPIJob, Volcano Job) and built-in ones (batch/v1 Job, Service).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from abc import abstractmethod
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
 import yaml
@@ -16,17 +21,43 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.backends.kube_rest import JOB_NAME_LABEL, OBJECT, api_message, resource_path
+from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.kube_rest import (
+    JOB_NAME_LABEL, OBJECT, RETRYABLE, TransientApiError, api_message, collection_path, dns_label, dns_subdomain,
+    missing_object, object_path,
+)
+from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
 from airflow_ml_provider.jobs.backends.pod_logs import PodLogSource
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
-_RETRYABLE = {429, 500, 502, 503, 504}
+__all__ = ["JOB_NAME_LABEL", "KubernetesBackend", "TransientApiError"]
+log = logging.getLogger(__name__)
+_GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
+_no_gang_info: dict[tuple, float] = {}  # (connection, PodGroup apiVersion, namespace) -> ask again after
+_warned: set[tuple] = set()
 
 
-class TransientApiError(RuntimeError):
-    """The API server kept failing with 429/5xx or dropped connections through every retry."""
+def gang_status(group: dict) -> JobStatus | None:
+    """GANG_PENDING with the scheduler's reason when a PodGroup says its gang cannot be placed whole.
+
+    Volcano (scheduling.volcano.sh) records it as its latest true condition, ``Unschedulable``;
+    scheduler-plugins (scheduling.x-k8s.io) as the phase ``Pending`` ("accepted, but the scheduler
+    cannot allocate enough resources") or ``Unknown`` (part of the gang placed, the rest cannot be).
+    """
+    status = group.get("status") or {}
+    if group["apiVersion"].startswith("scheduling.volcano.sh/"):
+        true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
+        latest = max(true, key=lambda c: c.get("lastTransitionTime") or "", default={})
+        if latest.get("type") == "Unschedulable":
+            return JobStatus(JobState.GANG_PENDING,
+                             latest.get("message") or latest.get("reason") or "gang cannot be scheduled")
+        return None
+    if status.get("phase") in ("Pending", "Unknown"):
+        minimum = (group.get("spec") or {}).get("minMember", "?")
+        return JobStatus(JobState.GANG_PENDING, f"PodGroup {group['metadata']['name']} is {status['phase']}: "
+                                                f"{status.get('running', 0)}/{minimum} pods running")
+    return None
 
 
 class KubernetesBackend(Backend):
@@ -34,6 +65,12 @@ class KubernetesBackend(Backend):
         api_client: a configured ``kubernetes.client.ApiClient`` (the hook builds it from a connection).
         namespace: where jobs are created.
         retries: attempts for transient errors (429, 5xx, connection resets), with exponential backoff.
+        async_api_factory: opens a ``kubernetes_asyncio`` client (an async context manager) on the same
+            cluster; with it ``statuses`` follows jobs through the shared watch, without it by polling.
+        watch_key: what identifies the cluster connection, so backends built from it share one watch.
+        gang_scheduler: the MPI operator's ``--gang-scheduling`` setting (``volcano``, or the name of a
+            scheduler-plugins scheduler); None when it runs without one, as a default install does.
+            Only MPIJobs use it: Volcano Jobs always have Volcano, Indexed Jobs no gang scheduler.
     """
 
     api_version: ClassVar[str]
@@ -41,11 +78,15 @@ class KubernetesBackend(Backend):
     frameworks: ClassVar[frozenset[Framework]]
 
     def __init__(self, api_client: ApiClient, namespace: str = "default", retries: int = 5,
-                 backoff_s: float = 0.5):
+                 backoff_s: float = 0.5, async_api_factory: Callable[[], Any] | None = None,
+                 watch_key: str | None = None, gang_scheduler: str | None = None):
         self.api = api_client
-        self.namespace = namespace
+        self.namespace = dns_label("namespace", namespace)
         self.retries = retries
         self.backoff_s = backoff_s
+        self.async_api_factory = async_api_factory
+        self.watch_key = watch_key
+        self.gang_scheduler = dns_label("gang_scheduler", gang_scheduler) if gang_scheduler else None
 
     @abstractmethod
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -53,10 +94,16 @@ class KubernetesBackend(Backend):
 
     @abstractmethod
     def job_status(self, obj: dict) -> JobStatus:
-        """Map the primary object's status onto JobState, explicitly for every backend state."""
+        """Map the primary object's status onto JobState, explicitly for every backend state. Pure:
+        gang information (which needs a PodGroup) is added by ``status``/``statuses``."""
+
+    def pod_group(self, obj: dict) -> tuple[str, str] | None:
+        """(apiVersion, name) of the PodGroup a gang scheduler keeps for this job, read from the job's
+        own fields, when the job asks to be placed as a gang; None otherwise (the default: no gang)."""
+        return None
 
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
-        return yaml.safe_dump_all(self.manifests(name, spec, labels), sort_keys=False)
+        return yaml.safe_dump_all(self._checked_manifests(name, spec, labels), sort_keys=False)
 
     def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
         if spec.framework not in self.frameworks:
@@ -66,12 +113,12 @@ class KubernetesBackend(Backend):
             )
         if not spec.image:
             raise JobSubmissionError(f"image: the {self.name} backend needs a container image")
-        primary, *others = self.manifests(name, spec, labels)
+        primary, *others = self._checked_manifests(name, spec, labels)
         try:
             self._create(primary)
         except ApiException as exc:
             if exc.status != 409:
-                raise JobSubmissionError(f"{self.kind} {name} rejected: {api_message(exc)}") from None
+                raise self._refusal(exc, f"{self.kind} {name} rejected") from None
             if not self.status(name).state.is_terminal:
                 return False  # the same task instance's job is still going: attach to it
             self.delete(name)
@@ -83,19 +130,56 @@ class KubernetesBackend(Backend):
             except ApiException as exc:
                 if exc.status != 409:
                     self.delete(name)
-                    raise JobSubmissionError(f"{obj['kind']} {name} rejected: {api_message(exc)}") from None
+                    raise self._refusal(exc, f"{obj['kind']} {name} rejected") from None
         return True
 
     def status(self, name: str) -> JobStatus:
         obj = self.get(self.kind, name)
-        return self.job_status(obj)
+        return self.with_gang(obj, self.job_status(obj))
+
+    async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
+        """From the shared watch of this namespace's jobs (one list+watch per connection, namespace and
+        kind): the status at once on every change, else the last one again every ``interval`` seconds.
+        A job its gang scheduler keeps pending is looked up by a GET of its PodGroup (by name) on each
+        change and each interval while pending, never otherwise: PodGroups are not watched (the MPI
+        operator's carry no labels to select them by, and a GET needs only ``get`` permission).
+        Raises JobNotFound, BackendAccessError (refused list/watch), TransientApiError (no list in 60 s)."""
+        if self.async_api_factory is None:
+            async for status in super().statuses(name, interval):
+                yield status
+            return
+        name = dns_label("job_name", name)
+        watcher = CollectionWatcher.shared(
+            (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
+            collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
+        obj = None
+        async with watcher.subscribe(name) as changes:
+            while True:
+                try:
+                    change = await asyncio.wait_for(changes.get(), interval)
+                except asyncio.TimeoutError:
+                    change = None
+                if isinstance(change, BaseException):
+                    raise change
+                if change is DELETED or (change is None and name not in watcher.objects):
+                    # deleted, or not (yet) seen by the watch: ask the API server directly
+                    obj = await asyncio.to_thread(self.get, self.kind, name)
+                elif change is not None:
+                    obj = change
+                status = self.job_status(obj)
+                if status.state is JobState.PENDING:
+                    status = await asyncio.to_thread(self.with_gang, obj, status)
+                yield status
 
     def get(self, kind: str, name: str, api_version: str | None = None) -> dict:
+        name = dns_label("job_name", name)
         try:
-            return self._call("GET", resource_path(api_version or self.api_version, kind, self.namespace, name))
+            return self._call("GET", object_path(api_version or self.api_version, kind), name=name)
         except ApiException as exc:
-            if exc.status == 404:
+            if missing_object(exc, name):
                 raise JobNotFound(f"{kind} {self.namespace}/{name} does not exist (deleted or never created)") from None
+            if exc.status in (401, 403, 404):
+                raise self._refusal(exc, f"GET {kind} {self.namespace}/{name}") from None
             raise
 
     def cancel(self, name: str) -> None:
@@ -103,37 +187,70 @@ class KubernetesBackend(Backend):
         self.delete(name)
 
     def delete(self, name: str) -> None:
+        name = dns_label("job_name", name)
         for api_version, kind in self.owned_kinds():
             try:
-                self._call("DELETE", resource_path(api_version, kind, self.namespace, name),
+                self._call("DELETE", object_path(api_version, kind), name=name,
                            body={"propagationPolicy": "Background"})
             except ApiException as exc:
                 if exc.status != 404:
-                    raise
+                    raise self._refusal(exc, f"DELETE {kind} {self.namespace}/{name}") from None
 
     def owned_kinds(self) -> list[tuple[str, str]]:
         """(apiVersion, kind) of every object named after the job; the primary one first."""
         return [(self.api_version, self.kind)]
 
     def log_source(self, name: str) -> PodLogSource:
-        return PodLogSource(self.api, self.namespace, f"{JOB_NAME_LABEL}={name}")
+        return PodLogSource(self.api, self.namespace, f"{JOB_NAME_LABEL}={dns_label('job_name', name)}")
 
-    def gang_status(self, obj: dict) -> JobStatus | None:
-        """GANG_PENDING with the scheduler's reason when the job's PodGroup cannot be placed whole."""
-        uid = obj["metadata"].get("uid")
-        groups = self._call("GET", resource_path("scheduling.volcano.sh/v1beta1", "PodGroup", self.namespace))
-        for group in groups.get("items", []):
-            owners = {ref.get("uid") for ref in group["metadata"].get("ownerReferences", [])}
-            if uid in owners or group["metadata"]["name"] == obj["metadata"]["name"]:
-                for condition in group.get("status", {}).get("conditions", []):
-                    if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-                        reason = condition.get("message") or condition.get("reason") or "gang cannot be scheduled"
-                        return JobStatus(JobState.GANG_PENDING, reason)
-        return None
+    def with_gang(self, obj: dict, status: JobStatus) -> JobStatus:
+        """``status``, or GANG_PENDING with the scheduler's reason while a pending job's gang cannot be
+        placed. A PodGroup that cannot be read (403, or 404 for PodGroups the server does not serve,
+        e.g. no Volcano installed) means "no gang information": one warning per connection, namespace
+        and kind, and no further lookups there for a while."""
+        group = self.pod_group(obj) if status.state is JobState.PENDING else None
+        if group is None:
+            return status
+        api_version, group_name = group
+        key = (self.watch_key or id(self.api), api_version, self.namespace)
+        if time.monotonic() < _no_gang_info.get(key, 0.0):
+            return status
+        try:
+            found = self._call("GET", object_path(api_version, "PodGroup"),
+                               name=dns_subdomain("PodGroup name", group_name))
+        except ApiException as exc:
+            if missing_object(exc, group_name):
+                return status  # not created yet by the controller
+            reason = f"{exc.status} {api_message(exc)}"
+        except (BackendAccessError, TransientApiError) as exc:
+            reason = str(exc)
+        else:
+            return gang_status(found) or status
+        _no_gang_info[key] = time.monotonic() + _GANG_PAUSE_S
+        if key not in _warned:
+            _warned.add(key)
+            log.warning("PodGroups (%s) in namespace %s cannot be read, so gang-scheduling status is not reported "
+                        "(%s)", api_version, self.namespace, reason)
+        return status
+
+    def _checked_manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        """The manifests, or JobSubmissionError naming the field (job name, option) they cannot be made from."""
+        try:
+            name = dns_label("job_name", name)  # the watch and the pod log reader select by this label
+            return self.manifests(name, spec, {**labels, JOB_NAME_LABEL: name})
+        except ValueError as exc:
+            raise JobSubmissionError(str(exc)) from None
+
+    def _refusal(self, exc: ApiException, what: str) -> Exception:
+        """BackendAccessError for 401/403 and for a 404 of a whole collection (a CRD not installed),
+        else JobSubmissionError: both with the API server's message."""
+        if exc.status in (401, 403, 404):
+            hint = " (is its CRD installed?)" if exc.status == 404 else ""
+            return BackendAccessError(f"{what}: {exc.status} {api_message(exc)}{hint}")
+        return JobSubmissionError(f"{what}: {exc.status} {api_message(exc)}")
 
     def _create(self, obj: dict) -> dict:
-        path = resource_path(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"])
-        return self._call("POST", path, body=obj)
+        return self._call("POST", collection_path(obj["apiVersion"], obj["kind"]), body=obj)
 
     def _wait_gone(self, obj: dict, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -145,21 +262,25 @@ class KubernetesBackend(Backend):
             time.sleep(0.5)
         raise TransientApiError(f"{obj['kind']} {obj['metadata']['name']} was not deleted within {timeout_s}s")
 
-    def _call(self, method: str, path: str, body: Any = None) -> dict:
-        """One REST call; 429/5xx and dropped connections are retried with exponential backoff."""
+    def _call(self, method: str, path: str, name: str | None = None, body: Any = None) -> dict:
+        """One REST call on ``path`` (a template: the client fills in and quotes the namespace and
+        ``name``); 429/5xx and dropped connections are retried with exponential backoff."""
+        params = {"namespace": self.namespace, **({"name": name} if name is not None else {})}
         for attempt in range(self.retries):
             try:
                 return self.api.call_api(
-                    path, method, body=body, response_types_map=OBJECT, auth_settings=["BearerToken"],
+                    path, method, path_params=params, body=body, response_types_map=OBJECT,
+                    auth_settings=["BearerToken"],
                     header_params={"Accept": "application/json", "Content-Type": "application/json"},
                     _return_http_data_only=True, _request_timeout=30,
                 )
             except ApiException as exc:
-                if exc.status not in _RETRYABLE:
+                if exc.status not in RETRYABLE:
                     raise
-                error = f"{exc.status} {exc.reason}"
+                error = f"{exc.status} {api_message(exc)}"
             except HTTPError as exc:
                 error = str(exc)
             if attempt < self.retries - 1:
+                log.warning("%s %s failed (%s); retrying", method, path.format(**params), error)
                 time.sleep(self.backoff_s * 2**attempt)
-        raise TransientApiError(f"{method} {path} failed {self.retries} times; last error: {error}")
+        raise TransientApiError(f"{method} {path.format(**params)} failed {self.retries} times; last error: {error}")

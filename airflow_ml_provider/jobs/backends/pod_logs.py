@@ -6,9 +6,10 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
-from airflow_ml_provider.jobs.backends.kube_rest import OBJECT
-from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource
+from airflow_ml_provider.jobs.backends.kube_rest import OBJECT, RETRYABLE, api_message, dns_label, dns_subdomain
+from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource, LogSourceUnavailable
 
 
 def _instant(timestamp: str) -> tuple[str, int]:
@@ -25,10 +26,21 @@ class PodLogSource(LogSource):
 
     def __init__(self, api_client: ApiClient, namespace: str, selector: str):
         self.api = api_client
-        self.namespace = namespace
+        self.namespace = dns_label("namespace", namespace)
         self.selector = selector
 
     def read(self, cursor: dict[str, Any] | None = None, max_lines: int = 5000) -> LogBatch:
+        """Raises LogSourceUnavailable when the API server is overloaded, failing or unreachable."""
+        try:
+            return self._read(cursor, max_lines)
+        except ApiException as exc:
+            if exc.status not in RETRYABLE:
+                raise
+            raise LogSourceUnavailable(f"pod logs in {self.namespace}: {exc.status} {api_message(exc)}") from None
+        except HTTPError as exc:
+            raise LogSourceUnavailable(f"pod logs in {self.namespace}: {exc}") from None
+
+    def _read(self, cursor: dict[str, Any] | None, max_lines: int) -> LogBatch:
         cursor = {pod: list(position) for pod, position in (cursor or {}).items()}
         fresh: list[tuple[tuple[str, int], str, str, str]] = []
         for pod, container in self._pods():
@@ -53,7 +65,8 @@ class PodLogSource(LogSource):
 
     def _pods(self) -> list[tuple[str, str]]:
         pods = self.api.call_api(
-            f"/api/v1/namespaces/{self.namespace}/pods", "GET", query_params=[("labelSelector", self.selector)],
+            "/api/v1/namespaces/{namespace}/pods", "GET", path_params={"namespace": self.namespace},
+            query_params=[("labelSelector", self.selector)],
             response_types_map=OBJECT, auth_settings=["BearerToken"], _return_http_data_only=True,
             header_params={"Accept": "application/json"}, _request_timeout=30,
         )
@@ -68,7 +81,8 @@ class PodLogSource(LogSource):
             query.append(("sinceTime", _instant(since)[0] + "Z"))
         try:
             response = self.api.call_api(
-                f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log", "GET", query_params=query,
+                "/api/v1/namespaces/{namespace}/pods/{name}/log", "GET", query_params=query,
+                path_params={"namespace": self.namespace, "name": dns_subdomain("pod", pod)},
                 auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30,
                 header_params={"Accept": "*/*"},
             )

@@ -5,8 +5,23 @@ from __future__ import annotations
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 ROLE_LABEL = "ml.airflow.apache.org/role"
+
+
+def user_argv(spec: TrainingJobSpec) -> list[str]:
+    """The user's command as the trailing arguments of ``horovodrun``/``mpirun``. Neither takes ``--``
+    to end its options (horovodrun's argparse REMAINDER keeps the ``--`` and would run it as the
+    program), so a program that looks like an option (``-H evil:8``) is refused instead."""
+    if spec.command[0].startswith("-"):
+        raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which the launcher "
+                         "would take as one of its own options")
+    return list(spec.command)
+
+
+def deadline_s(spec: TrainingJobSpec) -> int | None:
+    """The job's wall-clock limit (activeDeadlineSeconds): the tighter of timeout_s and the Kubernetes option."""
+    limits = [s for s in (spec.timeout_s, spec.kubernetes.active_deadline_seconds) if s]
+    return min(limits) if limits else None
 
 
 def job_env(spec: TrainingJobSpec, extra: dict[str, str] | None = None) -> list[dict]:
@@ -58,7 +73,7 @@ def pod_template(spec: TrainingJobSpec, labels: dict[str, str], role: str, conta
     options = spec.kubernetes
     node_selector = dict(options.node_selector)
     if with_accelerators and spec.resources.gpu_type:
-        node_selector[GPU_PRODUCT_LABEL] = spec.resources.gpu_type
+        node_selector[options.gpu_product_label] = spec.resources.gpu_type
     pod = {
         "restartPolicy": restart_policy,
         "containers": containers,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from airflow_ml_provider.jobs.backends.elastic_launch import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import ROLE_LABEL, container, metadata, pod_template
+from airflow_ml_provider.jobs.backends.pod_template import (
+    ROLE_LABEL, container, deadline_s, metadata, pod_template, user_argv,
+)
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -31,6 +33,9 @@ _EVICTION = ("evict", "preempt")
 
 
 class VolcanoBackend(KubernetesBackend):
+    """Volcano Jobs have no job-level deadline: ``timeout_s`` becomes every pod's activeDeadlineSeconds
+    (a pod past it fails, and the job's PodFailed policy aborts the job)."""
+
     name = "volcano"
     api_version = "batch.volcano.sh/v1alpha1"
     kind = "Job"
@@ -40,6 +45,9 @@ class VolcanoBackend(KubernetesBackend):
         if spec.framework is Framework.HOROVOD:
             tasks = self._horovod_tasks(name, spec, labels)
             plugins = {"ssh": [], "svc": []}
+        elif spec.elastic:
+            raise ValueError(f"min_workers/max_workers: {spec.framework.value} workers are told a fixed machine "
+                             "list; elastic bounds need framework 'horovod'")
         else:
             tasks = [self._peer_task(name, spec, labels)]
             plugins = {"svc": [], "env": []}
@@ -66,11 +74,11 @@ class VolcanoBackend(KubernetesBackend):
         slots = spec.kubernetes.slots_per_worker
         discovery = pod_discovery(f"{JOB_NAME_LABEL}={name},{ROLE_LABEL}=worker", slots)
         hosts = horovodrun_hosts(spec, "/etc/volcano/worker.host", discovery)
-        launch = ["horovodrun", "-np", str(spec.num_workers * slots), *hosts, *spec.command]
+        launch = ["horovodrun", "-np", str(spec.num_workers * slots), *hosts, *user_argv(spec)]
         master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
-                              restart_policy="OnFailure", with_accelerators=False)
+                              restart_policy="OnFailure", with_accelerators=False, **_deadline(spec))
         worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
-                              restart_policy="OnFailure")
+                              restart_policy="OnFailure", **_deadline(spec))
         return [
             {"name": "master", "replicas": 1, "template": master,
              "policies": [{"event": "TaskCompleted", "action": "CompleteJob"},
@@ -83,7 +91,7 @@ class VolcanoBackend(KubernetesBackend):
         machines = ",".join(f"{name}-worker-{i}.{name}:{port}" for i in range(spec.num_workers))
         env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: VC_TASK_INDEX
         worker = pod_template(spec, labels, "worker",
-                              [container(spec, "worker", spec.command, env=env, ports=[port])])
+                              [container(spec, "worker", spec.command, env=env, ports=[port])], **_deadline(spec))
         return {"name": "worker", "replicas": spec.num_workers, "template": worker,
                 "policies": [{"event": "PodFailed", "action": "AbortJob"}]}
 
@@ -95,7 +103,18 @@ class VolcanoBackend(KubernetesBackend):
             raise ValueError(f"Volcano Job {obj['metadata']['name']}: unknown phase {phase!r}")
         mapped = PHASE_STATES[phase]
         if mapped is JobState.PENDING:
-            return self.gang_status(obj) or JobStatus(mapped, message or "Pending")
+            return JobStatus(mapped, message or "Pending")
         if mapped is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
             return JobStatus(JobState.PREEMPTED, f"{phase}: {message}")
         return JobStatus(mapped, f"{phase}: {message}".rstrip(": ") if mapped is JobState.FAILED else message)
+
+    def pod_group(self, obj: dict) -> tuple[str, str] | None:
+        """Volcano's PodGroup of the job, ``<job>-<uid>`` (volcano-sh/volcano pkg/controllers/job/
+        job_controller_actions.go, ``generateRelatedPodGroupName``), when the job is a gang of more than one pod."""
+        if (obj["spec"].get("schedulerName") or "volcano") != "volcano" or obj["spec"].get("minAvailable", 1) <= 1:
+            return None
+        return "scheduling.volcano.sh/v1beta1", f"{obj['metadata']['name']}-{obj['metadata']['uid']}"
+
+
+def _deadline(spec: TrainingJobSpec) -> dict:
+    return {"activeDeadlineSeconds": deadline} if (deadline := deadline_s(spec)) else {}

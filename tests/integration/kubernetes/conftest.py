@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import uuid
+from pathlib import Path
 
 import pytest
-from kube_cluster import FakeKubelet, KubeCluster, apiserver_binary, start_cluster
+from kube_cluster import CRDS_DIR, FakeKubelet, KubeCluster, apiserver_binary, new_namespace, start_cluster
+
+SCHEDULER_PLUGINS_CRD = Path(__file__).resolve().parents[2] / "fixtures" / "crds" / "scheduling.x-k8s.io_podgroups.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +16,18 @@ def kube_cluster() -> KubeCluster:
     if binary is None:
         pytest.skip("no kube-apiserver/etcd: run `make kube-apiserver` (scripts/build_kube_apiserver.sh)")
     cluster = start_cluster(binary)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeflow_cluster() -> KubeCluster:
+    """A second API server as most Kubeflow installs are: the MPIJob CRD and no Volcano; with the
+    scheduler-plugins PodGroup CRD, for the MPI operator's other gang scheduler."""
+    binary = apiserver_binary()
+    if binary is None:
+        pytest.skip("no kube-apiserver/etcd: run `make kube-apiserver` (scripts/build_kube_apiserver.sh)")
+    cluster = start_cluster(binary, crds=[CRDS_DIR / "kubeflow.org_mpijobs.yaml", SCHEDULER_PLUGINS_CRD])
     yield cluster
     cluster.stop()
 
@@ -29,10 +42,5 @@ def kubelet(kube_cluster) -> FakeKubelet:
 
 @pytest.fixture
 def namespace(kube_cluster, monkeypatch) -> str:
-    """A fresh namespace per test, and connections pointing Airflow at it (as a user would configure)."""
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    kube_cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                         "metadata": {"name": name}})
-    kube = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kube_cluster.kubeconfig), "namespace": name}}
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(kube))
-    return name
+    """A fresh namespace per test on the cluster with every CRD."""
+    return new_namespace(kube_cluster, monkeypatch)

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.backends.kubernetes import resource_path
+from airflow_ml_provider.jobs.backends.kube_rest import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
@@ -23,14 +23,15 @@ KUBERNETES = {
     "backoff_limit": 2,
     "active_deadline_seconds": 3600,
 }
+QUEUED = {"queue": "research", "priority_class": "high"}
 
 
 def spec(framework: str, **overrides) -> TrainingJobSpec:
     return TrainingJobSpec(**{
         "framework": framework, "command": ["python", "-m", "train", "--lr", "0.1"], "num_workers": 2,
-        "image": "registry.example/train:1", "resources": {"cpu": 4, "memory": "16Gi", "gpu": 1, "gpu_type": "A100"},
-        "scheduling": {"queue": "research", "priority_class": "high"}, "kubernetes": KUBERNETES,
-        "env": {"EPOCHS": "3"}, **overrides})
+        "image": "registry.example/train:1",
+        "resources": {"cpu": 4, "memory": "16Gi", "gpu": 1, "gpu_type": "NVIDIA-A100-SXM4-80GB"},
+        "scheduling": {"priority_class": "high"}, "kubernetes": KUBERNETES, "env": {"EPOCHS": "3"}, "timeout_s": 1800, **overrides})
 
 
 def backend(kind: str, kube_cluster, namespace: str):
@@ -46,7 +47,8 @@ def containers(template: dict) -> list[dict]:
 def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, framework, kube_cluster, namespace):
     jobs = backend(kind, kube_cluster, namespace)
     name = IDENTITY.name
-    assert jobs.submit(name, spec(framework), IDENTITY.labels()) is True
+    queued = {} if kind == "indexed-job" else {"scheduling": QUEUED}  # a plain Job has no queues
+    assert jobs.submit(name, spec(framework, **queued), IDENTITY.labels()) is True
     stored = jobs.get(jobs.kind, name)
     assert stored["metadata"]["labels"] == IDENTITY.labels()
     if kind == "mpijob":
@@ -54,6 +56,7 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
         assert body["slotsPerWorker"] == 1 and body["launcherCreationPolicy"] == "WaitForWorkersReady"
         assert body["runPolicy"]["schedulingPolicy"] == {"minAvailable": 3, "queue": "research", "priorityClass": "high"}
         assert body["runPolicy"]["cleanPodPolicy"] == "Running" and body["runPolicy"]["backoffLimit"] == 2
+        assert body["runPolicy"]["activeDeadlineSeconds"] == 1800, "timeout_s, tighter than the option's 3600"
         launcher = containers(body["mpiReplicaSpecs"]["Launcher"]["template"])[0]
         assert launcher["command"][:5] == ["horovodrun", "-np", "2", "--hostfile", "/etc/mpi/hostfile"]
         worker_pod = body["mpiReplicaSpecs"]["Worker"]["template"]
@@ -64,9 +67,12 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
         assert body["minAvailable"] == (3 if framework == "horovod" else 2)
         assert set(body["plugins"]) == ({"ssh", "svc"} if framework == "horovod" else {"svc", "env"})
         worker_pod = next(t for t in body["tasks"] if t["name"] == "worker")["template"]
+        assert "activeDeadlineSeconds" not in body, "the Job CRD has no job-level deadline"
+        assert {task["template"]["spec"]["activeDeadlineSeconds"] for task in body["tasks"]} == {1800}
     else:
         body = stored["spec"]
         assert body["completions"] == 2 and body["parallelism"] == 2 and body["backoffLimit"] == 2
+        assert body["activeDeadlineSeconds"] == 1800 and "queue" not in str(body)
         worker_pod = body["template"]
         assert worker_pod["spec"]["subdomain"] == name
         service = jobs.get("Service", name, "v1")
@@ -74,7 +80,8 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
     pod = worker_pod["spec"]
     worker = containers(worker_pod)[0]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "A100"}
+    assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert pod["priorityClassName"] == "high"
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["imagePullSecrets"] == [{"name": "registry"}]
     assert pod["serviceAccountName"] == "trainer" and pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "datasets"
     secret = next(e for e in worker["env"] if e["name"] == "WANDB_API_KEY")

@@ -13,7 +13,7 @@ from kube_cluster import TOKEN
 from support import wait_for
 
 from airflow_ml_provider.jobs.backends import get_backend
-from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, resource_path
+from airflow_ml_provider.jobs.backends.kube_rest import JOB_NAME_LABEL, resource_path
 from airflow_ml_provider.jobs.backends.pod_template import ROLE_LABEL
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, PREEMPTIONS_LABEL, RESUME_ENV
@@ -57,7 +57,7 @@ def test_an_elastic_volcano_job_gangs_the_minimum_and_discovers_running_worker_p
     selector = f"{JOB_NAME_LABEL}={IDENTITY.name},{ROLE_LABEL}=worker"
     assert master["command"][:8] == ["horovodrun", "-np", "2", "--min-np", "1", "--max-np", "4",
                                      "--host-discovery-script"]
-    assert master["command"][8] == ("python -m airflow_ml_provider.jobs.pod_discovery --selector "
+    assert master["command"][8] == ("python -m airflow_ml_provider.runtime.pod_discovery --selector "
                                     f"{selector} --slots 1")
 
 
@@ -94,7 +94,7 @@ def test_pod_discovery_lists_the_running_worker_pods_that_are_not_being_deleted(
     env = {**os.environ, "KUBERNETES_SERVICE_HOST": url.hostname, "KUBERNETES_SERVICE_PORT": str(url.port)}
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "airflow_ml_provider.jobs.pod_discovery", "--selector",
+            [sys.executable, "-m", "airflow_ml_provider.runtime.pod_discovery", "--selector",
              f"{JOB_NAME_LABEL}=job-a,{ROLE_LABEL}=worker", "--slots", "2", "--service-account-dir", str(account)],
             env=env, capture_output=True, text=True, check=True)
         assert out.stdout.split() == ["10.0.0.5:2", "job-a-worker-1.job-a:2"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_ml_provider.jobs.backends import get_backend
-from airflow_ml_provider.jobs.backends.kubernetes import resource_path
+from airflow_ml_provider.jobs.backends.kube_rest import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
@@ -84,21 +84,56 @@ def test_indexed_job_conditions(status, expected, kube_cluster, namespace):
     assert jobs.status(IDENTITY.name).state is expected
 
 
-@pytest.mark.parametrize("kind", ["mpijob", "volcano"])
-def test_an_unschedulable_gang_is_gang_pending_with_the_schedulers_reason(kind, kube_cluster, namespace):
-    jobs, _ = submitted(kind, "horovod", kube_cluster, namespace)
-    owner = jobs.get(jobs.kind, IDENTITY.name)["metadata"]
-    group = {
+def _volcano_pod_group(namespace: str, name: str, owner: dict, conditions: list[dict]) -> dict:
+    return {
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": f"{IDENTITY.name}-pg", "namespace": namespace,
-                     "ownerReferences": [{"apiVersion": jobs.api_version, "kind": jobs.kind, "name": owner["name"],
-                                          "uid": owner["uid"], "controller": True}]},
+        "metadata": {"name": name, "namespace": namespace,
+                     "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                          "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                                          "controller": True}]},
         "spec": {"minMember": 3},
         # PodGroups have no /status subresource: the scheduler writes status with the object
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": REASON,
-             "lastTransitionTime": T1}]},
+        "status": {"phase": "Pending", "conditions": conditions},
     }
-    kube_cluster.request("POST", resource_path("scheduling.volcano.sh/v1beta1", "PodGroup", namespace), group)
+
+
+UNSCHEDULABLE = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": REASON,
+                 "lastTransitionTime": T1}
+
+
+@pytest.mark.parametrize("kind", ["mpijob", "volcano"])
+def test_an_unschedulable_gang_is_gang_pending_with_the_schedulers_reason(kind, kube_cluster, namespace):
+    """The PodGroup is found by the name its controller gives it: the MPI operator's is the job's name,
+    Volcano's ``<job>-<uid>``; another job's PodGroup is never taken for this one's."""
+    jobs = get_backend(kind, api_client=kube_cluster.api_client(), namespace=namespace, gang_scheduler="volcano")
+    spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, image="img:1")
+    jobs.submit(IDENTITY.name, spec, IDENTITY.labels())
+    owner = jobs.get(jobs.kind, IDENTITY.name)
+    group_path = resource_path("scheduling.volcano.sh/v1beta1", "PodGroup", namespace)
+    kube_cluster.request("POST", group_path, _volcano_pod_group(namespace, "someone-else", owner, [UNSCHEDULABLE]))
+    assert jobs.status(IDENTITY.name).state is JobState.PENDING
+
+    name = IDENTITY.name if kind == "mpijob" else f"{IDENTITY.name}-{owner['metadata']['uid']}"
+    kube_cluster.request("POST", group_path, _volcano_pod_group(namespace, name, owner, [UNSCHEDULABLE]))
     status = jobs.status(IDENTITY.name)
     assert status.state is JobState.GANG_PENDING and status.message == REASON
+
+    later = {"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled",
+             "lastTransitionTime": "2026-11-21T00:02:00Z"}
+    kube_cluster.request("PUT", f"{group_path}/{name}", {
+        **kube_cluster.request("GET", f"{group_path}/{name}"),
+        "status": {"phase": "Inqueue", "conditions": [UNSCHEDULABLE, later]}})
+    assert jobs.status(IDENTITY.name).state is JobState.PENDING, "only the latest condition counts"
+
+
+def test_a_job_that_asks_for_no_gang_is_never_gang_pending(kube_cluster, namespace):
+    jobs = get_backend("volcano", api_client=kube_cluster.api_client(), namespace=namespace)
+    spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, image="img:1",
+                           scheduling={"gang": False})
+    jobs.submit(IDENTITY.name, spec, IDENTITY.labels())
+    owner = jobs.get(jobs.kind, IDENTITY.name)
+    kube_cluster.request("POST", resource_path("scheduling.volcano.sh/v1beta1", "PodGroup", namespace),
+                         _volcano_pod_group(namespace, f"{IDENTITY.name}-{owner['metadata']['uid']}", owner,
+                                            [UNSCHEDULABLE]))
+    assert owner["spec"]["minAvailable"] == 1
+    assert jobs.status(IDENTITY.name).state is JobState.PENDING

@@ -1,13 +1,22 @@
-"""The shared watch re-lists after 410 Gone and hands on only what changed (a scripted API stands in for
-the server here: a real one cannot be made to expire a watch on demand)."""
+"""The shared watch re-lists after 410 Gone and hands on only what changed; transient failures are retried
+with a warning that says what failed, and a subscriber never waits for the first list forever. A
+scripted API stands in for the server here: a real one cannot be made to expire a watch, answer 503 or
+hang on demand (refusals, 401/403/404, are tested on the real server: tests/integration/kubernetes)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from contextlib import asynccontextmanager
 
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from airflow_ml_provider.jobs.backends.kube_rest import TransientApiError
 from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
+
+PATH, PARAMS = "/apis/x/v1/namespaces/{namespace}/jobs", {"namespace": "ns"}
 
 
 def job(name: str, version: str, phase: str) -> dict:
@@ -15,6 +24,8 @@ def job(name: str, version: str, phase: str) -> dict:
 
 
 class _Stream:
+    status = 200
+
     def __init__(self, events, gate: asyncio.Event):
         self.content = self._lines(events, gate)
 
@@ -43,7 +54,7 @@ class ScriptedApi:
         self.calls = []
         self.expire = asyncio.Event()
 
-    async def call_api(self, path, method, query_params=(), **kwargs):
+    async def call_api(self, path, method, query_params=(), path_params=None, **kwargs):
         query = dict(query_params)
         self.calls.append("watch" if "watch" in query else "list")
         if "watch" in query:
@@ -53,15 +64,18 @@ class ScriptedApi:
         return self.listings.pop(0)
 
 
+def _factory(api):
+    @asynccontextmanager
+    async def factory():
+        yield api
+
+    return factory
+
+
 def test_410_gone_relists_and_delivers_only_the_changed_object():
     async def scenario():
         api = ScriptedApi()
-
-        @asynccontextmanager
-        async def factory():
-            yield api
-
-        watcher = CollectionWatcher(factory, "/apis/x/v1/namespaces/ns/jobs", "label")
+        watcher = CollectionWatcher(_factory(api), PATH, PARAMS, "label")
         async with watcher.subscribe("a") as a_changes, watcher.subscribe("b") as b_changes:
             seen_a = [(await a_changes.get())["status"]["phase"]]
             await b_changes.get()
@@ -74,3 +88,53 @@ def test_410_gone_relists_and_delivers_only_the_changed_object():
     assert seen_a == ["Running", "Completed"], "the change made while the watch was gone arrives after the re-list"
     assert b_pending == 0, "b did not change: it got its object once, nothing more after the re-list"
     assert api.calls == ["list", "watch", "list", "watch"] and requests == 4
+
+
+def _unavailable() -> ApiException:
+    error = ApiException(status=503, reason="Service Unavailable")
+    error.body = b'{"kind": "Status", "message": "etcdserver: leader changed", "code": 503}'
+    return error
+
+
+class FlakyListApi(ScriptedApi):
+    """The first list fails with 503, then a connection reset; the third goes through."""
+
+    def __init__(self):
+        super().__init__()
+        self.failures = [_unavailable(), ConnectionResetError("Connection reset by peer")]
+
+    async def call_api(self, path, method, query_params=(), path_params=None, **kwargs):
+        if self.failures and "watch" not in dict(query_params):
+            self.calls.append("failed list")
+            raise self.failures.pop(0)
+        return await super().call_api(path, method, query_params, path_params, **kwargs)
+
+
+def test_transient_failures_are_retried_with_a_warning_that_says_what_failed(caplog):
+    async def scenario():
+        api = FlakyListApi()
+        watcher = CollectionWatcher(_factory(api), PATH, PARAMS, "label")
+        async with watcher.subscribe("a") as changes:
+            return api, (await changes.get())["status"]["phase"]
+
+    with caplog.at_level(logging.WARNING):
+        api, phase = asyncio.run(scenario())
+    assert phase == "Running" and api.calls[:3] == ["failed list", "failed list", "list"]
+    warnings = [record.getMessage() for record in caplog.records]
+    assert "503 etcdserver: leader changed" in warnings[0] and "/apis/x/v1/namespaces/ns/jobs" in warnings[0]
+    assert "ConnectionResetError: Connection reset by peer" in warnings[1]
+
+
+class SilentApi:
+    async def call_api(self, *args, **kwargs):
+        await asyncio.sleep(3600)  # an API server that accepted the connection and never answers
+
+
+def test_a_subscriber_waits_for_the_first_list_only_so_long():
+    async def scenario():
+        watcher = CollectionWatcher(_factory(SilentApi()), PATH, PARAMS, "label")
+        async with watcher.subscribe("a", timeout_s=0.2):
+            pass
+
+    with pytest.raises(TransientApiError, match="could not list it within 0.2s; last error: none"):
+        asyncio.run(scenario())

@@ -3,6 +3,8 @@ a real API server cannot be made to answer 503 or reset a connection on demand).
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
@@ -11,6 +13,7 @@ from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.kubernetes import TransientApiError
 from airflow_ml_provider.jobs.backends.mpijob import MPIJobBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState
 
 SPEC = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, image="img:1")
 
@@ -22,8 +25,8 @@ class FlakyApi:
         self.outcomes = list(outcomes)
         self.calls = []
 
-    def call_api(self, path, method, **kwargs):
-        self.calls.append((method, path))
+    def call_api(self, path, method, path_params=None, **kwargs):
+        self.calls.append((method, path.format(**(path_params or {}))))
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -56,3 +59,26 @@ def test_a_user_error_fails_fast_with_the_api_servers_message():
     with pytest.raises(JobSubmissionError, match="spec.slotsPerWorker: Invalid"):
         backend(api).submit("j", SPEC, {})
     assert len(api.calls) == 1, "a 4xx is not retried"
+
+
+def test_a_pending_job_needs_no_call_to_be_mapped():
+    """job_status is pure: the watch hands it objects for every job of a namespace, so it must not call
+    the API (it once listed every PodGroup of the namespace per event)."""
+    jobs = MPIJobBackend(FlakyApi(), namespace="ml", gang_scheduler="volcano")
+    manifest = jobs.manifests("j", SPEC, {})[0]
+    assert jobs.job_status(manifest).state is JobState.PENDING
+    assert jobs.pod_group(manifest) == ("scheduling.volcano.sh/v1beta1", "j")
+
+
+def test_a_gang_lookup_that_fails_for_good_degrades_to_no_gang_information(caplog):
+    unavailable = ApiException(status=503, reason="Service Unavailable")
+    api = FlakyApi(*[unavailable] * 4)
+    jobs = MPIJobBackend(api, namespace="ml", retries=4, backoff_s=0.01, gang_scheduler="volcano")
+    manifest = jobs.manifests("j", SPEC, {})[0]
+    pending = jobs.job_status(manifest)
+    with caplog.at_level(logging.WARNING, logger="airflow_ml_provider.jobs.backends.kubernetes"):
+        assert jobs.with_gang(manifest, pending) == pending and jobs.with_gang(manifest, pending) == pending
+    assert api.calls == [("GET", "/apis/scheduling.volcano.sh/v1beta1/namespaces/ml/podgroups/j")] * 4, \
+        "the second lookup is not made: the namespace is not asked again for a while"
+    [warning] = [r.getMessage() for r in caplog.records if "gang-scheduling status is not reported" in r.getMessage()]
+    assert "failed 4 times; last error: 503 Service Unavailable" in warning

@@ -1,7 +1,7 @@
 """Host discovery for elastic Horovod on Kubernetes: the job's running worker pods, read from the API.
 
 Runs inside the launcher pod, once a second, as ``horovodrun --host-discovery-script``:
-``python -m airflow_ml_provider.jobs.pod_discovery --selector LABELS --slots N`` prints ``host:N`` for
+``python -m airflow_ml_provider.runtime.pod_discovery --selector LABELS --slots N`` prints ``host:N`` for
 every worker pod that is Running and not being deleted, so an evicted pod leaves the ring and a
 rescheduled or added one joins it. It uses the pod's service account (which needs ``list pods`` in
 its namespace) and only the standard library, so any training image that holds this package can run it.
@@ -50,7 +50,7 @@ def list_pods(selector: str, service_account_dir: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.jobs.pod_discovery")
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.pod_discovery")
     parser.add_argument("--selector", required=True, help="label selector of the job's worker pods")
     parser.add_argument("--slots", type=int, default=1, help="ranks per worker pod")
     parser.add_argument("--service-account-dir", type=Path, default=Path(SERVICE_ACCOUNT_DIR))
