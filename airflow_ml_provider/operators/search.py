@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, conf
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
@@ -18,7 +19,7 @@ from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.follow import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError, parse_settings, parse_space
-from airflow_ml_provider.search.template import check_template, placeholder
+from airflow_ml_provider.search.template import check_template, placeholder, portable_template, spec_template
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
@@ -42,6 +43,12 @@ class HyperparameterSearchOperator(BaseOperator):
     same step are pruned and their jobs deleted. Every trial is recorded in MLflow (a parent run per search, a child run per trial,
     the trials plot). A pruned trial's ``value`` in the trials table is its last reported step's.
 
+    With ``deferrable`` (default: ``[operators] default_deferrable``) the task validates, creates the
+    study and defers: ``SearchTrigger`` runs ask/tell and follows every trial's job in the triggerer, so
+    no worker slot is held while trials run, and a triggerer restart keeps the finished trials and
+    re-attaches to the running ones. When the search ends the task resumes on a worker, records every
+    trial in MLflow and returns the same summary.
+
     Args:
         trial: the trial job's template (see above).
         search_space: parameter -> ``{"type": "float"|"int"|"categorical", ...}`` or a list of choices.
@@ -54,6 +61,7 @@ class HyperparameterSearchOperator(BaseOperator):
         mlflow_experiment: experiment for the runs (default: the DAG id).
         track_mlflow: record the search in MLflow, through the model registry connection ``registry_conn_id``
             (without one: the embedded SQLite store under ``$AIRFLOW_HOME/ml``).
+        deferrable: run the search in the triggerer (see above).
 
     Returns (XCom): ``{"best_params", "best_value", "best_trial", "best_job_name", "best_model_path",
     "n_complete", "n_pruned", "n_failed", "trials": [{"number", "state", "value", "params", "job_name"}],
@@ -86,6 +94,7 @@ class HyperparameterSearchOperator(BaseOperator):
         track_mlflow: bool = True,
         registry_conn_id: str = ModelRegistryHook.default_conn_name,
         ml_conn_id: str = TrainingBackendHook.default_conn_name,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -102,7 +111,8 @@ class HyperparameterSearchOperator(BaseOperator):
         self.track_mlflow = track_mlflow
         self.registry_conn_id = registry_conn_id
         self.ml_conn_id = ml_conn_id
-        self._scheduler: TrialScheduler | None = None
+        self.deferrable = deferrable
+        self._scheduler = None
         try:  # static values fail when the DAG is parsed, naming the field
             if not _templated(search_space):
                 parse_space(search_space)
@@ -117,9 +127,8 @@ class HyperparameterSearchOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
-        from airflow_ml_provider.search.runner import SearchFailed, TrialScheduler, summarize, trial_identity
-        from airflow_ml_provider.search.study import open_storage, open_study, study_name
-        from airflow_ml_provider.search.tracking import MlflowSearchLog
+        from airflow_ml_provider.search.runner import TrialScheduler, trial_identity
+        from airflow_ml_provider.search.study import default_journal, open_storage, open_study, study_name
 
         identity = JobIdentity.from_context(context)
         space = _user_error(self.task_id, lambda: parse_space(self.search_space))
@@ -127,35 +136,79 @@ class HyperparameterSearchOperator(BaseOperator):
         trial = self._render_trial(context, space)
         backend = self.hook.get_backend(self.backend or getattr(trial, "backend", None))
         template = _spec_builder(trial, backend)
-        _user_error(self.task_id, lambda: check_template(template(trial_identity(identity, 0).name), space))
+        first = trial_identity(identity, 0).name
+        _user_error(self.task_id, lambda: check_template(template(first), space))
 
         name = study_name(identity)
-        study = _user_error(self.task_id, lambda: open_study(open_storage(self._storage_url()), name, settings, space))
-        registry = ModelRegistryHook(self.registry_conn_id) if self.track_mlflow else None
-        with registry.mlflow() if registry else contextlib.nullcontext():  # its credentials, for the whole search
-            mlflow = registry and MlflowSearchLog(registry.settings().tracking_uri,
-                                                  registry.experiment_id(self.mlflow_experiment or identity.dag_id))
+        storage_url = self._storage_url() or f"journal://{default_journal()}"
+        study = _user_error(self.task_id, lambda: open_study(open_storage(storage_url), name, settings, space))
+        self.log.info("Study %r: %s sampler, %d trial(s) done, budget %s, up to %d at once on backend %s%s",
+                      name, settings.sampler, len(study.trials), settings.n_trials or "the whole grid",
+                      settings.max_parallel, backend.name, " (in the triggerer)" if self.deferrable else "")
+        if self.deferrable:
+            from airflow_ml_provider.triggers.search import SearchTrigger
+
+            self.defer(
+                trigger=SearchTrigger(
+                    name, storage_url, settings.model_dump(mode="json"), self.search_space,
+                    portable_template(template, backend.default_artifact_dir, first), dataclasses.asdict(identity),
+                    backend.name, self.ml_conn_id, _follow_options(trial).to_dict(),
+                ),
+                method_name="execute_complete",
+            )
+        with self._tracking(identity) as mlflow:
             run_id = mlflow.start(study, settings, space) if mlflow else None
-            self.log.info("Study %r: %s sampler, %d trial(s) done, budget %s, up to %d at once on backend %s",
-                          name, settings.sampler, len(study.trials), settings.n_trials or "the whole grid",
-                          settings.max_parallel, backend.name)
             self._scheduler = TrialScheduler(
                 backend, study, space, settings, template, identity, log=self.log,
                 on_trial_finished=(lambda trial: mlflow.log_trial(trial, settings.objective_metric)) if mlflow else None,
                 follow=_follow_options(trial),
             )
             self._scheduler.run()
-            try:
-                summary = summarize(study)
-            except SearchFailed as exc:
-                if mlflow:
-                    mlflow.finish(study, None, settings.objective_metric)
-                raise AirflowFailException(f"{self.task_id}: {exc}") from None
+            return self._conclude(study, settings, mlflow, run_id)
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+        """The trigger ran the search to its end: record every trial in MLflow and summarize."""
+        from airflow_ml_provider.search.study import default_journal, open_storage, open_study
+
+        if event.get("status") != "done":
+            raise AirflowException(f"{self.task_id}: the search stopped in the triggerer: {event.get('message')}")
+        space = _user_error(self.task_id, lambda: parse_space(self.search_space))
+        settings = _user_error(self.task_id, self._settings)
+        storage_url = self._storage_url() or f"journal://{default_journal()}"
+        study = open_study(open_storage(storage_url), event["study_name"], settings, space)
+        with self._tracking(JobIdentity.from_context(context)) as mlflow:
+            run_id = mlflow.start(study, settings, space) if mlflow else None
+            return self._conclude(study, settings, mlflow, run_id)
+
+    @contextlib.contextmanager
+    def _tracking(self, identity: JobIdentity) -> Iterator[Any]:
+        """The search's MLflow log (None without ``track_mlflow``), with the registry's credentials."""
+        if not self.track_mlflow:
+            yield None
+            return
+        from airflow_ml_provider.search.tracking import MlflowSearchLog
+
+        registry = ModelRegistryHook(self.registry_conn_id)
+        with registry.mlflow():
+            yield MlflowSearchLog(registry.settings().tracking_uri,
+                                  registry.experiment_id(self.mlflow_experiment or identity.dag_id))
+
+    def _conclude(self, study, settings, mlflow, run_id: str | None) -> dict[str, Any]:
+        """Summarize the study (every trial logged to MLflow, the parent run closed); no completed trial
+        fails the task for good."""
+        from airflow_ml_provider.search.runner import SearchFailed, summarize
+
+        try:
+            summary = summarize(study)
+        except SearchFailed as exc:
             if mlflow:
-                mlflow.finish(study, summary, settings.objective_metric)
+                mlflow.finish(study, None, settings.objective_metric)
+            raise AirflowFailException(f"{self.task_id}: {exc}") from None
+        if mlflow:
+            mlflow.finish(study, summary, settings.objective_metric)
         self.log.info("Best trial %d: %s = %s with %s", summary["best_trial"], settings.objective_metric,
                       summary["best_value"], summary["best_params"])
-        return {**summary, "study_name": name, "mlflow_run_id": run_id}
+        return {**summary, "study_name": study.study_name, "mlflow_run_id": run_id}
 
     def on_kill(self) -> None:
         if self._scheduler is not None:
@@ -198,13 +251,7 @@ def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]
         return lambda name: trial.build_spec(backend, name)
     if isinstance(trial, TrainingJobSpec):
         trial = trial.model_dump(exclude_none=True)
-
-    def build(name: str) -> TrainingJobSpec:
-        artifacts = backend.default_artifact_dir(name)
-        defaults = {"model_dir": f"{artifacts}/model", "checkpoint_dir": f"{artifacts}/checkpoints"}
-        return TrainingJobSpec(**({**defaults, **trial} if artifacts else trial))
-
-    return build
+    return spec_template(trial, backend.default_artifact_dir)
 
 
 def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:

@@ -1,8 +1,10 @@
 """The ask/tell loop: trials become training jobs on a backend, at most ``max_parallel`` at a time.
 
 Every trial's job has a deterministic name (the search task's identity plus the trial number), and the
-study lives in an RDB storage, so a restarted search re-attaches to the jobs of the trials that were
-running, keeps every finished trial, and only asks the sampler for the rest of the budget.
+study lives in a durable storage (a journal file by default), so a restarted search re-attaches to the
+jobs of the trials that were running, keeps every finished trial, and only asks the sampler for the rest
+of the budget. The loop is a series of non-blocking rounds (``advance``), so a worker runs it to the end
+(``run``) and a trigger runs it in bounded slices on a thread, yielding to the event loop in between.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ class TrialScheduler:
         self.log = log or logging.getLogger(__name__)
         self.budget = trial_budget(settings, space)
         self.running: dict[int, _Running] = {}
+        self.finished = False  # the budget is spent (or the search gave up) and no trial runs
         self._failures_in_a_row = 0
+        self._asked: int | None = None  # trials in the study, counted once and then kept up to date
         follow = follow or FollowOptions()
         rules = {**follow.rules, "metrics": [*follow.rules.get("metrics", []), *(settings.metric_patterns or [])]}
         self.follow = replace(follow, rules=rules, poll_interval=settings.poll_interval)
@@ -89,18 +93,35 @@ class TrialScheduler:
         """Resume what a previous session left, then keep ``max_parallel`` trials running until the
         budget is spent. A systematic error (a bad data path, a broken image) fails every trial, so after
         ``max(3, max_parallel)`` failures in a row the search stops asking instead of spending its budget."""
+        self.start()
+        while not self.finished:
+            if not self.advance(math.inf):
+                time.sleep(self.settings.poll_interval)
+
+    def start(self) -> None:
+        """Delete the jobs of pruned trials and re-attach to those of running ones (a restarted search)."""
         self._resume()
+
+    def advance(self, max_s: float) -> bool:
+        """Rounds (fill the free slots, poll every running trial once) while they make progress, for up to
+        ``max_s`` seconds; never sleeps. Returns whether the last round did anything: False means wait
+        ``poll_interval`` before the next call. Sets ``finished`` once nothing is left to run."""
+        until = time.monotonic() + max_s
         while True:
             self._fill()
             if not self.running:
-                return
-            if not any([self._poll(run) for run in list(self.running.values())]):
-                time.sleep(self.settings.poll_interval)
+                self.finished = True
+                return False
+            busy = any([self._poll(run) for run in list(self.running.values())])
+            if not busy or time.monotonic() >= until:
+                return busy
 
     def cancel_running(self) -> None:
-        """Cancel the job of every running trial (the task is being killed)."""
-        for run in list(self.running.values()):
-            self.backend.cancel(run.job_name)
+        """Cancel the job of every running trial (the task is being killed): those this session follows
+        and those the study records as running (a session that has not re-attached to them yet)."""
+        stored = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        for name in {run.job_name for run in self.running.values()} | {self._job_name(t.number) for t in stored}:
+            self.backend.cancel(name)
 
     def _resume(self) -> None:
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
@@ -118,10 +139,13 @@ class TrialScheduler:
             self._track(trial, name, spec, self._labels(trial.number), reported=set(frozen.intermediate_values))
 
     def _fill(self) -> None:
-        while (len(self.running) < self.settings.max_parallel
-               and len(self.study.get_trials(deepcopy=False)) < self.budget
+        """One ask per free slot, while the budget lasts."""
+        if self._asked is None:
+            self._asked = len(self.study.get_trials(deepcopy=False))
+        while (len(self.running) < self.settings.max_parallel and self._asked < self.budget
                and self._failures_in_a_row < max(3, self.settings.max_parallel)):
             trial = self.study.ask()
+            self._asked += 1
             self._start(trial, self.space.suggest(trial))
 
     def _start(self, trial: optuna.Trial, values: dict) -> None:

@@ -190,18 +190,24 @@ class SearchSettings(BaseModel):
     lines: metric regexes as in :class:`~airflow_ml_provider.logs.rules.LogRules`, one with a group named
     after the objective (``val_auc=(?P<auc>[0-9.]+)``) and optionally a ``step`` group. Pruning (median-stop) compares a trial's objective at each step with the median of the
     completed trials at the same step, once ``pruning_startup_trials`` have completed and after
-    ``pruning_warmup_steps`` steps.
+    ``pruning_warmup_steps`` steps. ``hyperband`` (Optuna's HyperbandPruner) and ``successive_halving``
+    instead stop trials by rungs of reported steps (the first after ``max(1, pruning_warmup_steps)``
+    steps, then every 3x more), keeping the best third at each rung.
+
+    Samplers: ``tpe`` (Bayesian, Optuna's default), ``random``, ``grid``, and ``cmaes`` (Optuna's CMA-ES,
+    for float/int parameters; categorical ones are drawn at random). Optuna's Gaussian-process sampler
+    is not offered: it needs PyTorch, which the control environment does not carry.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    sampler: Literal["tpe", "random", "grid", "cmaes"] = "tpe"
     n_trials: Annotated[int, Field(ge=1)] | None = Field(default=None, validate_default=True)
     max_parallel: Annotated[int, Field(ge=1)] = 1
     objective_metric: Annotated[str, Field(pattern=METRIC_NAME)] = "auc"
     direction: Literal["maximize", "minimize"] = "maximize"
     seed: int | None = None
-    pruner: Literal["median", "none"] = "median"
+    pruner: Literal["median", "hyperband", "successive_halving", "none"] = "median"
     pruning_startup_trials: Annotated[int, Field(ge=0)] = 3
     pruning_warmup_steps: Annotated[int, Field(ge=0)] = 0
     metric_patterns: list[str] | None = None
@@ -268,6 +274,9 @@ def make_sampler(settings: SearchSettings, space: SearchSpace, trials_so_far: in
         return _ask_tell_grid_sampler()(space.grid(), seed=settings.seed)
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if settings.sampler == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=min(10, max(2, settings.n_trials // 4)),
+                                            warn_independent_sampling=False)
     budget = settings.n_trials
     # Optuna's default of 10 random start-up trials would leave a small budget almost entirely random.
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=settings.max_parallel > 1,
@@ -279,6 +288,12 @@ def make_pruner(settings: SearchSettings) -> optuna.pruners.BasePruner:
 
     if settings.pruner == "none":
         return optuna.pruners.NopPruner()
+    first_rung = max(1, settings.pruning_warmup_steps)
+    if settings.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=first_rung, reduction_factor=3)
+    if settings.pruner == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung, reduction_factor=3,
+                                                      min_early_stopping_rate=0)
     return optuna.pruners.MedianPruner(n_startup_trials=settings.pruning_startup_trials,
                                        n_warmup_steps=settings.pruning_warmup_steps)
 

@@ -53,12 +53,14 @@ def open_storage(url: str | None = None) -> optuna.storages.BaseStorage:
         ValueError: the storage cannot be opened; the message shows the URL masked.
     """
     import optuna
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from optuna.storages.journal import JournalStorage
+
+    from airflow_ml_provider.search.journal import GroupCommitJournalFile
 
     if url is None or url.startswith(JOURNAL_SCHEME) or "://" not in url:
         path = Path(url.removeprefix(JOURNAL_SCHEME)) if url else default_journal()
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
+        return JournalStorage(GroupCommitJournalFile(str(path)))
     try:
         return optuna.storages.RDBStorage(url)
     except Exception as exc:  # noqa: BLE001 (drivers put the URL, password included, in their messages)

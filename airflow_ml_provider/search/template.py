@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError
@@ -78,3 +79,28 @@ def _fill_text(text: str, values: dict[str, Any]) -> str:
 
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def spec_template(spec: dict[str, Any],
+                  default_artifact_dir: Callable[[str], str | None]) -> Callable[[str], TrainingJobSpec]:
+    """Job name -> the trial's spec from a JSON-serializable template (how a trigger carries it): the
+    job's own model and checkpoint directories wherever the template names none."""
+
+    def build(name: str) -> TrainingJobSpec:
+        artifacts = default_artifact_dir(name)
+        defaults = {"model_dir": f"{artifacts}/model", "checkpoint_dir": f"{artifacts}/checkpoints"}
+        return TrainingJobSpec(**({**defaults, **spec} if artifacts else spec))
+
+    return build
+
+
+def portable_template(template: Callable[[str], TrainingJobSpec],
+                      default_artifact_dir: Callable[[str], str | None], name: str) -> dict[str, Any]:
+    """The inverse of ``spec_template`` for a template built any way (e.g. a training operator's
+    ``build_spec``): its spec for ``name`` as JSON data, minus the directories that are the job's defaults."""
+    data = template(name).model_dump(mode="json", exclude_none=True)
+    artifacts = default_artifact_dir(name)
+    for key, leaf in (("model_dir", "model"), ("checkpoint_dir", "checkpoints")):
+        if artifacts and data.get(key) == f"{artifacts}/{leaf}":
+            del data[key]
+    return data

@@ -51,3 +51,26 @@ with DAG("ml_test_search", schedule=None, catchup=False, tags=["test"], params={
         poll_interval=0.3,
         retries=0,
     )
+
+
+# A deferred search: the trigger runs ask/tell and the trials' jobs (a one-line Python objective each).
+_OBJECTIVE = ("import json, sys; x = float(sys.argv[1]); "
+              "print(json.dumps({'event': 'result', 'score': round(1 - (x - 0.3) ** 2, 6)}))")
+
+with DAG("ml_test_search_deferred", schedule=None, catchup=False, tags=["test"]) as search_deferred:
+    HyperparameterSearchOperator(
+        task_id="search",
+        trial={"framework": "generic", "num_workers": 1, "command": ["python", "-c", _OBJECTIVE, "{{ params.x }}"]},
+        search_space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        sampler="random",
+        n_trials=4,
+        max_parallel=2,
+        objective_metric="score",
+        seed=0,
+        pruner="none",
+        poll_interval=0.2,
+        backend="local",
+        deferrable=True,
+        track_mlflow=False,
+        retries=0,
+    )

@@ -61,7 +61,7 @@ def test_the_grid_sampler_needs_finite_values():
     ("settings", "named"),
     [
         ({"sampler": "tpe"}, "search.n_trials: required for the tpe sampler"),
-        ({"sampler": "bayes", "n_trials": 4}, "search.sampler: Input should be 'tpe', 'random' or 'grid'"),
+        ({"sampler": "bayes", "n_trials": 4}, "search.sampler: Input should be 'tpe', 'random', 'grid' or 'cmaes'"),
         ({"n_trials": 0}, "search.n_trials: Input should be greater than or equal to 1"),
         ({"n_trials": 4, "max_parallel": 0}, "search.max_parallel:"),
         ({"n_trials": 4, "direction": "up"}, "search.direction:"),
@@ -85,6 +85,24 @@ def test_samplers_and_pruners_come_from_optuna():
     assert isinstance(make_sampler(parse_settings(sampler="grid"), space, 0), optuna.samplers.GridSampler)
     assert isinstance(make_pruner(parse_settings(n_trials=8)), optuna.pruners.MedianPruner)
     assert isinstance(make_pruner(parse_settings(n_trials=8, pruner="none")), optuna.pruners.NopPruner)
+    assert isinstance(make_sampler(parse_settings(sampler="cmaes", n_trials=8), space, 0), optuna.samplers.CmaEsSampler)
+    hyperband = make_pruner(parse_settings(n_trials=8, pruner="hyperband", pruning_warmup_steps=3))
+    assert isinstance(hyperband, optuna.pruners.HyperbandPruner) and hyperband._min_resource == 3
+    halving = make_pruner(parse_settings(n_trials=8, pruner="successive_halving"))
+    assert isinstance(halving, optuna.pruners.SuccessiveHalvingPruner) and halving._min_resource == 1
+
+
+def test_cmaes_searches_numeric_parameters_and_draws_categorical_ones():
+    space = parse_space({"x": {"type": "float", "low": -3.0, "high": 3.0}, "n": {"type": "int", "low": 0, "high": 9},
+                         "kind": ["a", "b"]})
+    settings = parse_settings(sampler="cmaes", n_trials=30, seed=1, direction="minimize")
+    study = optuna.create_study(sampler=make_sampler(settings, space, 0), direction="minimize")
+    for _ in range(30):
+        trial = study.ask()
+        values = space.suggest(trial)
+        study.tell(trial, (values["x"] - 1) ** 2 + (values["n"] - 4) ** 2 + (values["kind"] == "b"))
+    assert study.best_value < 2.0
+    assert {t.params["kind"] for t in study.trials} == {"a", "b"}
 
 
 def test_a_resumed_random_search_does_not_replay_the_parameters_it_already_proposed():

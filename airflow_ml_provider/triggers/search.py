@@ -1,0 +1,90 @@
+"""Runs a hyperparameter search in the triggerer: ask/tell and every trial's job, no worker slot held."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+
+SLICE_S = 1.0  # longest stretch of search rounds on a thread before the trigger yields to the event loop
+
+
+class SearchTrigger(BaseTrigger):
+    """Drives ``TrialScheduler`` to the search's budget and fires once: ``{"status": "done"}`` or
+    ``{"status": "error", "message": ...}``. The scheduler's rounds never sleep; they run on a thread in
+    slices of at most ``SLICE_S`` seconds, and the trigger waits ``poll_interval`` between idle rounds
+    on the event loop, so neither the triggerer's loop nor a worker slot is held while trials run.
+
+    Nothing lives only in this trigger: finished trials are in the study's storage (a journal file by
+    default), and a running trial's job has a deterministic name, so a trigger restarted by another
+    triggerer process (rebuilt from these same arguments) keeps every finished trial, re-attaches to
+    the running trials' jobs and asks only for the rest of the budget.
+
+    Args:
+        study_name: the study, in ``storage_url`` (``journal:///path`` or an SQLAlchemy URL).
+        settings: the validated SearchSettings, as a dict; ``search_space`` the space as given.
+        trial_spec: the trial job's template as JSON data (see ``search.template.spec_template``).
+        identity: the search task's JobIdentity fields; trial job names and labels derive from it.
+        backend, ml_conn_id: where the trials run (the backend is rebuilt from the connection).
+        follow: FollowOptions (log rules, preemption budget) for every trial's job, as a dict.
+    """
+
+    def __init__(self, study_name: str, storage_url: str, settings: dict[str, Any], search_space: dict[str, Any],
+                 trial_spec: dict[str, Any], identity: dict[str, Any], backend: str | None = None,
+                 ml_conn_id: str = TrainingBackendHook.default_conn_name, follow: dict[str, Any] | None = None):
+        super().__init__()
+        self.study_name = study_name
+        self.storage_url = storage_url
+        self.settings = settings
+        self.search_space = search_space
+        self.trial_spec = trial_spec
+        self.identity = identity
+        self.backend = backend
+        self.ml_conn_id = ml_conn_id
+        self.follow = follow or {}
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {"study_name": self.study_name, "storage_url": self.storage_url, "settings": self.settings,
+             "search_space": self.search_space, "trial_spec": self.trial_spec, "identity": self.identity,
+             "backend": self.backend, "ml_conn_id": self.ml_conn_id, "follow": self.follow},
+        )
+
+    async def run(self):
+        try:
+            scheduler = await asyncio.to_thread(self._scheduler)
+            await asyncio.to_thread(scheduler.start)
+            while not scheduler.finished:
+                if not await asyncio.to_thread(scheduler.advance, SLICE_S) and not scheduler.finished:
+                    await asyncio.sleep(scheduler.settings.poll_interval)
+        except Exception as exc:  # noqa: BLE001 - reported to the task, which fails with it
+            self.log.exception("The search stopped")
+            yield TriggerEvent({"status": "error", "study_name": self.study_name,
+                                "message": f"{type(exc).__name__}: {exc}"})
+            return
+        yield TriggerEvent({"status": "done", "study_name": self.study_name})
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task: cancel the jobs of the trials still running."""
+        scheduler = await asyncio.to_thread(self._scheduler)
+        await asyncio.to_thread(scheduler.cancel_running)
+
+    def _scheduler(self):
+        # Optuna loads here, in the triggerer, when the search runs.
+        from airflow_ml_provider.jobs.follow import FollowOptions
+        from airflow_ml_provider.jobs.naming import JobIdentity
+        from airflow_ml_provider.search.runner import TrialScheduler
+        from airflow_ml_provider.search.space import parse_settings, parse_space
+        from airflow_ml_provider.search.study import open_storage, open_study
+        from airflow_ml_provider.search.template import spec_template
+
+        backend = TrainingBackendHook(self.ml_conn_id).get_backend(self.backend)
+        space, settings = parse_space(self.search_space), parse_settings(**self.settings)
+        study = open_study(open_storage(self.storage_url), self.study_name, settings, space)
+        template = spec_template(self.trial_spec, backend.default_artifact_dir)
+        return TrialScheduler(backend, study, space, settings, template, JobIdentity(**self.identity), log=self.log,
+                              follow=FollowOptions.from_dict(self.follow) if self.follow else None)

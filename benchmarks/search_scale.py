@@ -1,0 +1,190 @@
+"""What a 4,096-trial search costs per trial beyond its jobs, and how much memory it takes.
+
+The search runs the real loop (``TrialScheduler``: one Optuna ask per free slot, the follow core's
+rounds, tell) over Optuna's journal file storage, ``max_parallel`` 64, with a no-op job: it only prints
+its objective (``{"event": "result", "auc": x}``, x being a searched parameter). Two measurements:
+
+(1) Orchestration, per sampler: the same loop against an in-process backend whose jobs have already
+    finished when submitted, so every second spent is the search's own (ask/tell, journal appends,
+    job bookkeeping, follow rounds). ms/trial = wall time / trials; peak RSS of the process that ran
+    it (a fresh interpreter per sampler, so each search's memory is its own). Targets: random/grid
+    <= 50 ms/trial, TPE <= 200 ms/trial.
+(2) On the local backend: the same no-op job as real processes (a launcher interpreter per job, as the
+    local backend always starts, and the job's ``echo``). Cost beyond the jobs = (search wall time -
+    wall time of running the same launcher + job processes bare, 64 at a time) / trials. With
+    ``--local-trials`` below 4,096 the 4,096-trial figure is a linear extrapolation, printed as such.
+
+    AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/search_scale.py [--trials 4096] [--local-trials 512]
+
+Printed, not asserted: a shared 2-core machine makes any threshold flaky.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OBJECTIVE = '{"event": "result", "auc": {{ params.x }}}'
+SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "int", "low": 0, "high": 63}}
+GRID_SPACE = {"x": [i / 63 for i in range(64)], "y": list(range(64))}  # 4,096 points
+
+
+def search(root: Path, backend, sampler: str, trials: int, parallel: int) -> dict:
+    """Run one search to its budget; wall time and trial counts."""
+    from airflow_ml_provider.jobs.naming import JobIdentity
+    from airflow_ml_provider.jobs.spec import TrainingJobSpec
+    from airflow_ml_provider.search.runner import TrialScheduler, summarize
+    from airflow_ml_provider.search.space import parse_settings, parse_space
+    from airflow_ml_provider.search.study import open_storage, open_study, study_name
+
+    space = parse_space(GRID_SPACE if sampler == "grid" else SPACE)
+    settings = parse_settings(sampler=sampler, n_trials=trials, max_parallel=parallel, seed=0, pruner="none",
+                              poll_interval=0.05)
+    identity = JobIdentity("bench", f"scale-{sampler}", "run")
+    study = open_study(open_storage(f"journal://{root / 'optuna.journal'}"), study_name(identity), settings, space)
+    spec = TrainingJobSpec(framework="generic", num_workers=1, command=["echo", OBJECTIVE], env={"Y": "{{ params.y }}"})
+    scheduler = TrialScheduler(backend, study, space, settings, lambda name: spec, identity, log=_quiet())
+    started = time.perf_counter()
+    scheduler.run()
+    wall = time.perf_counter() - started
+    summary = summarize(study)
+    return {"sampler": sampler, "trials": len(summary["trials"]), "complete": summary["n_complete"], "wall_s": wall}
+
+
+def orchestration(sampler: str, trials: int, parallel: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = search(Path(tmp), _instant_backend(), sampler, trials, parallel)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def local(trials: int, parallel: int) -> dict:
+    from airflow_ml_provider.jobs.backends.local import LocalBackend
+
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = LocalBackend(Path(tmp) / "ml", image=sys.prefix, cancel_grace_s=2)
+        result = search(Path(tmp), backend, "random", trials, parallel)
+        job = next((Path(tmp) / "ml" / "jobs").iterdir())
+        bare = _bare(job, trials, parallel)
+    return {**result, "bare_wall_s": bare}
+
+
+def _bare(job: Path, trials: int, parallel: int) -> float:
+    """Wall time of what every local job runs, without the search or the backend's bookkeeping: the
+    launcher's interpreter importing its module, then the job's own process; ``parallel`` at a time."""
+    plan = json.loads((job / "job.json").read_text())["spec"]["command"]
+    launcher = [sys.executable, "-c", "import airflow_ml_provider.jobs.backends.local_launcher"]
+
+    def one(_: int) -> None:
+        subprocess.run(launcher, check=True)
+        subprocess.run(plan, check=True, stdout=subprocess.DEVNULL)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, range(trials)))
+    return time.perf_counter() - started
+
+
+def _instant_backend():
+    """A backend whose jobs are finished when submitted; a job's log is its command's last argument."""
+    from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound
+    from airflow_ml_provider.jobs.state import JobState, JobStatus
+    from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource
+
+    class OneLine(LogSource):
+        def __init__(self, text: str):
+            self.text = text
+
+        def read(self, cursor=None, max_lines: int = 5000) -> LogBatch:
+            return LogBatch([] if cursor else [LogLine("rank 0", self.text)], 1)
+
+    class Instant(Backend):
+        name = "instant"
+
+        def __init__(self):
+            self.jobs: dict[str, str] = {}
+
+        def submit(self, name, spec, labels) -> bool:
+            self.jobs[name] = spec.command[-1]
+            return True
+
+        def status(self, name) -> JobStatus:
+            if name not in self.jobs:
+                raise JobNotFound(name)
+            return JobStatus(JobState.SUCCEEDED)
+
+        def cancel(self, name) -> None:
+            pass
+
+        def delete(self, name) -> None:
+            self.jobs.pop(name, None)
+
+        def log_source(self, name) -> LogSource:
+            return OneLine(self.jobs[name])
+
+        def render(self, name, spec, labels) -> str:
+            return name
+
+    return Instant()
+
+
+def _quiet():
+    import logging
+
+    log = logging.getLogger("search_scale")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
+    return log
+
+
+def _child(args: list[str]) -> dict:
+    """Run one measurement in a fresh interpreter (its own peak RSS); its last stdout line is the result."""
+    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=4096)
+    parser.add_argument("--parallel", type=int, default=64)
+    parser.add_argument("--local-trials", type=int, default=4096, help="0: skip the local backend run")
+    parser.add_argument("--samplers", nargs="+", default=["random", "grid", "tpe"])
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one measurement, print JSON
+    args = parser.parse_args()
+    if args.one:
+        result = (local(args.trials, args.parallel) if args.one == "local"
+                  else orchestration(args.one, args.trials, args.parallel))
+        print(json.dumps(result))
+        return
+
+    import optuna
+
+    print(f"Search at scale: {args.trials} no-op trials, max_parallel {args.parallel}, Optuna {optuna.__version__} "
+          "journal storage")
+    print(f"{'sampler':<8} {'trials':>7} {'wall s':>8} {'ms/trial':>9} {'peak RSS MB':>12} {'target':>10}")
+    for sampler in args.samplers:
+        r = _child(["--one", sampler, "--trials", str(args.trials), "--parallel", str(args.parallel)])
+        target = 200 if sampler == "tpe" else 50
+        per = 1000 * r["wall_s"] / r["trials"]
+        print(f"{sampler:<8} {r['trials']:>7} {r['wall_s']:>8.1f} {per:>9.1f} {r['peak_rss_mb']:>12.0f} "
+              f"{'<= ' + str(target) + ' ms':>10} {'ok' if per <= target else 'OVER'}")
+    if args.local_trials:
+        r = _child(["--one", "local", "--trials", str(args.local_trials), "--parallel", str(args.parallel)])
+        per, bare = 1000 * r["wall_s"] / r["trials"], 1000 * r["bare_wall_s"] / r["trials"]
+        print(f"Local backend, random sampler, {r['trials']} real no-op jobs ({r['complete']} complete): "
+              f"{r['wall_s']:.1f} s = {per:.1f} ms/trial; the same launcher + job processes bare: "
+              f"{bare:.1f} ms/trial; cost beyond the jobs: {per - bare:.1f} ms/trial")
+        if r["trials"] < args.trials:
+            print(f"  (extrapolated to {args.trials} trials, linearly: {r['wall_s'] * args.trials / r['trials']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
