@@ -54,6 +54,7 @@ class ElasticsearchLogsHook(BaseHook):
                 mask_secret(secret)
         try:
             fields = EcsFields.from_dict(extras.get("fields"))
+            settle_s, overlap_s = _seconds(extras, "settle_s", 5.0), _seconds(extras, "overlap_s", 60.0)
         except ValueError as exc:
             raise ValueError(f"connection {self.elasticsearch_conn_id!r}: extra {exc}") from None
         client_args: dict[str, Any] = {
@@ -73,8 +74,8 @@ class ElasticsearchLogsHook(BaseHook):
             "client_args": client_args,
             "index": extras.get("index_pattern") or DEFAULT_INDEX_PATTERN,
             "fields": fields,
-            "settle_s": _seconds(extras, "settle_s", 5.0),
-            "overlap_s": _seconds(extras, "overlap_s", 60.0),
+            "settle_s": settle_s,
+            "overlap_s": overlap_s,
         }
 
     @property
@@ -133,5 +134,5 @@ def _seconds(extras: dict[str, Any], name: str, default: float) -> float:
     except (TypeError, ValueError):
         seconds = -1.0
     if not seconds >= 0:
-        raise ValueError(f"extra {name}: a number of seconds >= 0, got {value!r}")
+        raise ValueError(f"{name}: a number of seconds >= 0, got {value!r}")
     return seconds

@@ -1,7 +1,8 @@
 """The layout of log documents in Elasticsearch: ECS as Filebeat's Kubernetes autodiscovery writes it.
 
-One place names the fields, so the reader (logs.elasticsearch), the local shipper (logs.shipper) and
-the index mapping agree; a cluster whose documents differ overrides names through ``EcsFields``.
+One place names the fields, so the reader (logs.elasticsearch), the local shipper
+(tools/filebeat_shipper.py) and the index mapping agree; a cluster whose documents differ overrides
+names through ``EcsFields``.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ def dedot(label: str) -> str:
 class EcsFields:
     """Where each piece of a log line lives in a document (dotted paths).
 
-    ``tiebreaker`` together with ``timestamp`` and ``offset`` must identify one line: Filebeat's
-    ``log.file.path`` names one container's log file, so (file, byte offset) is unique. ``_id``
-    cannot be used: Elasticsearch 8 refuses to sort on it by default.
+    ``timestamp``, ``offset`` and ``tiebreaker`` order the lines: Filebeat's ``log.file.path`` names one
+    container's log file, so (file, byte offset) places a line within it. Documents are told apart by
+    their ``_index`` and ``_id`` (Elasticsearch 8 refuses to sort on ``_id``, so it orders nothing).
     """
 
     timestamp: str = "@timestamp"
@@ -92,15 +93,17 @@ def document(*, timestamp: datetime, message: str, pod: str, namespace: str, lab
 
 
 def getter(path: str) -> Callable[[dict[str, Any]], Any]:
-    """``field(doc, path)`` with the path split once: for reading the same field of many documents."""
+    """``field(doc, path)`` with the path split once: for reading the same field of many documents
+    (the plain nested layout is tried first, without a loop over alternatives)."""
     parts = path.split(".")
 
     def get(doc: dict[str, Any]) -> Any:
         node: Any = doc
-        for part in parts:
-            if not isinstance(node, dict) or part not in node:
-                return field(doc, path)
-            node = node[part]
+        try:
+            for part in parts:
+                node = node[part]
+        except (KeyError, TypeError, IndexError):
+            return field(doc, path)
         return node
     return get
 

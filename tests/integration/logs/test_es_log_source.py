@@ -1,10 +1,10 @@
 """ElasticsearchLogSource contract: one job's lines from all pods, in order, each once, from a cursor
-that survives pages, points in time, outages and new lines arriving (double and real Elasticsearch)."""
+that survives pages, JSON, outages and new lines arriving (double and real Elasticsearch)."""
 
 from __future__ import annotations
 
+import json
 import random
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -36,43 +36,31 @@ def test_lines_of_all_pods_come_back_in_order_once(es, index):
         line_doc("job-a", "pod-a", 60, "a1 same ms, later offset", at),
         line_doc("job-a", "pod-c", 0, "c0", at + timedelta(milliseconds=1)),
         line_doc("job-a", "pod-b", 9, "b1", at + timedelta(milliseconds=2)),
-        line_doc("job-a", "pod-b", 9, "b1", at + timedelta(milliseconds=2)),  # shipped twice
+        line_doc("job-a", "pod-b", 9, "b1", at + timedelta(milliseconds=2)),  # a second document, same key
         line_doc("job-b", "pod-x", 0, "another job's line", at),
         line_doc("job-a", "pod-a", 86, "a2 last", at + timedelta(seconds=3)),
     ]
     random.Random(3).shuffle(docs)  # arrival order is not log order
     load(es, index, docs)
     expected = ["[pod-a] a0 same ms and offset as b0: the file path breaks the tie", "[pod-b] b0 first",
-                "[pod-a] a1 same ms, later offset", "[pod-c] c0", "[pod-b] b1", "[pod-a] a2 last"]
-    for max_lines in (1, 2, 5000):  # page boundaries anywhere, including between the two copies of b1
-        lines, _ = read_all(ElasticsearchLogSource(es, index, "job-a", settle_s=0), max_lines=max_lines)
+                "[pod-a] a1 same ms, later offset", "[pod-c] c0", "[pod-b] b1", "[pod-b] b1", "[pod-a] a2 last"]
+    for max_lines in (1, 2, 5000):  # page boundaries anywhere, including between the two b1 documents
+        lines, _ = read_all(ElasticsearchLogSource(es, index, "job-a"), max_lines=max_lines)
         assert lines == expected, max_lines
 
 
-def test_paging_a_backlog_uses_a_point_in_time_and_drops_it_once_caught_up(es, index):
+def test_a_backlog_is_read_in_pages_from_a_json_cursor(es, index):
     load(es, index, training_log("job-p", pods=3, lines=2500))
-    source = ElasticsearchLogSource(es, index, "job-p", settle_s=0)
-    first = source.read(None, 1000)
-    assert first.cursor["pit"] is not None  # a full page: more backlog, read it from one snapshot
-    second = source.read(first.cursor, 1000)
-    last = source.read(second.cursor, 1000)
-    assert last.cursor["pit"] is None  # caught up: a PIT would hide lines indexed from now on
-    lines = [line.text for batch in (first, second, last) for line in batch.lines]
-    assert lines == [f"line {i}" for i in range(2500)]
-
-
-def test_a_cursor_survives_its_point_in_time(es, index):
-    load(es, index, training_log("job-e", pods=2, lines=300))
-    source = ElasticsearchLogSource(es, index, "job-e", settle_s=0)
-    first = source.read(None, 100)
-    es.close_point_in_time(id=first.cursor["pit"])  # what keep_alive expiry or a cluster restart does
-    rest, _ = read_all(source, first.cursor, max_lines=100)
+    first = ElasticsearchLogSource(es, index, "job-p").read(None, 1000)
+    assert len(first.lines) == 1000  # a full batch: the reader knows more are ready
+    cursor = json.loads(json.dumps(first.cursor))  # what a trigger stores; a new reader continues from it
+    rest, _ = read_all(ElasticsearchLogSource(es, index, "job-p"), cursor, max_lines=1000)
     assert [line.text for line in first.lines] + [r.split("] ", 1)[1] for r in rest] == \
-        [f"line {i}" for i in range(300)]
+        [f"line {i}" for i in range(2500)]
 
 
 def test_new_lines_are_read_after_the_cursor_as_they_arrive(es, index):
-    source = ElasticsearchLogSource(es, index, "job-live", settle_s=0)
+    source = ElasticsearchLogSource(es, index, "job-live")
     assert source.read(None).lines == []  # nothing yet: an empty log, not an error
     cursor, seen = None, []
     for round_ in range(3):  # each round, both pods print 25 more lines
@@ -84,33 +72,28 @@ def test_new_lines_are_read_after_the_cursor_as_they_arrive(es, index):
     assert seen == [f"[pod-{i % 2}] line {i}" for i in range(150)]
 
 
-def test_recent_lines_wait_out_the_settle_window(es, index):
+def test_a_line_just_printed_is_read_at_once(es, index):
+    """No settle window: a read returns everything searchable up to now."""
     now = datetime.now(timezone.utc)
     load(es, index, [line_doc("job-s", "pod-0", 0, "old", now - timedelta(seconds=30)),
                      line_doc("job-s", "pod-1", 0, "just printed", now)])
-    source = ElasticsearchLogSource(es, index, "job-s", settle_s=2)
-    first = source.read(None)
-    assert [line.text for line in first.lines] == ["old"]
-    deadline = time.monotonic() + 15
-    later: list[str] = []
-    while not later and time.monotonic() < deadline:
-        time.sleep(0.3)
-        later = [line.text for line in source.read(first.cursor).lines]
-    assert later == ["just printed"]
+    source = ElasticsearchLogSource(es, index, "job-s")
+    assert source.settle_s == 5.0  # only how long a final read waits after the job ended
+    assert [line.text for line in source.read(None).lines] == ["old", "just printed"]
 
 
 def test_namespace_and_missing_indices(es, index):
     load(es, index, [line_doc("job-n", "pod-0", 0, "in ml", T0),
                      line_doc("job-n", "pod-0", 0, "in other", T0, namespace="other")])
-    lines, _ = read_all(ElasticsearchLogSource(es, index, "job-n", namespace="other", settle_s=0))
+    lines, _ = read_all(ElasticsearchLogSource(es, index, "job-n", namespace="other"))
     assert lines == ["[pod-0] in other"]
-    assert ElasticsearchLogSource(es, "no-such-index-*", "job-n", settle_s=0).read(None).lines == []
+    assert ElasticsearchLogSource(es, "no-such-index-*", "job-n").read(None).lines == []
 
 
 @pytest.mark.parametrize("mode", ["refuse", "unavailable"])
 def test_an_outage_raises_unavailable_and_the_same_cursor_continues(es, index, proxy, mode):
     load(es, index, training_log("job-o", pods=2, lines=400))
-    source = ElasticsearchLogSource(Elasticsearch(proxy.url, max_retries=0), index, "job-o", settle_s=0)
+    source = ElasticsearchLogSource(Elasticsearch(proxy.url, max_retries=0), index, "job-o")
     first = source.read(None, 150)
     proxy.set_mode(mode)
     with pytest.raises(LogSourceUnavailable):

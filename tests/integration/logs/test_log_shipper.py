@@ -1,5 +1,6 @@
-"""The local backend's log shipper: a real local job's lines, shipped as ECS documents, read back from
-Elasticsearch in the log file's order with the job's labels, exactly once even when shipped twice."""
+"""The Filebeat stand-in (tools/filebeat_shipper.py): a real local job's lines, shipped as ECS documents,
+read back from Elasticsearch in the log file's order with the job's labels, exactly once even when shipped
+twice."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 
 import pytest
 from elasticsearch import Elasticsearch
+from shipper_support import SHIPPER, ship
 from support import wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
@@ -16,7 +18,6 @@ from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
 from airflow_ml_provider.logs.files import FileLogSource
-from airflow_ml_provider.logs.shipper import ship
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,7 @@ def shipped_lines(es: Elasticsearch, index: str, name: str) -> int:
 
 
 def ship_job_cli(es_url: str, index: str, root, name: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "airflow_ml_provider.logs.shipper", "--url", es_url,
+    done = subprocess.run([sys.executable, str(SHIPPER), "--url", es_url,
                            "--index", index, "--root", str(root), "--job", name, "--poll-interval", "0.1"],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -61,7 +62,7 @@ def test_shipped_log_reads_back_like_the_file(es, es_url, index, tmp_path):
     es.indices.refresh(index=index)
 
     from_file = all_lines(FileLogSource(backend.job_dir(name) / "output.log"))
-    from_es = all_lines(ElasticsearchLogSource(es, index, name, settle_s=0))
+    from_es = all_lines(ElasticsearchLogSource(es, index, name))
     assert len(from_file) == 2 * 151 + 1  # both ranks and the launcher's last word
     assert [line.text for line in from_es] == [line.text for line in from_file]
     assert [line.source for line in from_es] == [f"{name}-{line.source.replace(' ', '-')}"

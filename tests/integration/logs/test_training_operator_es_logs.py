@@ -11,10 +11,10 @@ import threading
 import pytest
 from elasticsearch import Elasticsearch
 from es_logs_support import connection_env
+from shipper_support import ship
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.logs.files import FileLogSource
-from airflow_ml_provider.logs.shipper import ship
 
 pytestmark = pytest.mark.integration
 

@@ -31,9 +31,9 @@ def test_basic_auth_or_api_key_reach_the_client_only(monkeypatch):
 
 def test_extras_shape_the_log_source(monkeypatch):
     hook = use_connection(monkeypatch, host="es.local", extra={
-        "index_pattern": "logs-ml-*", "settle_s": 2, "use_pit": "false", "fields": {"job": "labels.job"}})
+        "index_pattern": "logs-ml-*", "settle_s": 2, "overlap_s": "90", "fields": {"job": "labels.job"}})
     source = hook.log_source("job-1", namespace="team-a")
-    assert (source.index, source.settle_s, source.use_pit) == ("logs-ml-*", 2.0, False)
+    assert (source.index, source.settle_s, source.overlap_s) == ("logs-ml-*", 2.0, 90.0)
     assert source.fields.job == "labels.job"
     assert source.query()["bool"]["filter"][:2] == [{"term": {"labels.job": "job-1"}},
                                                     {"term": {"kubernetes.namespace": "team-a"}}]
@@ -44,7 +44,9 @@ def test_extras_shape_the_log_source(monkeypatch):
     ("fields", "message"),
     [({"host": ""}, "has no host"),
      ({"host": "es.local", "schema": "ftp"}, "scheme must be http or https"),
-     ({"host": "es.local", "extra": {"fields": {"pod": "x"}}}, "extra fields: unknown field name")],
+     ({"host": "es.local", "extra": {"fields": {"pod": "x"}}}, "extra fields: unknown field name"),
+     ({"host": "es.local", "extra": {"overlap_s": "a minute"}}, "extra overlap_s: a number of seconds"),
+     ({"host": "es.local", "extra": {"settle_s": -1}}, "extra settle_s: a number of seconds >= 0, got -1")],
 )
 def test_bad_connections_say_what_is_wrong(monkeypatch, fields, message):
     with pytest.raises(ValueError, match=message):

@@ -1,8 +1,9 @@
-"""Ships local jobs' log lines to Elasticsearch as the ECS documents Filebeat writes, so a laptop demo
-can use the Elasticsearch log path (sensor, operators' ``elasticsearch_conn_id``) end to end.
+"""A developer tool standing in for Filebeat: ships local jobs' log lines to Elasticsearch as the ECS
+documents Filebeat writes, so a laptop demo can use the Elasticsearch log path (sensor, operators'
+``elasticsearch_conn_id``) end to end. Not part of the library: on a cluster, Filebeat does this.
 
-    python -m airflow_ml_provider.logs.shipper --url http://localhost:9200 --root $AIRFLOW_HOME/ml
-    python -m airflow_ml_provider.logs.shipper --url ... --root ... --job aml-train-1a2b3c4d5e
+    python tools/filebeat_shipper.py --url http://localhost:9200 --root $AIRFLOW_HOME/ml
+    python tools/filebeat_shipper.py --url ... --root ... --job aml-train-1a2b3c4d5e
 
 With ``--job`` it exits once that job has ended and all its lines are shipped; without, it ships every
 job under the root until interrupted. Credentials: in the URL (``https://user:pass@host:9200``) or
@@ -21,58 +22,61 @@ import sys
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.follow import JobFollower
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX
 from airflow_ml_provider.logs import ecs
-from airflow_ml_provider.logs.outage import Outage
 from airflow_ml_provider.logs.source import LogLine, LogSourceUnavailable
 
 DEFAULT_INDEX = "filebeat-airflow-ml"  # matches the hook's default index pattern, filebeat-*
-log = logging.getLogger(__name__)
+MAX_BACKOFF_S = 30.0
+log = logging.getLogger("filebeat_shipper")
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
 class JobLogShipper:
-    """Ships one local job's ``output.log``, each complete line once, in order.
+    """Ships one local job's log, each complete line once, in order, read from the backend's own log
+    source (the job's ``output.log``) after its status, so a terminal status followed by an empty read
+    means everything is shipped.
 
     Documents have deterministic ids (job uid and byte offset) and are created, never overwritten, so
-    a restarted shipper that sends lines again adds no duplicates. A line's pod is ``<job>-<source>``
-    (``aml-train-1a2b-rank-0``); its labels are the job's labels from ``job.json``.
+    a restarted shipper that sends lines again adds no duplicates (the reader tells documents apart by
+    ``_id``). A line's pod is ``<job>-<source>`` (``aml-train-1a2b-rank-0``); its labels are the job's
+    labels from ``job.json``.
 
     The file holds no times, so a line is stamped with the moment the shipper last read the file without
-    it: never later than the line was printed, as Filebeat's container timestamps are. A reader that
-    waits its settle time after the job ended therefore finds every line.
+    it: never later than the line was printed, as Filebeat's container timestamps are, and at most a
+    poll interval earlier (well inside the reader's overlap window).
     """
 
     def __init__(self, client: Elasticsearch, index: str, backend: LocalBackend, name: str,
                  namespace: str = "local"):
         record = json.loads((backend.job_dir(name) / "job.json").read_text())
         self.client, self.index, self.namespace = client, index, namespace
+        self.backend, self.name = backend, name
+        self.source = backend.log_source(name)
+        self.cursor: Any = None
         self.uid = record["uid"]
         self.job = record["name"]
         self.labels = {f"{LABEL_PREFIX}/job-name": self.job, **record.get("labels", {})}
         self.path = str(backend.job_dir(name) / "output.log")
-        self.follower = JobFollower(backend, name)
         self.host = socket.gethostname()
         self._not_before = datetime.fromtimestamp(record["submitted_at"], timezone.utc)
 
     def step(self) -> tuple[int, bool]:
         """Ship the lines written since the last step: (lines shipped, whether the job is done and
         fully shipped). Raises LogSourceUnavailable, position unchanged, if Elasticsearch is down."""
-        start, read_at = self.follower.cursor or 0, datetime.now(timezone.utc)
-        lines, status = self.follower.step()
-        if lines:
-            try:
-                self._bulk(start, lines, self.follower.cursor)
-            except BaseException:
-                self.follower.cursor = start
-                raise
+        read_at = datetime.now(timezone.utc)
+        status = self.backend.status(self.name)
+        batch = self.source.read(self.cursor)
+        if batch.lines:
+            self._bulk(int(self.cursor or 0), batch.lines, batch.cursor)
+        self.cursor = batch.cursor
         self._not_before = read_at  # lines missing from this read were printed after it began
-        return len(lines), status.state.is_terminal and not lines
+        return len(batch.lines), status.state.is_terminal and not batch.lines
 
     def _bulk(self, start: int, lines: list[LogLine], end: int) -> None:
         operations: list[dict] = []
@@ -111,11 +115,11 @@ def ensure_index(client: Elasticsearch, index: str) -> None:
 def ship(client: Elasticsearch, index: str, backend: LocalBackend, *, job: str | None = None,
          stop: threading.Event | None = None, poll_interval: float = 1.0) -> None:
     """Ship ``job`` until it has ended, or every job under the backend's root until ``stop`` is set.
-    Elasticsearch outages are waited out with backoff; nothing is skipped meanwhile."""
+    Elasticsearch outages are waited out with backoff (doubling up to 30 s); nothing is skipped."""
     stop = stop or threading.Event()
     shippers: dict[str, JobLogShipper] = {}
     done: set[str] = set()
-    outage = Outage(grace_s=float("inf"), first_delay=poll_interval)
+    failures = 0
     while not stop.is_set():
         names = [job] if job else sorted(p.name for p in (backend.root / "jobs").glob("*") if p.is_dir())
         busy = False
@@ -125,19 +129,21 @@ def ship(client: Elasticsearch, index: str, backend: LocalBackend, *, job: str |
                     continue
                 if name not in shippers:
                     shippers[name] = JobLogShipper(client, index, backend, name)
-                shipper = shippers[name]
-                shipped, finished = shipper.step()
+                shipped, finished = shippers[name].step()
                 busy |= bool(shipped)
                 if finished:
                     done.add(name)
                     shippers.pop(name)
                     log.info("Shipped job %s completely", name)
         except LogSourceUnavailable as exc:
-            delay = outage.failed()
+            failures += 1
+            delay = min(poll_interval * 2 ** (failures - 1), MAX_BACKOFF_S)
             log.warning("Elasticsearch unavailable (%s); retrying in %.1f s", exc, delay)
             stop.wait(delay)
             continue
-        outage.recovered()
+        if failures:
+            log.info("Elasticsearch reachable again")
+            failures = 0
         if job and job in done:
             return
         if not busy:
@@ -155,7 +161,7 @@ def _offsets(start: int, lines: list[LogLine], end: int) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.logs.shipper", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python tools/filebeat_shipper.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True, help="Elasticsearch URL, e.g. http://localhost:9200")
     parser.add_argument("--index", default=DEFAULT_INDEX, help=f"target index (default {DEFAULT_INDEX})")

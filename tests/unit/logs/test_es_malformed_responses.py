@@ -1,0 +1,61 @@
+"""An Elasticsearch answer the reader cannot use (a proxy's page, a truncated or foreign body) is a
+retryable "unavailable", named, never a raw KeyError: the official client against a loopback server
+that answers every request with one canned body."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
+from airflow_ml_provider.logs.source import LogSourceUnavailable
+
+HIT = {"_index": "logs", "_id": "a1", "_source": {"message": "hello", "kubernetes": {"pod": {"name": "p"}}}}
+
+
+def serve(body: bytes, content_type: str = "application/json"):
+    class Canned(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("X-Elastic-Product", "Elasticsearch")
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Canned)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(("body", "content_type", "says"), [
+    (json.dumps({"took": 1}), "application/json", "without hits.hits"),
+    (json.dumps({"hits": {"total": 3}}), "application/json", "without hits.hits"),
+    (json.dumps({"hits": {"hits": [HIT]}}), "application/json", "without its 3 sort values"),
+    (json.dumps({"hits": {"hits": [{**HIT, "sort": ["2026-01-05", 0, "f"]}]}}), "application/json",
+     "without its 3 sort values"),
+    (json.dumps({"hits": {"hits": [{"_index": "logs", "sort": [1, 0, "f"]}]}}), "application/json", "_id"),
+    (json.dumps({"hits": {"hits": ["not a hit"]}}), "application/json", "sort values"),
+    (json.dumps([{"hits": []}]), "application/json", "without hits.hits"),
+    ("<html>gateway</html>", "text/html", "without hits.hits"),
+    ('{"hits": {"hits": [', "application/json", "unreachable"),  # truncated JSON
+])
+def test_a_malformed_answer_is_unavailable_with_a_clear_message(body, content_type, says):
+    server = serve(body.encode(), content_type)
+    try:
+        client = Elasticsearch(f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
+        with pytest.raises(LogSourceUnavailable, match=says):
+            ElasticsearchLogSource(client, "logs", "job-1").read(None)
+    finally:
+        server.shutdown()
+        server.server_close()
