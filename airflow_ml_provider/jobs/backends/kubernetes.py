@@ -34,6 +34,7 @@ from airflow_ml_provider.jobs.state import JobState, JobStatus
 __all__ = ["JOB_NAME_LABEL", "KubernetesBackend", "TransientApiError"]
 log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
+_GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending
 _no_gang_info: dict[tuple, float] = {}  # (connection, PodGroup apiVersion, namespace) -> ask again after
 _warned: set[tuple] = set()
 
@@ -140,9 +141,10 @@ class KubernetesBackend(Backend):
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
         """From the shared watch of this namespace's jobs (one list+watch per connection, namespace and
         kind): the status at once on every change, else the last one again every ``interval`` seconds.
-        A job its gang scheduler keeps pending is looked up by a GET of its PodGroup (by name) on each
-        change and each interval while pending, never otherwise: PodGroups are not watched (the MPI
-        operator's carry no labels to select them by, and a GET needs only ``get`` permission).
+        A pending job that asks for a gang scheduler has its PodGroup read by a GET by name on each
+        change of the job and every 30 s (or ``interval``, if longer) while it stays pending, never
+        otherwise: PodGroups are not watched (the MPI operator's carry no labels to select them by,
+        and a GET needs only ``get`` permission).
         Raises JobNotFound, BackendAccessError (refused list/watch), TransientApiError (no list in 60 s)."""
         if self.async_api_factory is None:
             async for status in super().statuses(name, interval):
@@ -152,7 +154,7 @@ class KubernetesBackend(Backend):
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
             collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
-        obj = None
+        obj, pending, gang_at = None, None, 0.0
         async with watcher.subscribe(name) as changes:
             while True:
                 try:
@@ -168,7 +170,9 @@ class KubernetesBackend(Backend):
                     obj = change
                 status = self.job_status(obj)
                 if status.state is JobState.PENDING:
-                    status = await asyncio.to_thread(self.with_gang, obj, status)
+                    if change is not None or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
+                        gang_at, pending = time.monotonic(), await asyncio.to_thread(self.with_gang, obj, status)
+                    status = pending
                 yield status
 
     def get(self, kind: str, name: str, api_version: str | None = None) -> dict:

@@ -115,14 +115,16 @@ def test_a_scheduler_plugins_gang_that_cannot_be_placed_is_gang_pending_while_th
         seen = []
         async for status in jobs.statuses(NAME, interval=0.5):
             seen.append((status.state, status.message))
-            if status.state is JobState.GANG_PENDING and len(seen) == 1:
+            if status.state is JobState.GANG_PENDING and len(seen) == 4:  # 2 s of 0.5 s intervals
                 await asyncio.to_thread(kubeflow_cluster.patch_status, job_path, RUNNING)
             elif status.state is JobState.RUNNING:
                 await asyncio.to_thread(kubeflow_cluster.patch_status, job_path, SUCCEEDED)
             elif status.state.is_terminal:
                 return seen
 
+    paths = _spy(jobs)
     seen = asyncio.run(asyncio.wait_for(follow(), 60))
-    assert seen[0] == (JobState.GANG_PENDING, f"PodGroup {NAME} is Pending: 0/3 pods running")
+    assert seen[:4] == [(JobState.GANG_PENDING, f"PodGroup {NAME} is Pending: 0/3 pods running")] * 4
     states = [state for state, _ in seen]
     assert states[-2:] == [JobState.RUNNING, JobState.SUCCEEDED]
+    assert _podgroup_reads(paths) == 1, "read once, then again only every 30 s while pending; never once running"
