@@ -1,0 +1,77 @@
+"""A real triggerer process killed (SIGKILL) and started again while it streams a deferred job's log:
+no line is lost or shown twice, and the metrics and the last checkpoint come through intact."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+from airflow_stack import AirflowStack, ApiError
+
+pytestmark = pytest.mark.integration
+
+LINES = 60
+_JOB = textwrap.dedent(f"""
+    import json, os, time
+    root = os.environ["AIRFLOW_ML_CHECKPOINT_DIR"]
+    for i in range({LINES}):
+        print("line", i, flush=True)
+        if i % 10 == 9:
+            print(json.dumps({{"event": "metrics", "step": i + 1, "loss": 1 / (i + 1)}}), flush=True)
+            print(json.dumps({{"event": "checkpoint", "step": i + 1, "path": f"{{root}}/ckpt-{{i + 1}}"}}), flush=True)
+        time.sleep(0.5)
+""")
+_DAG = textwrap.dedent(f"""
+    from airflow.sdk import DAG
+    from airflow_ml_provider.operators.training import TrainingJobOperator
+
+    with DAG("ml_test_triggerer_restart", schedule=None, catchup=False):
+        TrainingJobOperator(task_id="train", command=["python", "-c", {_JOB!r}], num_workers=1,
+                            deferrable=True, poll_interval=0.5)
+""")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    home, dags = tmp_path_factory.mktemp("airflow"), tmp_path_factory.mktemp("dags")
+    (dags / "restart_dag.py").write_text(_DAG)
+    extra = {"backend": "local", "local_root": str(home / "ml"), "local_image": sys.prefix}
+    env = {"AIRFLOW_CONN_ML_TRAINING_DEFAULT": json.dumps({"conn_type": "ml_training", "extra": extra})}
+    with AirflowStack(home, dags, env=env) as running:
+        running.wait_for_dag("ml_test_triggerer_restart")
+        yield running
+
+
+def streamed(stack: AirflowStack, run_id: str) -> list[int]:
+    try:
+        entries = stack.task_log("ml_test_triggerer_restart", run_id, "train")
+    except ApiError as exc:  # the run's task instance is not created yet
+        if exc.status != 404:
+            raise
+        return []
+    return [int(m[1]) for entry in entries if (m := re.search(r"\[rank 0\] line (\d+)$", str(entry.get("event"))))]
+
+
+def test_a_killed_triggerer_neither_loses_nor_repeats_lines(stack):
+    run_id = stack.trigger_dag("ml_test_triggerer_restart")
+    deadline = time.monotonic() + 240
+    while len(streamed(stack, run_id)) < 12:  # deferred, and well into the job
+        assert time.monotonic() < deadline, stack.log_tails()
+        time.sleep(1)
+    stack.restart("triggerer", sig=signal.SIGKILL)  # a crash: nothing is flushed or handed over
+    assert stack.wait_for_run("ml_test_triggerer_restart", run_id, timeout=300) == "success", stack.log_tails()
+
+    lines = streamed(stack, run_id)
+    assert lines == list(range(LINES)), "every line exactly once, in order, across the restart"
+    entries = " ".join(str(e.get("event")) for e in stack.task_log("ml_test_triggerer_restart", run_id, "train"))
+    assert "Continuing after the last log line shown before a restart" in entries
+    result = stack.xcom("ml_test_triggerer_restart", run_id, "train")
+    assert result["state"] == "SUCCEEDED" and result["metrics"]["loss"] == pytest.approx(1 / LINES)
+    state = stack.xcom("ml_test_triggerer_restart", run_id, "train", key="ml_follow_state")
+    assert state["metrics"]["checkpoint"]["path"].endswith(f"/ckpt-{LINES}")
+    assert [step for step, _ in state["metrics"]["metrics"]["loss"]["series"]] == list(range(10, LINES + 1, 10))
