@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 JOB_UID_ENV = "AIRFLOW_ML_JOB_UID"  # set in every process of a job: how cancel finds them all
+NEVER_LAUNCHED = "the job was never launched: its submitter died mid-submit"
 
 # The only variables of the Airflow process a launcher or worker inherits: what a program needs to
 # run (search path, home, locale, time zone, temp dir, user). Everything else (AIRFLOW_CONN_*, the

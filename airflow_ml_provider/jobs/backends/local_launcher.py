@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import IO
 
 from airflow_ml_provider.jobs.backends.local_common import (
-    JOB_UID_ENV, allowed_env, job_processes, open_private, read_json, terminate, write_json,
+    JOB_UID_ENV, NEVER_LAUNCHED, allowed_env, job_processes, open_private, read_json, terminate, write_json,
 )
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -129,8 +129,7 @@ def _submitted_secrets(payload: bytes) -> dict[str, str]:
         document = json.loads(payload)
         secrets = document["secrets"]
     except (ValueError, KeyError, TypeError):
-        raise _Interrupted("the submission was interrupted (its submitter died before completing it); "
-                           "nothing was started") from None
+        raise _Interrupted(NEVER_LAUNCHED) from None
     return secrets
 
 
