@@ -177,9 +177,12 @@ class Follower:
         """A permanent refusal by the backend (no permission, no such resource kind): retrying cannot help."""
         return Step(Action.FAIL, message=f"the backend refused to report the job: {error}", retryable=False)
 
-    def resubmitted(self) -> None:
-        """The driver started the preempted job again: its new attempt's end is still to come."""
+    def resubmitted(self, new_log: bool) -> None:
+        """The driver started the preempted job again: its new attempt's end is still to come, and with
+        ``new_log`` (see ``LogSource.restarts_with_job``) its log is read from the start."""
         self.ended_at = None
+        if new_log:
+            self.cursor = None
 
     # -- results ----------------------------------------------------------------------------------------
 

@@ -34,6 +34,9 @@ class LogSource(ABC):
     # How long after a line is printed it may still reach the store. A reader is complete only this
     # long after the job ended: 0 for files written in place, a few seconds for a shipped log.
     settle_s: float = 0.0
+    # Whether a resubmitted job (same name, new attempt) starts a new log that is read from its start
+    # (a local job's new output file, new pods); False where all attempts share one ordered log.
+    restarts_with_job: bool = True
 
     @abstractmethod
     def read(self, cursor: Any = None, max_lines: int = 5000) -> LogBatch:

@@ -62,7 +62,8 @@ def test_a_preempted_job_is_resubmitted_from_its_last_checkpoint_up_to_max_preem
     step = follower.observe(PREEMPTED, batch(), now=1)
     assert step.action is Action.RESUBMIT
     assert (step.resume.path, step.resume.step, step.resume.epoch) == (f"{root}/ckpt-2", 20, 2)
-    follower.resubmitted()
+    follower.resubmitted(new_log=True)
+    assert follower.cursor is None  # the new attempt's log is read from its start
     assert follower.observe(RUNNING, batch(), now=2).action is Action.WAIT
     step = follower.observe(PREEMPTED, batch(), now=3)
     assert step.action is Action.FAIL and "preempted 2 time(s)" in step.message
