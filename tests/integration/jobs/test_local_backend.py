@@ -87,11 +87,13 @@ def test_a_finished_job_is_archived_and_a_new_one_started(backend):
     assert "second" in (backend.job_dir(name) / "output.log").read_text()
 
 
-def test_exit_codes_and_the_first_failing_rank_are_reported(backend):
-    name = "fails"
-    command = ["python", "-c", "import os, sys, time\nr = os.environ['AIRFLOW_ML_RANK']\nprint('rank', r)\n"
-               "sys.exit(7) if r == '1' else time.sleep(600)"]
-    backend.submit(name, generic(command), {})
+@pytest.mark.parametrize("framework", ["generic", pytest.param("horovod", marks=needs_horovod)])
+def test_exit_codes_and_the_first_failing_rank_are_reported(backend, framework):
+    """Horovod ranks run unwrapped: their exit codes come from horovodrun's own report."""
+    name = f"fails-{framework}"
+    command = ["python", "-c", "import os, sys, time\nr = os.environ.get('AIRFLOW_ML_RANK') or os.environ['HOROVOD_RANK']\n"
+               "print('rank', r, flush=True)\nsys.exit(7) if r == '1' else time.sleep(600)"]
+    backend.submit(name, generic(command, framework=framework), {})
     status = wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, what="failure")
     assert status.state is JobState.FAILED
     assert status.message == "rank 1 exited with code 7"
@@ -100,11 +102,13 @@ def test_exit_codes_and_the_first_failing_rank_are_reported(backend):
     assert any(line.source == "rank 1" and line.text == "rank 1" for line in lines)
 
 
-def test_a_worker_killed_from_outside_is_a_preemption_not_a_user_failure(backend):
-    name = "preempted"
-    backend.submit(name, generic(READY_THEN_SLEEP), {})
+@pytest.mark.parametrize("framework", ["generic", pytest.param("horovod", marks=needs_horovod)])
+def test_a_worker_killed_from_outside_is_a_preemption_not_a_user_failure(backend, framework):
+    name = f"preempted-{framework}"
+    backend.submit(name, generic(READY_THEN_SLEEP, framework=framework), {})
     wait_for(lambda: len(ready_ranks(backend, name)) == 2, what="workers")
-    workers = [p for p in job_processes(uid(backend, name)) if "time.sleep" in " ".join(p.cmdline())]
+    workers = [p for p in job_processes(uid(backend, name))
+               if p.cmdline()[:2] == ["python", "-c"] and "time.sleep" in p.cmdline()[2]]
     assert len(workers) == 2
     workers[0].send_signal(signal.SIGKILL)
     status = wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, what="preemption")

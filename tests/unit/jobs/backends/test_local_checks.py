@@ -1,0 +1,69 @@
+"""The local backend's checks that need no job: names, secrets, the environment allow-list, the plan."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local_common import allowed_env
+from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+SPEC = TrainingJobSpec(framework="generic", command=["python", "t.py"], num_workers=1)
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden", "", "a..b", "x" * 300])
+def test_a_job_name_that_is_not_one_directory_name_is_refused(tmp_path, name):
+    with pytest.raises(ValueError, match="job name: .* is not a valid local job name"):
+        LocalBackend(tmp_path).job_dir(name)
+
+
+def test_only_allow_listed_variables_pass():
+    environ = {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "USER": "u",
+               "AIRFLOW_CONN_DB": "x", "AIRFLOW__CORE__FERNET_KEY": "x", "AWS_SECRET_ACCESS_KEY": "x",
+               "MLFLOW_TRACKING_TOKEN": "x", "LD_PRELOAD": "/tmp/evil.so", "PYTHONPATH": "/tmp"}
+    assert allowed_env(environ) == {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8", "LC_ALL": "C",
+                                    "TZ": "UTC", "USER": "u"}
+
+
+@pytest.mark.parametrize(("secrets", "error"), [
+    ({"BAD NAME": "v"}, "secrets: 'BAD NAME' is not a valid environment variable name"),
+    ({"KEY": "a\0b"}, "secrets: the value of KEY must be a string without NUL bytes"),
+    ({"KEY": 3}, "secrets: the value of KEY must be a string"),
+])
+def test_bad_secrets_are_refused_without_showing_the_value(tmp_path, secrets, error):
+    with pytest.raises(JobSubmissionError) as caught:
+        LocalBackend(tmp_path, image=sys.prefix).submit("j", SPEC, {}, secrets=secrets)
+    assert str(caught.value).startswith(error) and "a\0b" not in str(caught.value)
+    assert not (tmp_path / "jobs" / "j").exists()
+
+
+def test_a_horovod_program_starting_with_a_dash_is_refused_at_submit(tmp_path):
+    spec = TrainingJobSpec(framework="horovod", command=["-H", "evil:8", "python"], num_workers=2)
+    with pytest.raises(ValueError, match="command: the program '-H' starts with '-'"):
+        launch_plan(spec, sys.prefix, tmp_path / "j")
+    image = tmp_path / "img"
+    (image / "bin").mkdir(parents=True)
+    (image / "bin" / "horovodrun").touch()
+    with pytest.raises(JobSubmissionError, match="starts with '-'"):
+        LocalBackend(tmp_path / "ml", image=str(image)).submit("j", spec, {})
+    assert not (tmp_path / "ml" / "jobs" / "j").exists()
+
+
+def test_the_plan_runs_ranks_directly_under_horovodrun_with_the_images_bin_first():
+    spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, env={"A": "1"},
+                           timeout_s=60)
+    plan = launch_plan(spec, "/img", Path("/jobs/j"))
+    assert plan["argv"] == ["/img/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
+                            "--network-interface", "lo", "python", "t.py"]
+    assert plan["env"]["PATH"].split(os.pathsep)[0] == "/img/bin" and plan["env"]["A"] == "1"
+
+
+def test_orphan_grace_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match=r"orphan_grace_s: must be a positive number of seconds \(got 0\)"):
+        LocalBackend(tmp_path, orphan_grace_s=0)
