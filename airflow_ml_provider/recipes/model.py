@@ -25,7 +25,7 @@ from pydantic import (
 
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.jobs.spec import Framework, Resources
-from airflow_ml_provider.recipes.argv import placeholders, render_argv
+from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
 from airflow_ml_provider.recipes.space import Range, Scalar, product_size, sample_space
 
 MAX_SAMPLES = 10_000
@@ -225,8 +225,9 @@ class Experiment(_Strict):
         discrete = {n: spec for n, spec in self.parameters.items() if isinstance(spec, list)}
         ranges = {n: spec.as_range() for n, spec in self.parameters.items() if isinstance(spec, RangeSpec)}
         assignments = sample_space(discrete, ranges, self.num_samples, seed)
+        template = ArgvTemplate(self.command)
         return [
-            Trial(i, params, render_argv(self.command, {**params, "sample": i, "experiment": name}))
+            Trial(i, params, template.render({**params, "sample": i, "experiment": name}))
             for i, params in enumerate(assignments)
         ]
 
