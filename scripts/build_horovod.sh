@@ -16,12 +16,23 @@ py="$venv/bin/python"
 hvd_version=0.28.1
 cache_root=${AIRFLOW_ML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-ml-provider}
 
-tf_version=$("$py" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
+# tensorflow-cpu in the CPU environment; tensorflow[and-cuda] in a GPU image (images/training/Dockerfile)
+tf_version=$("$py" -c 'import importlib.metadata as m, sys
+for dist in ("tensorflow-cpu", "tensorflow"):
+    try:
+        sys.exit(print(m.version(dist)))
+    except m.PackageNotFoundError:
+        pass
+sys.exit("build_horovod: TensorFlow is not installed")')
 py_version=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # What decides the wheel's content besides the versions: the source patch and the build flags.
 patch_expr='s/^#if TENSORFLOW_VERSION >= 2006000000$/#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU/'
 build_env=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1
            HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_CPU_OPERATIONS=gloo)
+# A GPU image sets HOROVOD_GPU_OPERATIONS=NCCL (allreduce on the GPUs); it keys the cache like every flag.
+if [[ -n "${HOROVOD_GPU_OPERATIONS:-}" ]]; then
+    build_env+=(HOROVOD_GPU_OPERATIONS="$HOROVOD_GPU_OPERATIONS")
+fi
 recipe_hash=$(printf '%s\n' "$patch_expr" "${build_env[@]}" | sha256sum | cut -c1-12)
 wheel_dir="$cache_root/horovod/$hvd_version-tf$tf_version-py$py_version-$recipe_hash"
 
