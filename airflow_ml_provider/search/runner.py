@@ -85,6 +85,7 @@ class TrialScheduler:
         self.finished = False  # the budget is spent (or the search gave up) and no trial runs
         self._failures_in_a_row = 0
         self._asked: int | None = None  # trials in the study, counted once and then kept up to date
+        self._best: float | None = None  # the best objective so far, once a trial completed
         follow = follow or FollowOptions()
         rules = {**follow.rules, "metrics": [*follow.rules.get("metrics", []), *(settings.metric_patterns or [])]}
         self.follow = replace(follow, rules=rules, poll_interval=settings.poll_interval)
@@ -203,7 +204,7 @@ class TrialScheduler:
             self._end(run)
             self._fail(run.trial, f"its preempted job was not resubmitted: {exc}")
             return
-        follower.resubmitted()
+        follower.resubmitted(new_log=run.driver.source.restarts_with_job)
 
     def _report(self, run: _Running, step: Step) -> bool:
         """Report the new steps to the trial, then ask the pruner; True when the trial was pruned.
@@ -238,9 +239,19 @@ class TrialScheduler:
             run.trial.set_user_attr(MODEL_PATH_ATTR, follower.model_path)
         frozen = self.study.tell(run.trial, value)
         self.log.info("Trial %d: %s = %.6g (best so far %.6g)", run.trial.number,
-                      self.settings.objective_metric, value, self.study.best_value)
+                      self.settings.objective_metric, value, self._best_so_far(value))
         self._failures_in_a_row = 0
         self._finished(frozen)
+
+    def _best_so_far(self, value: float) -> float:
+        """The best objective including ``value``, kept as trials complete (asking the study each time
+        reads every trial: quadratic over a long search)."""
+        if self._best is None:
+            complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            self._best = value if len(complete) <= 1 else self.study.best_value
+        pick = max if self.settings.direction == "maximize" else min
+        self._best = pick(self._best, value)
+        return self._best
 
     def _fail(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr(FAILURE_ATTR, reason[:2000])

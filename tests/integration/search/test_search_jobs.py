@@ -127,13 +127,14 @@ time.sleep(600)
 """
 
 
-def test_a_trial_below_the_median_is_pruned_and_its_running_job_deleted(tmp_path):
+@pytest.mark.parametrize("pruner", ["median", "successive_halving"])
+def test_a_trial_worse_than_the_others_is_pruned_and_its_running_job_deleted(tmp_path, pruner):
     markers = tmp_path / "markers"
     markers.mkdir()
     spec = TrainingJobSpec(framework="generic", num_workers=1,
                            command=["python", "-c", _PACED, "{{ params.quality }}", str(markers)])
     search = search_setup.scheduler(tmp_path, lambda name: spec, {"quality": ["good_a", "good_b", "bad"]},
-                                    sampler="grid", max_parallel=2, seed=0, pruner="median",
+                                    sampler="grid", max_parallel=2, seed=0, pruner=pruner,
                                     pruning_startup_trials=2)
     search.run()
 
