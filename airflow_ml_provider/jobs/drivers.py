@@ -31,9 +31,9 @@ class SyncDriver:
 
     def __init__(self, follower: Follower, log: logging.Logger, backend: Backend | None = None,
                  name: str | None = None, source: LogSource | None = None, owns_job: bool = True,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, on_step: Callable[[Step], None] | None = None):
         self.follower, self.log, self.backend, self.name = follower, log, backend, name
-        self.source, self.owns_job, self.clock = source, owns_job, clock
+        self.source, self.owns_job, self.clock, self.on_step = source, owns_job, clock, on_step
 
     def poll(self) -> Step:
         status = None
@@ -62,6 +62,8 @@ class SyncDriver:
 
     def _act(self, step: Step) -> Step:
         show(step, self.log)
+        if self.on_step is not None:  # e.g. observability.JobMetrics
+            self.on_step(step)
         if step.cancel and self.owns_job and self.backend is not None:
             self.log.warning("Stopping job %s: %s", self.name, step.message)
             self.backend.cancel(self.name)
@@ -78,7 +80,8 @@ def show(step: Step, log: logging.Logger) -> None:
 async def follow_async(follower: Follower, log: logging.Logger, backend: Backend | None = None,
                        name: str | None = None, source: LogSource | None = None, owns_job: bool = True,
                        on_progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-                       clock: Callable[[], float] = time.time) -> Step:
+                       clock: Callable[[], float] = time.time,
+                       on_step: Callable[[Step], None] | None = None) -> Step:
     """Follow until the follower decides; returns its final step (never WAIT).
 
     Statuses come from ``backend.statuses()`` (the shared watch on Kubernetes, polling elsewhere),
@@ -106,6 +109,8 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
             changed.clear()
             step = await _round(follower, backend, name, source, owns_job, latest, clock)
             show(step, log)
+            if on_step is not None:
+                on_step(step)
             if step.cancel and owns_job and backend is not None:
                 log.warning("Stopping job %s: %s", name, step.message)
                 await asyncio.to_thread(backend.cancel, name)

@@ -29,6 +29,7 @@ from airflow_ml_provider.jobs.spec import (
 )
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.logs.rules import LogRules
+from airflow_ml_provider.observability import job_metrics
 from airflow_ml_provider.operators.links import GrafanaJobLink, KibanaJobLink
 from airflow_ml_provider.triggers.durable import task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger, step_from_event
@@ -224,7 +225,8 @@ class BaseTrainingOperator(BaseOperator):
                                            state_key=task_key(context)),
                 method_name="execute_complete",
             )
-        step = SyncDriver(follower, self.log, backend, name, self._source(backend, name)).run()
+        step = SyncDriver(follower, self.log, backend, name, self._source(backend, name),
+                          on_step=job_metrics(context, name, self.framework.value)).run()
         return self._conclude(context, backend, name, follower, step)
 
     def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
