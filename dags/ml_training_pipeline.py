@@ -15,12 +15,10 @@ the model version. The `evaluate` and `deploy` tasks carry the same links ("MLfl
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from pathlib import Path
 
-from airflow.sdk import DAG, Param, conf, task
+from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.assets import data_asset, model_asset
@@ -33,6 +31,7 @@ from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
+IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
 WORKERS = "{{ params.workers }}"
 MODEL = model_asset("ml_training_pipeline")  # deploy's events schedule dags/ml_batch_scoring.py
 DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of the data
@@ -50,6 +49,11 @@ def whole(pattern: str) -> str:
 
 DATA_PATH = whole(r"/(?!.*\.\.)[A-Za-z0-9_./-]+\.(?:npz|csv)")
 MODEL_NAME = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+# A container image reference: [registry[:port]/]path[:tag][@sha256:digest]; never a local path.
+IMAGE_REF = whole(
+    r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
 
 
 def check_params(params: dict) -> None:
@@ -95,6 +99,15 @@ with DAG(
             values_display={"null": "default: the ml_training connection's backend (local)"},
             title="Backend",
             description="Where the jobs run; empty: the ml_training connection's default backend.",
+        ),
+        "image": Param(
+            None,
+            type=["null", "string"],
+            pattern=IMAGE_REF,
+            maxLength=512,
+            title="Training image",
+            description="Kubernetes backends: the container image of every job; empty: the ml_training "
+            "connection's image_<framework> or image extra. The local backend uses its own environment.",
         ),
         "workers": Param(
             2,
@@ -194,16 +207,14 @@ with DAG(
     def prepare_data(params: dict, run_id: str, ti=None) -> list[dict]:
         """Split the dataset (or a generated one) into shards and held-out sets; only paths go to XCom:
         the shards to preprocess are the return value (mapped over), the rest have their own keys."""
+        from airflow_ml_provider.hooks.artifacts import run_data_dir
         from airflow_ml_provider.runtime.datasets import write_synthetic
         from airflow_ml_provider.runtime.splits import split_dataset
 
         check_params(params)
-        home = Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser()
-        root = Path(conf.get("ml_training", "data_root", fallback=str(home / "ml" / "data")))
-        out = root / "ml_training_pipeline" / hashlib.sha256(run_id.encode()).hexdigest()[:12]
+        out = run_data_dir("ml_training_pipeline", run_id, params["backend"])  # under artifact_root
         source = params["data_path"]
         if not source:
-            out.mkdir(parents=True, exist_ok=True)
             source = out / "source.npz"
             write_synthetic(source, rows=20_000, features=20, seed=0)
         split = split_dataset(source, out, params["shards"])
@@ -226,6 +237,7 @@ with DAG(
         outlets=[DATA],
         data_version=prepared["data_version"],
         backend=BACKEND,
+        image=IMAGE,
         map_index_template="{{ task.output_path | data_part }}",
         doc_md="One job per part of the data (`shard 0..N`, `valid`, `test`): drop non-finite rows, clip, float32.",
     ).expand_kwargs(prepared)
@@ -244,6 +256,7 @@ with DAG(
         num_boost_round="{{ params.boost_rounds }}",
         num_workers=WORKERS,
         backend=BACKEND,
+        image=IMAGE,
         doc_md="Data-parallel LightGBM over the preprocessed shards, one worker per machine.",
     )
     train_horovod = HorovodTrainingOperator(
@@ -264,6 +277,7 @@ with DAG(
         ],
         num_workers=WORKERS,
         backend=BACKEND,
+        image=IMAGE,
         doc_md="Horovod (ring-allreduce) training of a Keras network over the preprocessed shards.",
     )
     evaluate = EvaluateModelOperator(
@@ -272,6 +286,7 @@ with DAG(
         test_data=prepared["test"],
         data_version=prepared["data_version"],
         backend=BACKEND,
+        image=IMAGE,
         trigger_rule="none_failed_min_one_success",
         doc_md="Held-out metrics, training curve and report, recorded as an MLflow run (see its link).",
     )

@@ -1,0 +1,144 @@
+"""The shipped ml_training_pipeline, unchanged, pointed at a cluster by its connections only: every
+job task renders a manifest whose image comes from the connection (per framework), whose data,
+model and checkpoint locations are under the s3:// artifact root, and whose S3 credentials are
+Secret references; the real kube-apiserver (MPIJob and Volcano CRDs) accepts each of them.
+
+Rendering is what a task does before it submits (``render_template_fields``: the UI's rendered
+view shows the same manifest). The upstream results a run would have recorded are handed to it by
+``RecordedRun`` below, in place of a task instance's XCom store: pods never run on this API server."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from dag_runs import load_dag
+from support import REPO
+
+from airflow_ml_provider.jobs.naming import JobIdentity
+
+pytestmark = pytest.mark.integration
+
+ROOT = "s3://models-prod/ml"
+IMAGES = {"horovod": "registry.example/train-gpu:2.21", "lightgbm": "registry.example/train-cpu:4.7",
+          "generic": "registry.example/train-cpu:4.7"}
+SECRET_REFS = {"AWS_ACCESS_KEY_ID": {"secret": "s3-credentials", "key": "access-key"},
+               "AWS_SECRET_ACCESS_KEY": {"secret": "s3-credentials", "key": "secret-key"}}
+RUN_ID = "manual__2026-03-01T00:00:00+00:00"
+DATA = f"{ROOT}/data/ml_training_pipeline/0123456789ab"
+PREPARED = {"train_dir": f"{DATA}/processed/train", "valid": f"{DATA}/processed/valid/part-00000.npz",
+            "test": f"{DATA}/processed/test/part-00000.npz", "data_version": "159b2cea22c9590c",
+            "objective": "binary", "num_class": 1}
+
+
+class RecordedRun:
+    """What a task instance's ``xcom_pull`` returns for this DAG run's finished upstream tasks."""
+
+    def __init__(self, task_id: str, map_index: int, framework: str):
+        self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number = (
+            "ml_training_pipeline", task_id, RUN_ID, map_index, 1)
+        job = JobIdentity(self.dag_id, f"train_{framework}", RUN_ID).name
+        model = "model.keras" if framework == "horovod" else "model.txt"
+        self.values = {**PREPARED, f"train_{framework}": {
+            "job_name": job, "backend": "x", "state": "SUCCEEDED", "metrics": {},
+            "model_path": f"{ROOT}/artifacts/{job}/model/{model}"}}
+
+    def xcom_pull(self, task_ids, key="return_value", default=None, map_indexes=None, **_):
+        return self.values.get(key if key != "return_value" else task_ids, default)
+
+
+@pytest.fixture
+def pipeline(airflow_db):
+    """A fresh parse per test: rendering replaces a task's templates with their values."""
+    return load_dag(REPO / "dags" / "ml_training_pipeline.py")
+
+
+@pytest.fixture
+def cluster_connection(namespace, monkeypatch) -> str:
+    """The only change from the local quick start: the ml_training connection (and an aws connection
+    whose non-secret settings reach the pods; its credentials never do)."""
+    monkeypatch.setenv("AIRFLOW_CONN_S3_PROD", json.dumps({
+        "conn_type": "aws", "login": "AKIAEXAMPLE", "password": "never-in-a-manifest",
+        "extra": {"endpoint_url": "https://s3.example.internal", "region_name": "eu-west-1"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps({"conn_type": "ml_training", "extra": {
+        "namespace": namespace, "artifact_root": ROOT, "artifact_conn_id": "s3_prod",
+        "artifact_secret_env": SECRET_REFS, "image": IMAGES["generic"], "image_horovod": IMAGES["horovod"],
+        "image_lightgbm": IMAGES["lightgbm"]}}))
+    return namespace
+
+
+def _task(pipeline, task_id: str):
+    task = pipeline.get_task(task_id)
+    if task_id == "preprocess":  # one mapped instance: the first training shard
+        task = task.unmap({"input_path": f"{DATA}/raw/train/part-00000.npz",
+                           "output_path": f"{DATA}/processed/train/part-00000.npz"})
+    return task
+
+
+def _render(pipeline, task_id: str, backend: str, framework: str):
+    task = _task(pipeline, task_id)
+    params = copy.deepcopy(pipeline.params)
+    params.update({"backend": backend, "framework": framework})  # what the trigger form would send
+    params = params.validate()
+    ti = RecordedRun(task_id, 0 if task_id == "preprocess" else -1, framework)
+    task.render_template_fields({"ti": ti, "params": params, "run_id": RUN_ID, "dag": pipeline, "task": task})
+    return task, ti
+
+
+def _containers(obj: dict) -> list[dict]:
+    spec = obj["spec"]
+    if obj["kind"] == "MPIJob":
+        templates = [r["template"] for r in spec["mpiReplicaSpecs"].values()]
+    elif obj["kind"] == "Job" and "tasks" in spec:
+        templates = [t["template"] for t in spec["tasks"]]
+    else:
+        templates = [spec["template"]]
+    return [c for template in templates for c in template["spec"]["containers"]]
+
+
+CASES = [("mpijob", "horovod", "train_horovod"), ("mpijob", "horovod", "preprocess"), ("mpijob", "horovod", "evaluate"),
+         ("volcano", "horovod", "train_horovod"), ("volcano", "lightgbm", "train_lightgbm"),
+         ("volcano", "lightgbm", "preprocess"), ("indexed-job", "lightgbm", "train_lightgbm"),
+         ("indexed-job", "lightgbm", "preprocess"), ("indexed-job", "lightgbm", "evaluate")]
+
+
+@pytest.mark.parametrize("backend,framework,task_id", CASES)
+def test_the_same_dag_renders_manifests_the_api_server_accepts(pipeline, cluster_connection, kube_cluster,
+                                                               backend, framework, task_id):
+    task, ti = _render(pipeline, task_id, backend, framework)
+    objects = list(yaml.safe_load_all(task.manifest))
+    expected_image = IMAGES["generic" if task_id in ("preprocess", "evaluate") else framework]
+    containers = _containers(objects[0])
+    assert containers and {c["image"] for c in containers} == {expected_image}
+    text = task.manifest
+    assert "never-in-a-manifest" not in text and "AKIAEXAMPLE" not in text, "a credential value was rendered"
+    for container in containers:
+        env = {e["name"]: e for e in container.get("env", [])}
+        assert env["AWS_ENDPOINT_URL_S3"]["value"] == "https://s3.example.internal"
+        assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3-credentials", "key": "access-key"}
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "s3-credentials"
+    job = JobIdentity.from_context({"ti": ti}).name
+    assert f"{ROOT}/artifacts/{job}/checkpoints" in text and f"{ROOT}/artifacts/{job}/model" in text
+    assert DATA in text, "the job reads its data from the artifact root"
+
+    jobs = task.hook.get_backend(backend)
+    assert jobs.name == backend and jobs.namespace == cluster_connection
+    spec = task.build_spec(jobs, job)
+    assert jobs.submit(job, spec, JobIdentity.from_context({"ti": ti}).labels()) is True  # the real schemas
+    primary = objects[0]
+    group, _, version = primary["apiVersion"].rpartition("/")
+    plural = {"MPIJob": "mpijobs", "Job": "jobs"}[primary["kind"]]
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    created = kube_cluster.request("GET", f"{prefix}/namespaces/{cluster_connection}/{plural}/{job}")
+    assert {c["image"] for c in _containers(created)} == {expected_image}
+
+
+def test_without_an_artifact_root_a_cluster_run_is_refused_before_any_job(pipeline, namespace, monkeypatch):
+    from airflow_ml_provider.hooks.artifacts import ArtifactStoreError, run_data_dir
+
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps({"conn_type": "ml_training",
+                                                                       "extra": {"image": IMAGES["generic"]}}))
+    with pytest.raises(ArtifactStoreError, match="backend 'mpijob' has no artifact_root"):
+        run_data_dir("ml_training_pipeline", RUN_ID, "mpijob")
