@@ -9,10 +9,12 @@ its objective (``{"event": "result", "auc": x}``, x being a searched parameter).
     job bookkeeping, follow rounds). ms/trial = wall time / trials; peak RSS of the process that ran
     it (a fresh interpreter per sampler, so each search's memory is its own). Targets: random/grid
     <= 50 ms/trial, TPE <= 200 ms/trial.
-(2) On the local backend: the same no-op job as real processes (a launcher interpreter per job, as the
-    local backend always starts, and the job's ``echo``). Cost beyond the jobs = (search wall time -
-    wall time of running the same launcher + job processes bare, 64 at a time) / trials. With
-    ``--local-trials`` below 4,096 the 4,096-trial figure is a linear extrapolation, printed as such.
+(2) On the local backend: the same no-op job as real processes (the job's ``echo``, under the launcher
+    interpreter the local backend starts for every job). Cost beyond the jobs = (search wall time -
+    wall time of running the jobs' own processes bare, 64 at a time) / trials; printed beside it, how
+    much of that the launcher's interpreter alone accounts for (the same processes plus a bare start of
+    the launcher's interpreter). With ``--local-trials`` below 4,096 the 4,096-trial wall time is a
+    linear extrapolation, printed as such.
 
     AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/search_scale.py [--trials 4096] [--local-trials 512]
 
@@ -74,20 +76,19 @@ def local(trials: int, parallel: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         backend = LocalBackend(Path(tmp) / "ml", image=sys.prefix, cancel_grace_s=2)
         result = search(Path(tmp), backend, "random", trials, parallel)
-        job = next((Path(tmp) / "ml" / "jobs").iterdir())
-        bare = _bare(job, trials, parallel)
-    return {**result, "bare_wall_s": bare}
-
-
-def _bare(job: Path, trials: int, parallel: int) -> float:
-    """Wall time of what every local job runs, without the search or the backend's bookkeeping: the
-    launcher's interpreter importing its module, then the job's own process; ``parallel`` at a time."""
-    plan = json.loads((job / "job.json").read_text())["spec"]["command"]
+        command = json.loads(next((Path(tmp) / "ml" / "jobs").glob("*/job.json")).read_text())["spec"]["command"]
     launcher = [sys.executable, "-c", "import airflow_ml_provider.jobs.backends.local_launcher"]
+    return {**result, "job_wall_s": _bare([command], trials, parallel),
+            "launcher_job_wall_s": _bare([launcher, command], trials, parallel)}
+
+
+def _bare(commands: list[list[str]], trials: int, parallel: int) -> float:
+    """Wall time of running ``commands`` (one after the other) ``trials`` times, ``parallel`` at a time,
+    with nothing around them."""
 
     def one(_: int) -> None:
-        subprocess.run(launcher, check=True)
-        subprocess.run(plan, check=True, stdout=subprocess.DEVNULL)
+        for command in commands:
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(parallel) as pool:
@@ -184,10 +185,12 @@ def main() -> None:
               f"{'<= ' + str(target) + ' ms':>10} {'ok' if per <= target else 'OVER'}")
     if args.local_trials:
         r = _child(["--one", "local", "--trials", str(args.local_trials), "--parallel", str(args.parallel)])
-        per, bare = 1000 * r["wall_s"] / r["trials"], 1000 * r["bare_wall_s"] / r["trials"]
-        print(f"Local backend, random sampler, {r['trials']} real no-op jobs ({r['complete']} complete): "
-              f"{r['wall_s']:.1f} s = {per:.1f} ms/trial; the same launcher + job processes bare: "
-              f"{bare:.1f} ms/trial; cost beyond the jobs: {per - bare:.1f} ms/trial")
+        n = r["trials"]
+        per, job, launcher = (1000 * r[key] / n for key in ("wall_s", "job_wall_s", "launcher_job_wall_s"))
+        print(f"Local backend, random sampler, {n} real no-op jobs ({r['complete']} complete), max_parallel "
+              f"{args.parallel}: {r['wall_s']:.1f} s = {per:.1f} ms/trial (search CPU {1000 * r['cpu_s'] / n:.1f} ms/trial)")
+        print(f"  the jobs' own processes bare: {job:.1f} ms/trial -> cost beyond the jobs {per - job:.1f} ms/trial, "
+              f"of which the local launcher's interpreter (bare, with the job) accounts for {launcher - job:.1f}")
         if r["trials"] < args.trials:
             print(f"  (extrapolated to {args.trials} trials, linearly: {r['wall_s'] * args.trials / r['trials']:.0f} s)")
 

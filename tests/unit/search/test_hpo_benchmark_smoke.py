@@ -21,3 +21,18 @@ def test_the_sampler_race_runs_and_reports_best_so_far_curves(capsys):
     assert 0.5 < race["target"] <= 1.0
     assert bench.trials_to_target([0.6, 0.7, 0.9], 0.7) == 2 and bench.trials_to_target([0.6], 0.7) is None
     assert "TPE ended better than or equal to random at 4 trials" in capsys.readouterr().out
+
+
+def _search_scale():
+    spec = importlib.util.spec_from_file_location("search_scale", REPO / "benchmarks" / "search_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_search_scale_benchmark_runs_every_trial_through_the_real_loop():
+    bench = _search_scale()
+    for sampler in ("random", "grid", "tpe"):
+        result = bench.orchestration(sampler, trials=24, parallel=8)
+        assert (result["trials"], result["complete"]) == (24, 24), result
+        assert result["wall_s"] > 0 and result["cpu_s"] > 0 and result["peak_rss_mb"] > 0
