@@ -8,6 +8,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from airflow_ml_provider.jobs.backends.base import BackendAccessError
 from airflow_ml_provider.jobs.backends.kube_rest import OBJECT, RETRYABLE, api_message, dns_label, dns_subdomain
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource, LogSourceUnavailable
 
@@ -30,10 +31,13 @@ class PodLogSource(LogSource):
         self.selector = selector
 
     def read(self, cursor: dict[str, Any] | None = None, max_lines: int = 5000) -> LogBatch:
-        """Raises LogSourceUnavailable when the API server is overloaded, failing or unreachable."""
+        """Raises LogSourceUnavailable when the API server is overloaded, failing or unreachable,
+        BackendAccessError when it refuses (401/403)."""
         try:
             return self._read(cursor, max_lines)
         except ApiException as exc:
+            if exc.status in (401, 403):  # e.g. no RBAC for pods or pods/log: waiting cannot fix it
+                raise BackendAccessError(f"pod logs in {self.namespace}: {exc.status} {api_message(exc)}") from None
             if exc.status not in RETRYABLE:
                 raise
             raise LogSourceUnavailable(f"pod logs in {self.namespace}: {exc.status} {api_message(exc)}") from None

@@ -43,12 +43,14 @@ def test_a_watch_without_permission_ends_the_wait_naming_the_permission(kind, re
     assert unauthorized_namespace in str(refused.value)
 
 
-def test_status_and_submit_without_permission_are_access_errors_naming_the_verb(unauthorized_namespace):
+def test_status_submit_and_logs_without_permission_are_access_errors_naming_the_verb(unauthorized_namespace):
     backend = TrainingBackendHook().get_backend("mpijob")
     with pytest.raises(BackendAccessError, match='cannot get resource "mpijobs"'):
         backend.status("aml-train-1")
     with pytest.raises(BackendAccessError, match='cannot create resource "mpijobs"'):
         backend.submit("aml-train-1", SPEC, {})
+    with pytest.raises(BackendAccessError, match='cannot list resource "pods"'):
+        backend.log_source("aml-train-1").read()
 
 
 def test_hostile_names_are_refused_before_any_request(kube_cluster, namespace, monkeypatch):
