@@ -1,8 +1,11 @@
 """Overhead of the local backend on a Horovod job: wall time through the operator's path vs bare horovodrun.
 
-(a) ``LocalBackend.submit()`` of a 2-rank Horovod TrainingJobSpec, then the operator's own wait loop
-    (``BaseTrainingOperator._wait``: ``JobFollower.step()``, its default ``poll_interval``), consuming
-    every line; the launcher, the per-rank exit-code wrapper, the log file and polling all count.
+(a) ``LocalBackend.submit()`` of a 2-rank Horovod TrainingJobSpec, then followed as a training task
+    follows it: each round heartbeats the job, reads its status, then its new log lines (every line is
+    consumed), and waits the operator's default ``poll_interval`` when nothing was new (the sync
+    driver); with ``--follow deferred``, rounds are driven by ``backend.statuses()`` as the trigger does
+    (the local backend notices the end of a job within ~50 ms there). The launcher, the log file and
+    following all count.
 (b) the same trainer under bare ``horovodrun`` from the training environment, output read to EOF.
 
 The runs alternate (a, b, a, b, ...) so both sides see the same machine load; every run gets a fresh job
@@ -10,11 +13,13 @@ name and fresh model/checkpoint dirs, so none resumes from another. Target: medi
 i.e. running through the provider costs at most 5% over launching Horovod by hand.
 
     AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/local_overhead.py [--runs 5] [--epochs 5]
+        [--follow sync|deferred]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import inspect
 import os
 import statistics
@@ -26,41 +31,70 @@ from pathlib import Path
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.follow import JobFollower
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 TRAIN_ENV = Path(__file__).resolve().parent.parent / ".venv-train"
 POLL_INTERVAL = inspect.signature(BaseTrainingOperator.__init__).parameters["poll_interval"].default
 RANKS = 2
+MAX_LINES = 5000  # lines per read, as the drivers read
 TARGET = 1.05
 
 
-def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec,
-            poll_interval: float = POLL_INTERVAL) -> tuple[float, list[LogLine]]:
-    """Submit ``spec`` and follow it as ``BaseTrainingOperator._wait`` does; return (seconds, its lines).
+def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec, follow: str) -> tuple[float, int]:
+    """Submit ``spec`` and follow it to the end (see the module docstring); return (seconds, lines read).
     A job that is refused or does not succeed ends the benchmark (exit 1) with its status message."""
     start = time.perf_counter()
     try:
         backend.submit(name, spec, {"benchmark": name})
     except JobSubmissionError as exc:
         sys.exit(f"job {name}: the local backend refused it: {exc}")
-    follower, lines = JobFollower(backend, name), []
-    while True:
-        batch, status = follower.step()
-        lines.extend(batch)
-        if batch:
-            continue
-        if status.state.is_terminal:
-            break
-        time.sleep(poll_interval)
+    follower = follow_deferred if follow == "deferred" else follow_sync
+    status, lines = follower(backend, name)
     elapsed = time.perf_counter() - start
     if status.state is not JobState.SUCCEEDED:
         tail = "\n".join(f"  {line}" for line in lines[-10:])
         sys.exit(f"job {name} {status.state.value}: {status.message or 'no reason given'}\n{tail}")
-    return elapsed, lines
+    return elapsed, len(lines)
+
+
+def follow_sync(backend: LocalBackend, name: str) -> tuple[JobStatus, list[LogLine]]:
+    """The sync driver's rounds: heartbeat, status, then lines; wait ``POLL_INTERVAL`` when none were new.
+    A terminal status read before an empty read means the log is complete."""
+    source, cursor, lines = backend.log_source(name), None, []
+    while True:
+        backend.heartbeat(name)
+        status = backend.status(name)
+        batch = source.read(cursor, MAX_LINES)
+        cursor = batch.cursor
+        lines.extend(batch.lines)
+        if status.state.is_terminal:
+            if not batch.lines:
+                return status, lines
+        elif len(batch.lines) < MAX_LINES:
+            time.sleep(POLL_INTERVAL)
+
+
+def follow_deferred(backend: LocalBackend, name: str) -> tuple[JobStatus, list[LogLine]]:
+    """The trigger's rounds: one per status from ``backend.statuses()`` (at least every ``POLL_INTERVAL``)."""
+
+    async def follow() -> tuple[JobStatus, list[LogLine]]:
+        source, cursor, lines = backend.log_source(name), None, []
+        async for status in backend.statuses(name, POLL_INTERVAL):
+            backend.heartbeat(name)
+            while True:
+                batch = source.read(cursor, MAX_LINES)
+                cursor = batch.cursor
+                lines.extend(batch.lines)
+                if len(batch.lines) < MAX_LINES:
+                    break
+            if status.state.is_terminal:
+                return status, lines
+        raise AssertionError("statuses() ended before the job did")
+
+    return asyncio.run(follow())
 
 
 def run_bare(command: list[str], cwd: Path) -> tuple[float, int]:
@@ -90,12 +124,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of each side, alternated (default 5)")
     parser.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5: ~30 s on 2 cores)")
+    parser.add_argument("--follow", choices=("sync", "deferred"), default="sync",
+                        help="follow as the sync operator does (default) or as its trigger does")
     args = parser.parse_args()
     if not (TRAIN_ENV / "bin" / "horovodrun").exists():
         sys.exit(f"no horovodrun in {TRAIN_ENV}/bin: run `make training-env` first")
     trainer = ["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", str(args.epochs)]
-    print(f"{RANKS} ranks, {args.epochs} epochs, {args.runs} runs per side; operator poll_interval "
-          f"{POLL_INTERVAL} s; training env {TRAIN_ENV}")
+    print(f"{RANKS} ranks, {args.epochs} epochs, {args.runs} runs per side; following {args.follow}, operator "
+          f"poll_interval {POLL_INTERVAL} s; training env {TRAIN_ENV}")
     times: dict[str, list[float]] = {"operator": [], "bare": []}
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
@@ -103,9 +139,9 @@ def main() -> int:
             name = f"hvd-overhead-{run}"
             command = trainer + artifact_args(Path(backend.default_artifact_dir(name)))
             spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=command)
-            seconds, lines = run_job(backend, name, spec)
+            seconds, count = run_job(backend, name, spec, args.follow)
             times["operator"].append(seconds)
-            print(f"run {run}  (a) operator path   {seconds:6.1f} s  ({len(lines)} lines)", flush=True)
+            print(f"run {run}  (a) operator path   {seconds:6.1f} s  ({count} lines)", flush=True)
             bare = Path(tmp, f"bare-{run}")
             bare.mkdir()
             seconds, count = run_bare(trainer + artifact_args(bare), bare)

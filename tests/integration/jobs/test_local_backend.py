@@ -145,3 +145,20 @@ def test_unknown_jobs_and_images_without_horovod_are_refused(backend, tmp_path):
             "x", generic(["python", "t.py"], framework="horovod"), {})
     with pytest.raises(JobSubmissionError, match="not a Python environment"):
         LocalBackend(tmp_path, image=str(tmp_path / "nowhere")).submit("y", generic(["python"]), {})
+
+
+def test_the_status_stream_reports_the_end_of_a_job_without_waiting_for_the_interval(backend):
+    """The trigger's stream notices status.json as soon as the launcher writes it, not a poll later."""
+    import asyncio
+
+    backend.submit("stream", generic(["python", "-c", "import time; time.sleep(2)"], workers=1), {})
+
+    async def until_the_end():
+        states = []
+        async for status in backend.statuses("stream", interval=600):
+            states.append(status.state)
+            if status.state.is_terminal:
+                return states
+
+    states = asyncio.run(asyncio.wait_for(until_the_end(), timeout=60))
+    assert states[-1] is JobState.SUCCEEDED and len(states) == 2, states
