@@ -5,7 +5,6 @@ submitter dies mid-submit."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
