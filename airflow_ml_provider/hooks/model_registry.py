@@ -85,6 +85,10 @@ class ModelRegistryHook(BaseHook):
             if "@" in urlsplit(uri).netloc:  # MLflow exports its URIs to the environment
                 raise ValueError(f"connection {self.registry_conn_id!r}: {name} holds credentials; put them in "
                                  "login/password or the token extra")
+        secrets = {"login": connection.login, "password": connection.password, "extra.token": extras.get("token")}
+        for name, value in secrets.items():
+            if value and any(character in value for character in "\r\n\x00"):  # would forge request headers
+                raise ValueError(f"connection {self.registry_conn_id!r}: {name} contains a line break or NUL")
         return RegistrySettings(
             tracking_uri=tracking,
             registry_uri=extras.get("registry_uri") or tracking,

@@ -200,5 +200,6 @@ def _describe(exc: ValidationError) -> str:
     for error in exc.errors():
         field = ".".join(str(part) for part in error["loc"]) or "spec"
         message = error["msg"].removeprefix("Value error, ")
-        lines.append(f"TrainingJobSpec.{field}: {message} (got {error.get('input')!r})")
+        shown = "a value, not shown" if field.startswith("kubernetes.secret_env.") else repr(error.get("input"))
+        lines.append(f"TrainingJobSpec.{field}: {message} (got {shown})")
     return "; ".join(lines)

@@ -46,10 +46,10 @@ class _BoundedLoader(yaml.SafeLoader):
         if part is not None:
             self._path.append(part)
         if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
             node = super().compose_node(parent, index)
             if id(node) not in self._sizes:
-                raise _Refused("an alias refers to a node that contains it (a recursive structure)",
-                               node.start_mark, self._path)
+                raise _Refused("an alias refers to a node that contains it (a recursive structure)", mark, self._path)
         else:
             if len(self._path) >= MAX_DEPTH:
                 raise _Refused(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark, self._path)

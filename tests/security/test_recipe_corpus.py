@@ -1,0 +1,176 @@
+"""Hostile recipes (a recipe author is not trusted): each is refused as ``file:line: path: message`` without
+running, rendering or expanding anything, or its values reach the job as literal argv data.
+
+Issue 12, item 6: a 600-byte alias bomb ran until killed, 20k-deep nesting raised RecursionError, a
+non-UTF-8 file raised UnicodeDecodeError; item 7: a NUL byte passed ``airflow-ml validate``.
+The timeout marks only stop a hang (the old behaviour); the tests assert outcomes, not durations.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from airflow_ml_provider.cli import main
+from airflow_ml_provider.recipes import RecipeError, load_recipe, parse_recipe
+
+HEAD = "version: 1\nname: hostile\n"
+
+
+def _experiment(body: str) -> str:
+    return HEAD + "experiments:\n  a:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+
+
+def _billion_laughs() -> str:
+    """Ten strings, then eight levels of ten aliases to the level below: 10^9 values once expanded."""
+    text = HEAD + 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for previous, level in zip("abcdefgh", "bcdefghi"):
+        text += f"{level}: &{level} [{', '.join([f'*{previous}'] * 10)}]\n"
+    return text + "experiments: {x: {framework: generic, command: [python, '{{p}}'], parameters: {p: *i}}}\n"
+
+
+# (case, file content (str: UTF-8; bytes: as is), line, YAML path, message fragment)
+REFUSED = [
+    ("alias_bomb", _billion_laughs(), 7, "e", "expands to more than 100000 values"),
+    ("alias_bomb_inside_a_parameter", HEAD + "x: &x [" + ",".join(["1"] * 400) + "]\n"
+     "experiments:\n  a:\n    framework: generic\n    command: [python, '{{p}}']\n    parameters:\n      p: ["
+     + ",".join(["*x"] * 400) + "]\n", 9, "experiments.a.parameters.p", "expands to more than 100000 values"),
+    ("deep_flow_sequences", HEAD + "experiments: " + "[" * 20000 + "]" * 20000 + "\n", 3,
+     "experiments[0][0][0][0][0][0][0][0][0][0][0]...", "nested deeper than 64 levels"),
+    ("deep_flow_mappings", HEAD + "experiments: " + "{a: " * 20000 + "1" + "}" * 20000 + "\n", 3,
+     "experiments.a.a.a.a.a.a.a.a.a.a.a...", "nested deeper than 64 levels"),
+    ("deep_block_sequences", HEAD + "experiments:\n" + "- " * 20000 + "x\n", 4,
+     "experiments[0][0][0][0][0][0][0][0][0][0][0]...", "nested deeper than 64 levels"),
+    ("recursive_alias", HEAD + "experiments: &e\n  a: *e\n", 4, "experiments.a",
+     "an alias refers to a node that contains it"),
+    ("latin1_byte", HEAD.encode() + "description: caf\xe9\n".encode("latin-1"), 3, "",
+     "not UTF-8 text: byte 0xe9 cannot be decoded"),
+    ("utf16_file", (HEAD + "experiments: {}\n").encode("utf-16"), 1, "", "not UTF-8 text: byte 0xff"),
+    ("raw_nul_byte", HEAD.encode() + b"description: a\x00b\n", 3, "",
+     "special characters are not allowed: character #x0000"),
+    ("escaped_nul_in_argv", _experiment('framework: generic\ncommand: [python, "a\\0b"]\n'), 6,
+     "experiments.a.command[1]", "contains a NUL character"),
+    ("escaped_nul_in_a_value", _experiment('framework: generic\ncommand: [python, "{{p}}"]\n'
+                                           'parameters: {p: ["ok", "x\\0y"]}\n'), 7,
+     "experiments.a.parameters.p[1]", "contains a NUL character"),
+    ("escaped_nul_in_env", _experiment('framework: generic\ncommand: [python]\nenv: {A: "\\0"}\n'), 7,
+     "experiments.a.env.A", "contains a NUL character"),
+    ("escaped_nul_in_image", _experiment('image: "img\\0"\ncommand: [python]\n'), 5,
+     "experiments.a.image", "contains a NUL character"),
+    ("integer_of_5000_digits", _experiment("framework: generic\ncommand: [python]\nworkers: " + "9" * 5000 + "\n"),
+     7, "experiments.a.workers", "an integer of 5000 digits is out of range"),
+    ("python_object_tag", _experiment('framework: generic\ncommand: !!python/object/apply:os.system '
+                                      '["touch /tmp/aml-recipe-python-tag"]\n'), 6, "experiments.a.command",
+     "could not determine a constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system'"),
+    ("python_name_tag", _experiment("framework: generic\ncommand: [!!python/name:os.system x]\n"), 6,
+     "experiments.a.command[0]",
+     "could not determine a constructor for the tag 'tag:yaml.org,2002:python/name:os.system'"),
+    ("workers_beyond_the_bound", _experiment("framework: generic\ncommand: [python]\nworkers: 1000000000\n"),
+     7, "experiments.a.workers", "less than or equal to 512"),
+    ("samples_beyond_the_bound", _experiment("framework: generic\ncommand: [python]\nsamples: 1000000000\n"),
+     7, "experiments.a.samples", "less than or equal to 10000"),
+    ("objective_is_jinja", _experiment("framework: generic\ncommand: [python, '{{p}}']\nsamples: 2\n"
+                                       "parameters: {p: [1, 2]}\nsearch: {objective: '{{ 7*7 }}'}\n"),
+     9, "experiments.a.search.objective", "'{{ 7*7 }}' is not a valid metric name"),
+    ("nan_range_bound", _experiment("framework: generic\ncommand: [python, '{{p}}']\nparameters: "
+                                    "{p: {min: .nan, max: 1}}\n"), 7, "experiments.a.parameters.p.min",
+     "must be a finite number"),
+    ("infinite_range_bound", _experiment("framework: generic\ncommand: [python, '{{p}}']\nparameters: "
+                                         "{p: {min: 0, max: .inf}}\n"), 7, "experiments.a.parameters.p.max",
+     "must be a finite number"),
+    ("infinite_choice", _experiment("framework: generic\ncommand: [python, '{{p}}']\nparameters: {p: [1, -.inf]}\n"),
+     7, "experiments.a.parameters.p[1]", "must be a finite number"),
+    ("command_is_a_shell_string", _experiment("framework: generic\ncommand: 'python train.py; rm -rf /'\n"), 6,
+     "experiments.a.command", "not a shell string"),
+    ("program_with_shell_syntax", _experiment("framework: generic\ncommand: ['python;id', x]\n"), 4,
+     "experiments.a", "contains shell syntax"),
+    ("jinja_statement_in_argv", _experiment("framework: generic\ncommand: [python, '{% for x in y %}']\n"), 6,
+     "experiments.a.command[1]", "Jinja statements and comments"),
+    ("jinja_expression_placeholder", _experiment("framework: generic\ncommand: [python, '{{ lr * 2 }}']\n"
+                                                 "parameters: {lr: [1, 2]}\n"), 6, "experiments.a.command[1]",
+     "expressions are never evaluated"),
+    ("airflow_context_placeholder", _experiment("framework: generic\ncommand: [python, '{{ var.value.x }}']\n"), 6,
+     "experiments.a.command[1]", "{{var.value.x}} is not a placeholder"),
+    ("env_name_with_equals", _experiment("framework: generic\ncommand: [python]\nenv: {'A=B': x}\n"), 7,
+     "experiments.a.env.A=B", "not a valid environment variable name"),
+    ("recipe_name_with_a_path", HEAD.replace("hostile", "../../dags/x") + "experiments: {}\n", 2, "name",
+     "is not a valid recipe name"),
+    ("experiment_name_with_a_path", HEAD + "experiments:\n  ../x:\n    framework: generic\n    command: [python]\n",
+     4, "experiments.../x", "is not a valid experiment name"),
+    ("gpu_type_with_a_path", _experiment("framework: generic\ncommand: [python]\n"
+                                         "hardware: {gpu: {type: ../../x, count: 1}}\n"), 7,
+     "experiments.a.hardware.gpu.type", "is not a valid GPU type"),
+    ("memory_with_a_command", _experiment("framework: generic\ncommand: [python]\nhardware: {memory: '1Gi; id'}\n"),
+     7, "experiments.a.hardware.memory", "String should match pattern"),
+    ("unknown_backend", _experiment("framework: generic\ncommand: [python]\nbackend: ../../x\n"), 7,
+     "experiments.a.backend", "Input should be"),
+    ("duplicate_key_override", _experiment("framework: generic\ncommand: [python]\ncommand: [sh]\n"), 7,
+     "experiments.a.command", "duplicate key 'command'"),
+    ("dunder_field", _experiment("framework: generic\ncommand: [python]\n__class__: x\n"), 7,
+     "experiments.a.__class__", "unknown field '__class__'"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("content", "line", "path", "message"), [case[1:] for case in REFUSED],
+                         ids=[case[0] for case in REFUSED])
+def test_hostile_recipe_is_refused_at_its_line_and_path(tmp_path, content, line, path, message):
+    recipe = tmp_path / "hostile.yaml"
+    recipe.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(recipe)
+    matching = [issue for issue in raised.value.issues if issue.path == path and message in issue.message]
+    assert matching, str(raised.value)[:2000]
+    assert matching[0].line == line
+    assert f"{recipe}:{line}: {path or '<document>'}: " in str(raised.value)
+    assert not Path("/tmp/aml-recipe-python-tag").exists()
+
+
+def test_a_file_over_one_mebibyte_is_refused_before_parsing(tmp_path):
+    recipe = tmp_path / "big.yaml"
+    recipe.write_text(HEAD + "description: " + "x" * (1 << 20) + "\n")
+    with pytest.raises(RecipeError, match=r"big.yaml:1: <document>: the file is larger than 1048576 bytes"):
+        load_recipe(recipe)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["alias_bomb", "raw_nul_byte", "escaped_nul_in_argv", "latin1_byte"])
+def test_airflow_ml_validate_refuses_them_with_exit_status_1(tmp_path, capsys, case):
+    content = dict((c[0], c[1]) for c in REFUSED)[case]
+    recipe = tmp_path / f"{case}.yaml"
+    recipe.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert main(["validate", str(recipe)]) == 1
+    assert capsys.readouterr().err.startswith(f"{recipe}:")
+
+
+# (case, value): each reaches the program as exactly these characters, in one argv element
+LITERAL = [
+    ("shell_separator", "; touch /tmp/aml-recipe-literal"),
+    ("command_substitution", "$(touch /tmp/aml-recipe-literal)"),
+    ("backticks", "`touch /tmp/aml-recipe-literal`"),
+    ("jinja_expression", "{{ 7 * 7 }}"),
+    ("jinja_context_lookup", "{{ var.value.secret }}"),
+    ("jinja_raw_block", "{% raw %}$HOME"),
+    ("a_placeholder_of_another_parameter", "{{other}}"),
+    ("newline_and_tab", "a\nb\tc"),
+    ("option_like_value", "--config=/etc/shadow"),
+    ("bidi_override", "abc\u202edcba"),
+]
+
+
+@pytest.mark.parametrize("value", [case[1] for case in LITERAL], ids=[case[0] for case in LITERAL])
+def test_hostile_values_reach_argv_literally_once(value):
+    recipe = parse_recipe(_experiment("framework: generic\ncommand: [python, -m, prog, '--v={{v}}', '{{other}}']\n"
+                                      "parameters:\n  v: [x]\n  other: [y]\n").replace("[x]", _yaml_string(value)))
+    (trial,) = recipe.trials("a")
+    assert trial.argv == ["python", "-m", "prog", f"--v={value}", "y"]
+    assert trial.params == {"v": value, "other": "y"}
+    assert not Path("/tmp/aml-recipe-literal").exists()
+
+
+def _yaml_string(value: str) -> str:
+    import json
+
+    return "[" + json.dumps(value) + "]"  # a JSON string is a YAML double-quoted scalar
