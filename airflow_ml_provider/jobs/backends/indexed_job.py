@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 
 from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import container, deadline_s, metadata, pod_template
+from airflow_ml_provider.jobs.backends.pod_template import (
+    container, deadline_s, metadata, pod_template, refuse_unused,
+)
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -27,21 +29,21 @@ _told_no_gang = False
 
 
 def check_options(spec: TrainingJobSpec) -> None:
-    """Refuse what a plain Job cannot honour, naming the field: a queue and an explicitly asked-for gang
-    need a batch scheduler, elastic bounds a launcher that resizes. ``scheduling.gang`` left at its
-    default is a no-op here (workers start as they are placed), said once per process."""
+    """Refuse what a plain Job cannot honour, naming the field: a queue needs a batch scheduler, elastic
+    bounds a launcher that resizes. ``scheduling.gang`` (true by default, and so not told apart from a
+    request once a spec has been copied) is a no-op here: workers start as they are placed, which the
+    log says once per process."""
     global _told_no_gang
     if spec.scheduling.queue:
         raise ValueError(f"scheduling.queue: indexed-job has no queues (got {spec.scheduling.queue!r}); "
                          "use the volcano backend, or leave it unset")
-    if spec.scheduling.gang and "gang" in spec.scheduling.model_fields_set:
-        raise ValueError("scheduling.gang: indexed-job cannot place workers as a gang; use the volcano or mpijob "
-                         "backend, or set it to false")
     if spec.elastic:
         raise ValueError("min_workers/max_workers: indexed-job runs a fixed number of workers")
+    refuse_unused(spec, "indexed-job", "clean_pod_policy", "slots_per_worker")
     if spec.scheduling.gang and not _told_no_gang:
         _told_no_gang = True
-        log.warning("scheduling.gang: indexed-job has no gang scheduler; its workers start as they are placed")
+        log.warning("scheduling.gang: indexed-job has no gang scheduler; its workers start as they are placed "
+                    "(use volcano or mpijob to place them as a gang)")
 
 
 class IndexedJobBackend(KubernetesBackend):

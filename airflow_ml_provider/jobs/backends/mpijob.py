@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from airflow_ml_provider.jobs.backends.elastic_launch import MPI_OPERATOR_DISCOVERY, horovodrun_hosts
 from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import container, deadline_s, metadata, pod_template, user_argv
+from airflow_ml_provider.jobs.backends.pod_template import (
+    container, deadline_s, metadata, pod_template, refuse_unused, user_argv,
+)
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -38,6 +40,7 @@ class MPIJobBackend(KubernetesBackend):
     frameworks = frozenset({Framework.HOROVOD, Framework.GENERIC})
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        refuse_unused(spec, self.name, "worker_port")  # workers talk MPI over ssh, not LightGBM's port
         slots = spec.kubernetes.slots_per_worker
         ranks = str(spec.num_workers * slots)
         if spec.framework is Framework.HOROVOD:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.spec import KubernetesOptions, TrainingJobSpec
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ROLE_LABEL = "ml.airflow.apache.org/role"
@@ -16,6 +16,15 @@ def user_argv(spec: TrainingJobSpec) -> list[str]:
         raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which the launcher "
                          "would take as one of its own options")
     return list(spec.command)
+
+
+def refuse_unused(spec: TrainingJobSpec, backend: str, *fields: str) -> None:
+    """ValueError naming the first of ``fields`` (KubernetesOptions the backend has no use for) that is
+    set to anything but its default: an option that would silently do nothing is refused instead."""
+    for name in fields:
+        value = getattr(spec.kubernetes, name)
+        if value != KubernetesOptions.model_fields[name].default:
+            raise ValueError(f"kubernetes.{name}: the {backend} backend does not use it (got {value!r})")
 
 
 def deadline_s(spec: TrainingJobSpec) -> int | None:

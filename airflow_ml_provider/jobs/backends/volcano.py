@@ -10,7 +10,7 @@ from __future__ import annotations
 from airflow_ml_provider.jobs.backends.elastic_launch import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
 from airflow_ml_provider.jobs.backends.pod_template import (
-    ROLE_LABEL, container, deadline_s, metadata, pod_template, user_argv,
+    ROLE_LABEL, container, deadline_s, metadata, pod_template, refuse_unused, user_argv,
 )
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
@@ -42,6 +42,9 @@ class VolcanoBackend(KubernetesBackend):
     frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.GENERIC})
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        refuse_unused(spec, self.name, "clean_pod_policy")  # an MPIJob runPolicy field
+        if spec.framework is not Framework.HOROVOD:
+            refuse_unused(spec, f"{self.name} ({spec.framework.value})", "slots_per_worker")  # one rank a pod
         if spec.framework is Framework.HOROVOD:
             tasks = self._horovod_tasks(name, spec, labels)
             plugins = {"ssh": [], "svc": []}

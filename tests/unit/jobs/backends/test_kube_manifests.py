@@ -95,26 +95,23 @@ def test_the_gpu_model_selects_nodes_by_the_gpu_feature_discovery_label_by_defau
 LIGHTGBM = {**HOROVOD, "framework": "lightgbm"}
 
 
-@pytest.mark.parametrize("scheduling,field", [({"queue": "research"}, "scheduling.queue"),
-                                              ({"gang": True}, "scheduling.gang")])
-def test_an_indexed_job_refuses_what_a_plain_job_cannot_honour(scheduling, field):
-    spec = TrainingJobSpec(**LIGHTGBM, scheduling=scheduling)
-    with pytest.raises(JobSubmissionError, match=f"^{field}: indexed-job"):
-        backend("indexed-job").render("job", spec, {})
+def test_an_indexed_job_refuses_a_queue_and_elastic_bounds_naming_the_field():
+    with pytest.raises(JobSubmissionError, match="^scheduling.queue: indexed-job has no queues"):
+        backend("indexed-job").render("job", TrainingJobSpec(**LIGHTGBM, scheduling={"queue": "research"}), {})
     with pytest.raises(JobSubmissionError, match="^min_workers/max_workers: indexed-job"):
         backend("indexed-job").render("job", TrainingJobSpec(**LIGHTGBM, min_workers=2), {})
 
 
-def test_an_indexed_job_honours_the_priority_class_and_says_once_that_the_default_gang_is_a_no_op(
-        caplog, monkeypatch):
+def test_an_indexed_job_honours_the_priority_class_and_says_once_that_gang_is_a_no_op(caplog, monkeypatch):
     monkeypatch.setattr(indexed_job, "_told_no_gang", False)
     jobs = backend("indexed-job")
     with caplog.at_level(logging.WARNING, logger=indexed_job.__name__):
-        for _ in range(3):
-            obj = jobs.manifests("job", TrainingJobSpec(**LIGHTGBM, scheduling={"priority_class": "high"}), {})[0]
-    assert obj["spec"]["template"]["spec"]["priorityClassName"] == "high"
+        for scheduling in ({"priority_class": "high"}, {"priority_class": "high", "gang": True}, {}):
+            obj = jobs.manifests("job", TrainingJobSpec(**LIGHTGBM, scheduling=scheduling), {})[0]
+            assert obj["spec"]["template"]["spec"].get("priorityClassName") == scheduling.get("priority_class")
     assert [r.getMessage() for r in caplog.records] == [
-        "scheduling.gang: indexed-job has no gang scheduler; its workers start as they are placed"]
+        "scheduling.gang: indexed-job has no gang scheduler; its workers start as they are placed "
+        "(use volcano or mpijob to place them as a gang)"]
 
 
 def test_job_names_and_namespaces_must_be_dns_labels_before_anything_is_rendered():
@@ -129,3 +126,18 @@ def test_job_names_and_namespaces_must_be_dns_labels_before_anything_is_rendered
 def test_the_job_name_label_is_always_set_for_the_watch_and_the_log_reader():
     obj = backend("mpijob").render("job", TrainingJobSpec(**HOROVOD), {"team": "ml"})
     assert "ml.airflow.apache.org/job-name: job" in obj and "team: ml" in obj
+
+
+@pytest.mark.parametrize("kind,framework,option", [
+    ("mpijob", "horovod", {"worker_port": 13000}), ("volcano", "horovod", {"clean_pod_policy": "All"}),
+    ("volcano", "lightgbm", {"slots_per_worker": 2}), ("indexed-job", "lightgbm", {"clean_pod_policy": "All"}),
+    ("indexed-job", "lightgbm", {"slots_per_worker": 2})])
+def test_a_kubernetes_option_the_backend_does_not_use_is_refused_naming_it(kind, framework, option):
+    [(field, value)] = option.items()
+    spec = TrainingJobSpec(**{**HOROVOD, "framework": framework, "scheduling": {"gang": False}}, kubernetes=option)
+    with pytest.raises(JobSubmissionError, match=f"^kubernetes.{field}: the {kind}.* does not use it"):
+        backend(kind).render("job", spec, {})
+    defaults = TrainingJobSpec(**{**HOROVOD, "framework": framework, "scheduling": {"gang": False}},
+                               kubernetes={field: type(value)(TrainingJobSpec.model_fields["kubernetes"].default
+                                                              .model_dump()[field])})
+    assert backend(kind).render("job", defaults, {}), "the default value, even given explicitly, is fine"
