@@ -16,6 +16,7 @@ the model version. The `evaluate` and `deploy` tasks carry the same links ("MLfl
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
@@ -23,6 +24,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.assets import data_asset, model_asset
 from airflow_ml_provider.jobs.backends import BACKENDS
+from airflow_ml_provider.operators.approval import ChampionApprovalOperator
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
@@ -191,6 +193,12 @@ with DAG(
             title="Minimum ROC AUC",
             description="Gate: held-out ROC AUC.",
         ),
+        "require_approval": Param(
+            False,
+            type="boolean",
+            title="Require approval",
+            description="Ask a person (Required Actions page) before a model that passed the gate becomes champion.",
+        ),
         "notes": Param(
             None,
             type=["null", "string"],
@@ -301,11 +309,21 @@ with DAG(
         min_improvement="{{ params.min_improvement }}",
         doc_md="Thresholds and champion comparison; a rejection is a normal outcome (the model stays challenger).",
     )
+    approve = ChampionApprovalOperator(
+        task_id="approve",
+        gate=gate.output,
+        evaluation=evaluate.output,
+        model_name="{{ params.model_name }}",
+        require_approval="{{ params.require_approval }}",
+        response_timeout=timedelta(days=7),  # then the default, Reject: the model stays challenger
+        doc_md="With `require_approval`: a person approves (or rejects) the promotion; otherwise returns at once.",
+    )
     deploy = DeployModelOperator(
         task_id="deploy",
         model_name="{{ params.model_name }}",
         evaluation=evaluate.output,
         gate=gate.output,
+        approval=approve.output,
         outlets=[MODEL],
         description="{{ params.notes or '' }}",
         doc_md="Registers the model version (alias `challenger`; `champion` too if the gate passed).",
