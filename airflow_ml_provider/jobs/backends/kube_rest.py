@@ -22,6 +22,7 @@ JOB_NAME_LABEL = f"{LABEL_PREFIX}/job-name"
 OBJECT = {200: "object", 201: "object", 202: "object"}  # deserialize any success as plain dicts
 _PLURALS = {"MPIJob": "mpijobs", "Job": "jobs", "Service": "services", "PodGroup": "podgroups", "Pod": "pods"}
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})  # overload and server-side trouble: worth another try
 PERMANENT = frozenset({401, 403, 404})  # who we are, what we may do, what the server serves: retrying cannot fix
 
@@ -40,11 +41,12 @@ def dns_label(field: str, value: object) -> str:
 
 
 def dns_subdomain(field: str, value: object) -> str:
-    """``value`` if it is a DNS-1123 subdomain (pod and PodGroup names: labels joined by dots)."""
-    if not isinstance(value, str) or len(value) > 253:
-        raise ValueError(f"{field}: {value!r} is not a DNS-1123 subdomain")
-    for label in value.split("."):
-        dns_label(field, label)
+    """``value`` if it is a DNS-1123 subdomain (pod and PodGroup names): as Kubernetes' own check
+    (IsDNS1123Subdomain), at most 253 characters in all, with no 63-character limit per part, since
+    Volcano names a job's PodGroup ``<job>-<uid>`` (over 63 characters for most of our jobs)."""
+    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"{field}: {value!r} is not a DNS-1123 subdomain (at most 253 lowercase letters, "
+                         "digits, '-' and '.', each part starting and ending with a letter or digit)")
     return value
 
 
