@@ -135,7 +135,7 @@ async def _round(follower: Follower, backend: Backend | None, name: str | None, 
             return follower.vanished(str(error))
         if isinstance(error, BackendAccessError):
             return follower.refused(str(error))
-        raise error
+        return follower.unreachable(f"{type(error).__name__}: {error}")  # the status stream gave up retrying
     if backend is not None and owns_job:
         await asyncio.to_thread(backend.heartbeat, name)
     batch = None

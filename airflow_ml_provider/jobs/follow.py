@@ -173,6 +173,10 @@ class Follower:
     def vanished(self, error: str) -> Step:
         return Step(Action.FAIL, message=f"the job vanished: {error}")
 
+    def unreachable(self, error: str) -> Step:
+        """The backend stayed unreachable through its own retries: another try of the task may succeed."""
+        return Step(Action.FAIL, message=f"the backend could not be reached: {error}")
+
     def refused(self, error: str) -> Step:
         """A permanent refusal by the backend (no permission, no such resource kind): retrying cannot help."""
         return Step(Action.FAIL, message=f"the backend refused to report the job: {error}", retryable=False)
