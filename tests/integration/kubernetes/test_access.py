@@ -96,3 +96,18 @@ def test_a_namespace_from_the_connection_is_checked_too(kube_cluster, monkeypatc
     monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(kube))
     with pytest.raises(ValueError, match="namespace: 'default/../kube-system' is not a DNS-1123 label"):
         TrainingBackendHook().get_backend("mpijob")
+
+
+def test_a_deferred_training_task_fails_for_good_within_60_s_naming_the_permission(unauthorized_namespace):
+    """The whole path a deferred task takes: the trigger follows through the core, which turns the
+    watch's refusal into a final, non-retryable failure carrying the API server's message."""
+    from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
+
+    async def first_event():
+        trigger = TrainingJobTrigger("aml-train-1", "mpijob", stream_logs=False, options={"poll_interval": 1.0})
+        async for event in trigger.run():
+            return event.payload
+
+    payload = asyncio.run(asyncio.wait_for(first_event(), 60))
+    assert payload["action"] == "fail" and payload["retryable"] is False
+    assert 'cannot list resource "mpijobs" in API group "kubeflow.org"' in payload["message"]
