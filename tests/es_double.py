@@ -8,6 +8,7 @@ Elasticsearch, unchanged: whatever the double gets wrong shows up there. What it
 - writes: ``/_bulk`` and ``/{index}/_bulk`` (``index``/``create``; a ``create`` of an existing id is
   a 409 item), ``/{index}/_doc[/{id}]``, ``/{index}/_create/{id}``;
 - reads: ``/{target}/_search``, ``/_search`` with a point in time, ``/{target}/_count``,
+  ``/_mget`` and ``/{index}/_mget`` (``docs`` by ``_index``/``_id``, or ``ids``; ``_source_includes``),
   ``POST /{target}/_pit?keep_alive=``, ``DELETE /_pit``; queries ``bool`` (filter, must, should,
   must_not), ``term``, ``terms``, ``match``, ``range`` (numbers, dates, ``now-N(ms|s|m|h|d)``),
   ``exists``, ``match_all``; ``sort`` on fields (``order``, ``missing``, ``unmapped_type``),
@@ -146,6 +147,8 @@ class ElasticsearchDouble:
                 return self._close_pit(_json(body))
             if head == "_search":
                 return 200, self._search(None, _json(body), params)
+            if head == "_mget" or rest == ["_mget"]:
+                return 200, self._mget(head if rest else None, _json(body), params)
             if head == "_refresh" or rest == ["_refresh"]:
                 return 200, {"_shards": {"total": 1, "successful": 1, "failed": 0}}
             if rest == ["_search"]:
@@ -209,6 +212,31 @@ class ElasticsearchDouble:
                                        "error": {"type": exc.kind, "reason": exc.reason}}})
         gc.freeze()  # stored documents are acyclic: spare later collections from rescanning them all
         return {"took": 1, "errors": errors, "items": items}
+
+    def _mget(self, default_index: str | None, body: dict, params: dict[str, str]) -> dict[str, Any]:
+        specs = body.get("docs") or [{"_id": doc_id} for doc_id in body.get("ids", [])]
+        includes = _source_includes(params["_source_includes"].split(",")
+                                    if "_source_includes" in params else True)
+        docs = []
+        for spec in specs:
+            name, doc_id = spec.get("_index", default_index), spec.get("_id")
+            if name is None or doc_id is None:
+                raise EsError(400, "action_request_validation_exception", "mget: each doc needs _index and _id")
+            index = self.indices.get(name)
+            if index is None:
+                docs.append({"_index": name, "_id": doc_id, "error": {
+                    "type": "index_not_found_exception", "reason": f"no such index [{name}]"}})
+                continue
+            position = index.by_id.get(doc_id)
+            doc = index.docs[position] if position is not None else None
+            if doc is None:
+                docs.append({"_index": name, "_id": doc_id, "found": False})
+                continue
+            docs.append({"_index": name, "_id": doc_id, "_version": 1, "_seq_no": doc.position,
+                         "_primary_term": 1, "found": True,
+                         "_source": _filter_source(doc.source, _source_includes(spec.get("_source", True))
+                                                   if "_source" in spec else includes)})
+        return {"docs": docs}
 
     def _open_pit(self, target: str, params: dict[str, str]) -> dict[str, Any]:
         names = self._resolve(target, ignore_unavailable=False)

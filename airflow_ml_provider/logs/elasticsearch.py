@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-from collections.abc import Callable
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -22,9 +21,9 @@ class ElasticsearchLogSource(LogSource):
 
     Each read returns, in that order:
 
-    1. late lines: documents stamped at most ``overlap_s`` before the previous read began and sorting
-       before the cursor's position, that this source has not returned yet. They were shipped after
-       later lines had been read, so they come after those lines, when they are found;
+    1. late lines: documents sorting before the cursor's position, stamped no earlier than
+       ``overlap_s`` before the previous read began, that this source has not returned yet. They were
+       shipped after later lines had been read, so they come after those lines, when they are found;
     2. the next lines after the cursor's position, up to now (no settle delay).
 
     Documents are told apart by identity (index and ``_id``), not by sort key: two documents with
@@ -48,7 +47,7 @@ class ElasticsearchLogSource(LogSource):
 
     def __init__(self, client: Elasticsearch, index: str, job: str, *, namespace: str | None = None,
                  fields: EcsFields = EcsFields(), settle_s: float = 5.0, overlap_s: float = 60.0,
-                 max_seen: int = 10_000, clock: Callable[[], float] = time.time):
+                 max_seen: int = 10_000):
         if not job:
             raise ValueError("job: the job name to read logs of is empty")
         if overlap_s < 0:
@@ -61,36 +60,29 @@ class ElasticsearchLogSource(LogSource):
         self.namespace = namespace
         self.fields = fields
         self.settle_s = float(settle_s)
+        self.restarts_with_job = False  # every attempt's pods carry the job's label: one ordered log
         self.overlap_s = float(overlap_s)
         self.max_seen = int(max_seen)
-        self.clock = clock
         self._source_of, self._message_of = getter(fields.source), getter(fields.message)
 
     def read(self, cursor: dict[str, Any] | None = None, max_lines: int = 5000) -> LogBatch:
         cursor = cursor or {}
         after, read_at, floor = cursor.get("after"), cursor.get("read_at"), cursor.get("floor")
         seen = {int(ts): set(ids) for ts, ids in (cursor.get("seen") or {}).items()}
-        started = self.clock()
+        started = time.time()
         keep_from = self._window_start(started, floor)  # the next read's window: what to remember
         kept = {ts: ids for ts, ids in seen.items() if ts >= keep_from}
-
-        def remember(hit: dict[str, Any]) -> None:
-            if (ts := hit["sort"][0]) >= keep_from:
-                kept.setdefault(ts, set()).add(_identity(hit))
-
         lines: list[LogLine] = []
         try:
             # A cursor without read_at (none yet, or an older reader's) misses nothing before ``after``.
             if after is not None and read_at is not None:
                 since = self._window_start(read_at, floor)
                 if since <= after[0]:
-                    lines += self._late(after, since, seen, remember)
+                    self._late(after, since, seen, kept, keep_from, lines)
             size = min(max_lines - len(lines), MAX_PAGE - 1)
             if size > 0:
                 hits, _ = self._page(self.query(), after, size)
-                for hit in hits:
-                    remember(hit)
-                lines += map(self._line, hits)
+                self._emit(hits, kept, keep_from, lines)
                 after = hits[-1]["sort"] if hits else after
         except TransportError as exc:
             raise LogSourceUnavailable(f"Elasticsearch unreachable ({type(exc).__name__}: {exc.message})") \
@@ -100,6 +92,9 @@ class ElasticsearchLogSource(LogSource):
                 raise LogSourceUnavailable(f"Elasticsearch answered {exc.meta.status} ({exc.message})") \
                     from exc
             raise
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:  # only hits are read in there
+            raise LogSourceUnavailable("Elasticsearch answered a hit without the _id, _index and 3 sort values "
+                                       f"(timestamp first) it must have ({type(exc).__name__}: {exc})") from exc
         floor = self._cap(kept, floor)
         if floor is not None and floor < self._window_start(started, None):
             floor = None  # the window has moved past everything forgotten
@@ -125,30 +120,47 @@ class ElasticsearchLogSource(LogSource):
                 {names.offset: {"order": "asc", "unmapped_type": "long"}},
                 {names.tiebreaker: {"order": "asc", "unmapped_type": "keyword"}}]
 
-    def _late(self, after: list, since: int, seen: dict[int, set[str]],
-              remember: Callable[[dict[str, Any]], None]) -> list[LogLine]:
-        """The window's documents up to ``after`` that were not returned before."""
-        query, position, lines, limit = self.query(since, after[0]), None, [], _order(after)
-        while True:
-            hits, more = self._page(query, position, MAX_PAGE - 1)
+    def _late(self, after: list, since: int, seen: dict[int, set[str]], kept: dict[int, set[str]],
+              keep_from: int, lines: list[LogLine]) -> None:
+        """Add the window's documents up to ``after`` that were not returned before to ``lines``. The
+        window is re-read without sources (sort values and ids only); the few documents it lacks are
+        then fetched by index and id."""
+        query, position, limit, missing = self.query(since, after[0]), None, _order(after), []
+        more = True
+        while more:
+            hits, more = self._page(query, position, MAX_PAGE - 1, with_source=False)
             for hit in hits:
                 if _order(hit["sort"]) > limit:  # at after's millisecond, past it: read on in order
-                    return lines
+                    more = False
+                    break
                 if _identity(hit) not in seen.get(hit["sort"][0], ()):
-                    lines.append(self._line(hit))
-                    remember(hit)
-            if not more:
-                return lines
-            position = hits[-1]["sort"]
+                    missing.append(hit)
+            position = hits[-1]["sort"] if hits else position
+        if missing:
+            response = self.client.mget(docs=[{"_index": hit["_index"], "_id": hit["_id"]} for hit in missing],
+                                        source_includes=[self.fields.message, self.fields.source])
+            found = getattr(response, "body", response)["docs"]
+            self._emit([{**hit, "_source": doc.get("_source")} for hit, doc in zip(missing, found)
+                        if doc.get("found")], kept, keep_from, lines)
 
-    def _page(self, query: dict[str, Any], after: list | None, size: int) -> tuple[list[dict], bool]:
+    def _emit(self, hits: list[dict], kept: dict[int, set[str]], keep_from: int, lines: list[LogLine]) -> None:
+        """Append the hits' lines; remember the identity of those the next read's window covers."""
+        source_of, message_of, append = self._source_of, self._message_of, lines.append
+        for hit in hits:
+            if (ts := hit["sort"][0]) >= keep_from:
+                kept.setdefault(ts, set()).add(_identity(hit))
+            document = hit.get("_source") or {}
+            append(LogLine(str(source_of(document) or "unknown"), str(message_of(document) or "")))
+
+    def _page(self, query: dict[str, Any], after: list | None, size: int,
+              with_source: bool = True) -> tuple[list[dict], bool]:
         """Up to ``size`` hits after ``after``, and whether more follow. One more hit is fetched to see
         whether the page's last sort key continues past it (search_after would then skip the rest of
         that key's documents): if so, that key's documents start the next page instead. Only a page of
         one key grows, up to MAX_PAGE; more documents of a single key than that are not reached."""
         fetch = size + 1
         while True:
-            hits = self._search(query, after, fetch)
+            hits = self._search(query, after, fetch, with_source)
             if len(hits) < fetch:
                 return hits, False
             end, next_key = len(hits) - 1, hits[-1]["sort"]
@@ -160,25 +172,19 @@ class ElasticsearchLogSource(LogSource):
                 return hits, True
             fetch = min(2 * fetch, MAX_PAGE)
 
-    def _search(self, query: dict[str, Any], after: list | None, size: int) -> list[dict]:
+    def _search(self, query: dict[str, Any], after: list | None, size: int, with_source: bool) -> list[dict]:
+        source = [self.fields.message, self.fields.source] if with_source else False
         response = self.client.search(index=self.index, query=query, sort=self.sort(), size=size,
-                                      search_after=after, source=[self.fields.message, self.fields.source],
-                                      track_total_hits=False, ignore_unavailable=True, allow_no_indices=True)
+                                      search_after=after, source=source, track_total_hits=False,
+                                      ignore_unavailable=True, allow_no_indices=True)
         body = getattr(response, "body", response)
         hits = body.get("hits") if isinstance(body, dict) else None
         hits = hits.get("hits") if isinstance(hits, dict) else None
         if not isinstance(hits, list):
             raise LogSourceUnavailable(f"Elasticsearch answered a search without hits.hits: {_excerpt(body)}")
-        for hit in hits:
-            if not (isinstance(hit, dict) and isinstance(hit.get("sort"), list) and len(hit["sort"]) == 3
-                    and isinstance(hit["sort"][0], int) and isinstance(hit.get("_id"), str)):
-                raise LogSourceUnavailable("Elasticsearch answered a hit without its 3 sort values "
-                                           f"(timestamp first) or _id: {_excerpt(hit)}")
+        if hits and len(hits[-1]["sort"]) != 3:  # the next search continues after it
+            raise LogSourceUnavailable(f"Elasticsearch answered a hit without 3 sort values: {_excerpt(hits[-1])}")
         return hits
-
-    def _line(self, hit: dict[str, Any]) -> LogLine:
-        document = hit.get("_source") or {}
-        return LogLine(str(self._source_of(document) or "unknown"), str(self._message_of(document) or ""))
 
     def _window_start(self, read_at: float, floor: int | None) -> int:
         """The first millisecond the window of a read that began at ``read_at`` covers."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -38,14 +39,19 @@ def serve(body: bytes, content_type: str = "application/json"):
     return server
 
 
+NOW_MS = int(time.time() * 1000)  # inside the overlap window: the hit's identity is kept, so _id is needed
+
+
 @pytest.mark.parametrize(("body", "content_type", "says"), [
     (json.dumps({"took": 1}), "application/json", "without hits.hits"),
     (json.dumps({"hits": {"total": 3}}), "application/json", "without hits.hits"),
-    (json.dumps({"hits": {"hits": [HIT]}}), "application/json", "without its 3 sort values"),
+    (json.dumps({"hits": {"hits": [HIT]}}), "application/json", "3 sort values.*KeyError: 'sort'"),
+    (json.dumps({"hits": {"hits": [{**HIT, "sort": [NOW_MS, 0]}]}}), "application/json", "without 3 sort values"),
     (json.dumps({"hits": {"hits": [{**HIT, "sort": ["2026-01-05", 0, "f"]}]}}), "application/json",
-     "without its 3 sort values"),
-    (json.dumps({"hits": {"hits": [{"_index": "logs", "sort": [1, 0, "f"]}]}}), "application/json", "_id"),
-    (json.dumps({"hits": {"hits": ["not a hit"]}}), "application/json", "sort values"),
+     "3 sort values.*TypeError"),
+    (json.dumps({"hits": {"hits": [{"_index": "logs", "sort": [NOW_MS, 0, "f"]}]}}), "application/json",
+     "_id.*KeyError: '_id'"),
+    (json.dumps({"hits": {"hits": ["not a hit"]}}), "application/json", "3 sort values.*TypeError"),
     (json.dumps([{"hits": []}]), "application/json", "without hits.hits"),
     ("<html>gateway</html>", "text/html", "without hits.hits"),
     ('{"hits": {"hits": [', "application/json", "unreachable"),  # truncated JSON
@@ -56,6 +62,20 @@ def test_a_malformed_answer_is_unavailable_with_a_clear_message(body, content_ty
         client = Elasticsearch(f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
         with pytest.raises(LogSourceUnavailable, match=says):
             ElasticsearchLogSource(client, "logs", "job-1").read(None)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_malformed_answer_to_the_late_lines_fetch_is_unavailable():
+    """The overlap window finds a document not delivered yet; fetching it (mget) gets a search answer."""
+    hit = {**HIT, "sort": [NOW_MS, 0, "f"]}
+    server = serve(json.dumps({"hits": {"hits": [hit]}}).encode())
+    try:
+        client = Elasticsearch(f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
+        cursor = {"after": [NOW_MS + 1, 0, "f"], "read_at": time.time(), "seen": {}, "floor": None}
+        with pytest.raises(LogSourceUnavailable, match="KeyError: 'docs'"):
+            ElasticsearchLogSource(client, "logs", "job-1").read(cursor)
     finally:
         server.shutdown()
         server.server_close()
