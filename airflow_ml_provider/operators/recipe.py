@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.jobs.state import JobStatus
+from airflow_ml_provider.jobs.follow import Follower, Step
 from airflow_ml_provider.operators.training import TrainingJobOperator
 
 
@@ -38,5 +38,5 @@ class RecipeTrialOperator(TrainingJobOperator):
         """Shown for each map index in the UI: ``lr=0.01 batch_size=32``."""
         return " ".join(f"{name}={value}" for name, value in self.trial_params.items()) or "trial"
 
-    def _finish(self, backend: Backend, name: str, status: JobStatus) -> dict[str, Any]:
-        return {**super()._finish(backend, name, status), "params": self.trial_params}
+    def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
+        return {**super()._conclude(context, backend, name, follower, step), "params": self.trial_params}
