@@ -39,6 +39,7 @@ class _BoundedLoader(yaml.SafeLoader):
     def __init__(self, text: str):
         super().__init__(text)
         self._path: list[str | int] = []  # where composition is, as a YAML path
+        self._depth = 0  # nodes being composed (mapping keys included, which the path does not show)
         self._sizes: dict[int, int] = {}
 
     def compose_node(self, parent, index):
@@ -51,9 +52,11 @@ class _BoundedLoader(yaml.SafeLoader):
             if id(node) not in self._sizes:
                 raise _Refused("an alias refers to a node that contains it (a recursive structure)", mark, self._path)
         else:
-            if len(self._path) >= MAX_DEPTH:
+            if self._depth >= MAX_DEPTH:
                 raise _Refused(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark, self._path)
+            self._depth += 1
             node = super().compose_node(parent, index)
+            self._depth -= 1
             size = 1 + sum(self._sizes[id(child)] for child in _children(node))
             if size > MAX_VALUES:
                 raise _Refused(f"expands to more than {MAX_VALUES} values (aliases counted each time they are "

@@ -43,6 +43,8 @@ REFUSED = [
      "experiments.a.a.a.a.a.a.a.a.a.a.a...", "nested deeper than 64 levels"),
     ("deep_block_sequences", HEAD + "experiments:\n" + "- " * 20000 + "x\n", 4,
      "experiments[0][0][0][0][0][0][0][0][0][0][0]...", "nested deeper than 64 levels"),
+    ("deep_complex_keys", HEAD + "experiments:\n  " + "? " * 20000 + "a: 1\n", 4, "experiments",
+     "nested deeper than 64 levels"),
     ("recursive_alias", HEAD + "experiments: &e\n  a: *e\n", 4, "experiments.a",
      "an alias refers to a node that contains it"),
     ("latin1_byte", HEAD.encode() + "description: caf\xe9\n".encode("latin-1"), 3, "",
