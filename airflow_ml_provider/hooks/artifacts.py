@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_ml_provider.artifacts import is_remote, join, scheme
+from airflow_ml_provider.artifacts import data_dir, is_remote, join, mlflow_dir, scheme
 
 # The variables s3fs/boto3 (workers) and MLflow's S3 client read; endpoint and region are not secret.
 S3_ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"
@@ -90,7 +90,7 @@ class ArtifactStore:
 
     def mlflow_location(self) -> str:
         """Where the embedded MLflow registry keeps its artifacts: ``<root>/mlartifacts`` as a URI."""
-        location = self.url("mlartifacts")
+        location = mlflow_dir(self.root)
         return location if self.remote else Path(location).as_uri()
 
     def mlflow_s3(self, mlflow_root: str | None) -> dict[str, str] | None:
@@ -164,4 +164,4 @@ def run_data_dir(dag_id: str, run_id: str, backend: str | None = None, ml_conn_i
             f"{hook.ml_conn_id} connection's artifact_root extra (s3://..., gs://... or a path mounted in "
             "every pod) so that its jobs can read the data this run prepares"
         )
-    return store.path("data", dag_id, key)
+    return store.locate(data_dir(store.root, dag_id, key))
