@@ -266,7 +266,7 @@ class BaseTrainingOperator(BaseOperator):
             backend.submit(name, spec, labels, **self.hook.job_environment(backend.name).submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
-        follower.resubmitted()
+        follower.resubmitted(new_log=self._source(backend, name).restarts_with_job)
         return self._follow(context, backend, name, follower)
 
     def on_kill(self) -> None:
