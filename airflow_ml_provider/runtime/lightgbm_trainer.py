@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
+import time
 
 import numpy as np
 
@@ -28,6 +30,7 @@ _ALIASES = {
     "metric": ("metric", "metrics", "metric_types"),
 }
 NETWORK_TIMEOUT_MINUTES = 10
+NAME_WAIT_S = 120.0  # how long a peer's name may take to appear in cluster DNS
 
 
 class UsageError(Exception):
@@ -59,11 +62,31 @@ def build_params(user_params: dict, env: WorkerEnv) -> dict:
         params.setdefault("time_out", NETWORK_TIMEOUT_MINUTES)
         params.update(
             num_machines=env.num_workers,
-            machines=",".join(env.machines),
+            machines=",".join(resolve_machines(env.machines)),
             local_listen_port=port,
             pre_partition=True,
         )
     return params
+
+
+def resolve_machines(machines: list[str], wait_s: float = NAME_WAIT_S) -> list[str]:
+    """``ip:port`` for each ``host:port``: LightGBM finds its own rank by comparing the list's entries
+    with this machine's addresses as text, so a pod's DNS name (``<job>-0.<job>:12400``, what the
+    Kubernetes backends pass) must be resolved first. A peer's name can appear in DNS a little after
+    this pod starts, so each is retried for up to ``wait_s`` seconds."""
+    resolved = []
+    for machine in machines:
+        host, _, port = machine.rpartition(":")
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                resolved.append(f"{socket.gethostbyname(host)}:{port}")
+                break
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    raise UsageError(f"AIRFLOW_ML_MACHINES: cannot resolve {host!r}: {exc}") from exc
+                time.sleep(1.0)
+    return resolved
 
 
 def _metrics_callback(log_every: int):

@@ -130,12 +130,12 @@ def test_bad_input_exits_2_with_message(args, message):
 
 
 def test_params_defaults_yield_to_user_aliases_and_add_the_network():
-    env = WorkerEnv(rank=1, num_workers=2, machines=["h0:1200", "h1:1201"], local_port=None,
+    env = WorkerEnv(rank=1, num_workers=2, machines=["localhost:1200", "127.0.0.1:1201"], local_port=None,
                     model_dir=None, checkpoint_dir=None)  # fmt: skip
     params = build_params({"nthread": 4, "verbose": 1, "objective": "regression"}, env)
     assert "num_threads" not in params and "verbosity" not in params and "metric" not in params
     assert params["tree_learner"] == "data" and params["pre_partition"] is True
-    assert params["num_machines"] == 2 and params["machines"] == "h0:1200,h1:1201"
+    assert params["num_machines"] == 2 and params["machines"] == "127.0.0.1:1200,127.0.0.1:1201", "names resolved"
     assert params["local_listen_port"] == 1201, "taken from this rank's entry when not set"
     assert build_params({}, WorkerEnv(0, 1, [], None, None, None)) == {
         "num_threads": 1, "verbosity": -1, "objective": "binary", "metric": ["binary_logloss", "auc"],
