@@ -95,8 +95,8 @@ class EvaluateModelOperator(BaseTrainingOperator):
     def execute(self, context) -> dict[str, Any]:
         return self._record(context, super().execute(context))
 
-    def execute_complete(self, context, event: dict[str, Any], preemptions: int = 0) -> dict[str, Any]:
-        return self._record(context, super().execute_complete(context, event, preemptions))
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+        return self._record(context, super().execute_complete(context, event))
 
     def _record(self, context, job: dict[str, Any]) -> dict[str, Any]:
         trained, result, ti = self.training, job["metrics"], context["ti"]
