@@ -184,7 +184,7 @@ def test_deploy_renders_a_kserve_inference_service_for_the_version(first, regist
         evaluation=first.value("evaluate"),
         kserve={"namespace": "models", "min_replicas": 0},
     )
-    result = deploy.execute({"ti": SimpleNamespace(task_id="deploy_kserve", try_number=1)})
+    result = deploy.execute({"ti": SimpleNamespace(task_id="deploy_kserve", try_number=1, run_id=first.run_id)})
     assert result["version"] == 1 and not result["promoted"], "the first run's version, registered once"
     kserve = result["kserve"]
     assert (kserve["name"], kserve["namespace"], kserve["applied"]) == (
