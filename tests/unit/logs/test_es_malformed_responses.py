@@ -39,17 +39,21 @@ def serve(body: bytes, content_type: str = "application/json"):
     return server
 
 
-NOW_MS = int(time.time() * 1000)  # inside the overlap window: the hit's identity is kept, so _id is needed
+NOW = "@now"  # in a body: the time of the read in ms, inside the overlap window (a hit kept by identity)
+
+
+def at_read_time(body: str) -> str:
+    return body.replace(f'"{NOW}"', str(int(time.time() * 1000)))
 
 
 @pytest.mark.parametrize(("body", "content_type", "says"), [
     (json.dumps({"took": 1}), "application/json", "without hits.hits"),
     (json.dumps({"hits": {"total": 3}}), "application/json", "without hits.hits"),
     (json.dumps({"hits": {"hits": [HIT]}}), "application/json", "3 sort values.*KeyError: 'sort'"),
-    (json.dumps({"hits": {"hits": [{**HIT, "sort": [NOW_MS, 0]}]}}), "application/json", "without 3 sort values"),
+    (json.dumps({"hits": {"hits": [{**HIT, "sort": [NOW, 0]}]}}), "application/json", "without 3 sort values"),
     (json.dumps({"hits": {"hits": [{**HIT, "sort": ["2026-01-05", 0, "f"]}]}}), "application/json",
      "3 sort values.*TypeError"),
-    (json.dumps({"hits": {"hits": [{"_index": "logs", "sort": [NOW_MS, 0, "f"]}]}}), "application/json",
+    (json.dumps({"hits": {"hits": [{"_index": "logs", "sort": [NOW, 0, "f"]}]}}), "application/json",
      "_id.*KeyError: '_id'"),
     (json.dumps({"hits": {"hits": ["not a hit"]}}), "application/json", "3 sort values.*TypeError"),
     (json.dumps([{"hits": []}]), "application/json", "without hits.hits"),
@@ -57,7 +61,7 @@ NOW_MS = int(time.time() * 1000)  # inside the overlap window: the hit's identit
     ('{"hits": {"hits": [', "application/json", "unreachable"),  # truncated JSON
 ])
 def test_a_malformed_answer_is_unavailable_with_a_clear_message(body, content_type, says):
-    server = serve(body.encode(), content_type)
+    server = serve(at_read_time(body).encode(), content_type)
     try:
         client = Elasticsearch(f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
         with pytest.raises(LogSourceUnavailable, match=says):
@@ -69,11 +73,11 @@ def test_a_malformed_answer_is_unavailable_with_a_clear_message(body, content_ty
 
 def test_a_malformed_answer_to_the_late_lines_fetch_is_unavailable():
     """The overlap window finds a document not delivered yet; fetching it (mget) gets a search answer."""
-    hit = {**HIT, "sort": [NOW_MS, 0, "f"]}
-    server = serve(json.dumps({"hits": {"hits": [hit]}}).encode())
+    now = int(time.time() * 1000)
+    server = serve(json.dumps({"hits": {"hits": [{**HIT, "sort": [now, 0, "f"]}]}}).encode())
     try:
         client = Elasticsearch(f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
-        cursor = {"after": [NOW_MS + 1, 0, "f"], "read_at": time.time(), "seen": {}, "floor": None}
+        cursor = {"after": [now + 1, 0, "f"], "read_at": time.time(), "seen": {}, "floor": None}
         with pytest.raises(LogSourceUnavailable, match="KeyError: 'docs'"):
             ElasticsearchLogSource(client, "logs", "job-1").read(cursor)
     finally:
