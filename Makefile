@@ -12,12 +12,12 @@ MLFLOW_VENV := .venv-mlflow
 export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium kube-apiserver clean
+.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd kube-apiserver clean
 
 demo: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
-test: control-env training-env kube-apiserver mlflow-env chromium
+test: control-env training-env kube-apiserver mlflow-env chromium sshd
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # The Airflow UI (standalone, this project's DAGs, embedded defaults) and the MLflow UI over the embedded
@@ -48,6 +48,11 @@ mlflow-env: $(MLFLOW_VENV)/.installed
 # Debian's chromium for the browser tests (tests/ui); does nothing when it is installed.
 chromium:
 	scripts/install_chromium.sh
+
+# Debian's openssh server and client, as in the training image, for the rendered MPIJob/Volcano Horovod
+# jobs that the tests run (tests/integration/kubernetes/test_rendered_jobs_run.py); idempotent.
+sshd:
+	scripts/install_sshd.sh
 kube-apiserver: .tools/kube-apiserver
 
 # A real kube-apiserver (built from Debian's source package, cached by version) and etcd, for the

@@ -34,6 +34,13 @@ def can_run() -> str | None:
     return None
 
 
+def can_ssh() -> str | None:
+    """Why the image's sshd and ssh cannot run here (scripts/install_sshd.sh installs them), or None."""
+    if not Path("/usr/sbin/sshd").exists() or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
+        return "needs Debian's openssh-server and openssh-client (scripts/install_sshd.sh)"
+    return None
+
+
 def image_path(image: str) -> str:
     """The training image's PATH (images/training/Dockerfile), with its /opt/venv replaced by the local
     training environment that stands in for the image."""
@@ -144,6 +151,37 @@ class Cluster:
                 directory.rmdir()
             except OSError:
                 pass
+
+
+def image_ssh_dir(root: Path, image: str) -> Path:
+    """The training image's /etc/ssh as images/training/Dockerfile makes it: Debian's openssh config,
+    fresh host keys (``ssh-keygen -A``), ``StrictModes no`` and ``SetEnv PATH`` for sshd, and a client
+    that keeps no known hosts. Bind-mounted on each pod's /etc/ssh, so the host's own is never used."""
+    etc = root / "etc" / "ssh"
+    shutil.copytree("/etc/ssh", etc, ignore=shutil.ignore_patterns("ssh_host_*"))
+    subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, capture_output=True)
+    sshd = (etc / "sshd_config").read_text()
+    sshd = "\n".join("StrictModes no" if line.lstrip("#").startswith("StrictModes ") else line
+                      for line in sshd.splitlines())
+    (etc / "sshd_config").write_text(f"{sshd}\nSetEnv PATH={image_path(image)}\n")
+    with open(etc / "ssh_config", "a") as client:
+        client.write("Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    LogLevel ERROR\n")
+    return etc
+
+
+def ssh_key_dir(directory: Path, key_type: list[str], config: str | None = None) -> Path:
+    """A job's SSH Secret as mounted on /root/.ssh (mode 0600): id_rsa, id_rsa.pub, authorized_keys (the
+    public key again) and, for Volcano, ``config``."""
+    directory.mkdir(parents=True)
+    subprocess.run(["ssh-keygen", *key_type, "-m", "PEM", "-N", "", "-q", "-f", str(directory / "id_rsa")],
+                   check=True)
+    shutil.copy(directory / "id_rsa.pub", directory / "authorized_keys")
+    if config is not None:
+        (directory / "config").write_text(config)
+    for path in directory.iterdir():
+        path.chmod(0o600)
+    directory.chmod(0o700)
+    return directory
 
 
 def _exec_in_pod(argv: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""How a Kubernetes launcher's ``horovodrun`` finds its workers: a fixed hostfile, or for an elastic job
+"""How a Kubernetes launcher's ``horovodrun`` finds its workers: a fixed host list, or for an elastic job
 (``min_workers``/``max_workers``) size bounds and a discovery command that lists the running workers."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from airflow_ml_provider.jobs.spec import TrainingJobSpec
 MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
 
 
-def horovodrun_hosts(spec: TrainingJobSpec, hostfile: str, discovery: str) -> list[str]:
-    """``--hostfile`` for a fixed-size job; ``--min-np/--max-np/--host-discovery-script`` for an elastic one."""
+def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str) -> list[str]:
+    """``fixed`` (the options naming the workers) for a fixed-size job; ``--min-np/--max-np/--host-discovery-script``
+    for an elastic one."""
     if not spec.elastic:
-        return ["--hostfile", hostfile]
+        return list(fixed)
     slots = spec.kubernetes.slots_per_worker
     low, high = spec.min_workers or spec.num_workers, spec.max_workers or spec.num_workers
     return ["--min-np", str(low * slots), "--max-np", str(high * slots), "--host-discovery-script", discovery]

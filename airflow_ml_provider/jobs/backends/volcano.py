@@ -1,6 +1,6 @@
 """Volcano Job (batch.volcano.sh/v1alpha1): gang-scheduled batch jobs with queues and priorities.
 
-Horovod runs as a ``master`` task (horovodrun over the hostfile Volcano's svc plugin writes) plus a
+Horovod runs as a ``master`` task (horovodrun over the workers' svc-plugin host names) plus a
 ``worker`` task running sshd; LightGBM and generic jobs are one ``worker`` task whose pods find each
 other by the stable hostnames of the svc plugin.
 """
@@ -76,7 +76,10 @@ class VolcanoBackend(KubernetesBackend):
     def _horovod_tasks(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         slots = spec.kubernetes.slots_per_worker
         discovery = pod_discovery(f"{JOB_NAME_LABEL}={name},{ROLE_LABEL}=worker", slots)
-        hosts = horovodrun_hosts(spec, "/etc/volcano/worker.host", discovery)
+        # The svc plugin's /etc/volcano/worker.host lists bare names, and horovodrun's --hostfile needs
+        # "slots=" on every line; its names are fixed (<job>-worker-<i>.<job>), so they are listed here.
+        workers = ",".join(f"{name}-worker-{i}.{name}:{slots}" for i in range(spec.num_workers))
+        hosts = horovodrun_hosts(spec, ["-H", workers], discovery)
         launch = ["horovodrun", "-np", str(spec.num_workers * slots), *hosts, *user_argv(spec)]
         master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
                               restart_policy="OnFailure", with_accelerators=False, **_deadline(spec))

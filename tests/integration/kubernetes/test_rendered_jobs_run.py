@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from pod_sandbox import Cluster, can_run, container_env
+from pod_sandbox import Cluster, can_run, can_ssh, container_env, image_ssh_dir, ssh_key_dir
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -71,6 +70,15 @@ def cluster(tmp_path):
     pods = Cluster(NAMESPACE)
     yield pods
     pods.close()
+
+
+@pytest.fixture
+def ssh_image(tmp_path, image, cluster) -> Path:
+    """The image's /etc/ssh, and its /run/sshd (``mkdir -p /run/sshd`` in the Dockerfile)."""
+    if reason := can_ssh():
+        pytest.skip(reason)
+    cluster.mount_point("/run/sshd")
+    return image_ssh_dir(tmp_path / "image-root", image)
 
 
 def _binary_data(directory: Path) -> tuple[Path, Path]:
@@ -102,9 +110,14 @@ def _wait_all(procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None
         assert code == 0, f"pod {name} exited {code}:\n{logs[name].read_text()[-4000:]}"
 
 
+def _events(log: Path) -> list[dict]:
+    """The trainer's JSON lines, without the ``[<rank>]<stdout>:`` that horovodrun puts before a rank's lines."""
+    lines = (line.partition("<stdout>:")[2] if line.startswith("[") else line for line in log.read_text().splitlines())
+    return [json.loads(line) for line in lines if line.startswith('{"')]
+
+
 def _result(log: Path) -> dict:
-    events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"')]
-    results = [e for e in events if e.get("event") == "result"]
+    results = [e for e in _events(log) if e.get("event") == "result"]
     assert results, f"no result line in {log}:\n{log.read_text()[-3000:]}"
     return results[-1]
 
@@ -132,3 +145,100 @@ def test_indexed_job_lightgbm_trains(tmp_path, image, cluster):
     assert '"event": "result"' not in logs["lgb-1"].read_text(), "index 1 must not act as rank 0"
     machines = container_env(container)["AIRFLOW_ML_MACHINES"]
     assert machines.startswith("lgb-0.lgb:"), machines  # the peers really were reached by these names
+
+
+def _horovod_spec(tmp_path: Path, image: str) -> TrainingJobSpec:
+    return TrainingJobSpec(
+        framework="horovod", num_workers=2, image=image, model_dir=str(tmp_path / "model"),
+        working_dir=str(tmp_path), env={"OMP_NUM_THREADS": "1"},
+        command=["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", "1"],
+    )
+
+
+def _volcano_pods(job: dict) -> list[tuple[str, dict, int]]:
+    """(hostname, task, index) of every pod: ``<job>-<task>-<i>`` (volcano-sh/volcano
+    pkg/controllers/job/helpers/helpers.go ``MakePodName``, which svc.go ``OnPodCreate`` makes the hostname)."""
+    name = job["metadata"]["name"]
+    return [(f"{name}-{task['name']}-{i}", task, i) for task in job["spec"]["tasks"] for i in range(task["replicas"])]
+
+
+def _volcano_svc(job: dict, directory: Path) -> tuple[Path, dict[str, str]]:
+    """The svc plugin's ConfigMap (mounted on /etc/volcano) and the env it injects from it
+    (plugins/svc/svc.go ``GenerateHosts``: ``<task>.host`` one host a line, ``VC_<TASK>_HOSTS``, ``VC_<TASK>_NUM``)."""
+    name = job["metadata"]["name"]
+    data = {}
+    for task in job["spec"]["tasks"]:
+        hosts = [f"{name}-{task['name']}-{i}.{name}" for i in range(task["replicas"])]
+        key = task["name"].replace("-", "_")
+        data[f"{key}.host"] = "\n".join(hosts)
+        data[f"VC_{key.upper()}_HOSTS"] = ",".join(hosts)
+        data[f"VC_{key.upper()}_NUM"] = str(len(hosts))
+    directory.mkdir()
+    for key, value in data.items():
+        (directory / key).write_text(value)
+    return directory, {k: v for k, v in data.items() if k.startswith("VC_")}
+
+
+def _volcano_ssh_config(job: dict) -> str:
+    """plugins/ssh/ssh.go ``generateSSHConfig`` with the default port 22."""
+    name, config = job["metadata"]["name"], "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n"
+    for hostname, _, _ in _volcano_pods(job):
+        config += f"Host {hostname}\n  HostName {hostname}.{name}\n  Port 22\n"
+    return config
+
+
+def _run_volcano(job: dict, tmp_path: Path, image: str, cluster: Cluster, ssh_etc: Path | None = None) -> dict:
+    """Start every task's pods as the Volcano controller would (servers first), wait; the logs by hostname."""
+    name, plugins = job["metadata"]["name"], job["spec"]["plugins"]
+    pods = _volcano_pods(job)
+    for hostname, _, _ in pods:
+        cluster.add_pod(hostname, name)  # svc plugin: subdomain = job name
+    hosts_dir, svc_env = _volcano_svc(job, tmp_path / "volcano-svc")
+    mounts = {"/etc/volcano": hosts_dir}
+    if "ssh" in plugins:  # plugins/ssh/ssh.go mountRsaKey: the job's Secret at /root/.ssh
+        mounts["/root/.ssh"] = ssh_key_dir(tmp_path / "volcano-ssh", ["-t", "rsa", "-b", "2048"], _volcano_ssh_config(job))
+        mounts["/etc/ssh"] = ssh_etc
+    procs, logs = {}, {}
+    servers = [pod for pod in pods if pod[1]["template"]["spec"]["containers"][0]["command"][0].endswith("sshd")]
+    for hostname, task, index in servers + [pod for pod in pods if pod not in servers]:
+        if servers and (hostname, task, index) not in servers:
+            for server, _, _ in servers:
+                cluster.wait_port(server, 22)
+        (container,) = task["template"]["spec"]["containers"]
+        extra = dict(svc_env)
+        if "env" in plugins:  # plugins/env/env.go OnPodCreate
+            extra.update(VK_TASK_INDEX=str(index), VC_TASK_INDEX=str(index))
+        logs[hostname] = tmp_path / f"{hostname}.log"
+        procs[hostname] = cluster.start(hostname, container, image=image, workdir=tmp_path, log=logs[hostname],
+                                        extra_env=extra, mounts=mounts)
+    server_names = {hostname for hostname, _, _ in servers}  # sshd runs until the job is torn down
+    _wait_all({h: proc for h, proc in procs.items() if h not in server_names}, logs)
+    return logs
+
+
+def test_volcano_lightgbm_trains(tmp_path, image, cluster):
+    spec = _lightgbm_spec(tmp_path, image)
+    (job,) = get_backend("volcano", api_client=None, namespace=NAMESPACE).manifests("lgb", spec, {})
+    assert set(job["spec"]["plugins"]) == {"svc", "env"}
+    logs = _run_volcano(job, tmp_path, image, cluster)
+    result = _result(logs["lgb-worker-0"])
+    assert result["num_trees"] == 20 and result["auc"] > 0.8, result
+    assert '"event": "result"' not in logs["lgb-worker-1"].read_text(), "VC_TASK_INDEX 1 must not act as rank 0"
+
+
+def test_volcano_horovod_trains(tmp_path, image, cluster, ssh_image):
+    (job,) = get_backend("volcano", api_client=None, namespace=NAMESPACE).manifests(
+        "hvd", _horovod_spec(tmp_path, image), {})
+    assert set(job["spec"]["plugins"]) == {"svc", "ssh"}
+    logs = _run_volcano(job, tmp_path, image, cluster, ssh_image)
+    _assert_horovod_trained(logs["hvd-master-0"], tmp_path)
+    for worker in ("hvd-worker-0", "hvd-worker-1"):  # the ranks ran there, started over ssh with the job's key
+        assert "Accepted publickey for root" in logs[worker].read_text(), logs[worker].read_text()[-2000:]
+
+
+def _assert_horovod_trained(launcher_log: Path, tmp_path: Path) -> None:
+    """Both ranks ran (on the workers, over ssh) and ended with the same weights; rank 0 saved the model."""
+    assert _result(launcher_log)["accuracy"] > 0.5
+    checksums = {e["rank"]: e["checksum"] for e in _events(launcher_log) if e.get("event") == "weights_checksum"}
+    assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
+    assert (tmp_path / "model" / "model.keras").stat().st_size > 0
