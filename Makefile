@@ -39,7 +39,7 @@ bench: control-env training-env
 
 lint: control-env
 	$(UV) pip install --python $(VENV)/bin/python --quiet ruff==0.14.5
-	$(VENV)/bin/ruff check airflow_ml_provider tests dags hooks operators sensors benchmarks scripts
+	$(VENV)/bin/ruff check airflow_ml_provider tests dags hooks operators sensors benchmarks scripts tools
 
 control-env: $(VENV)/.installed
 training-env: $(TRAIN_VENV)/.installed
