@@ -1,6 +1,9 @@
 """`make demo`: run, for real, on the embedded defaults (local backend, SQLite model registry), first the
 ml_quickstart DAG (a 2-worker Horovod/TensorFlow model and a 2-worker LightGBM model), then the
-ml_training_pipeline DAG, and say where the data, models, metrics, artifacts and registered version are."""
+ml_training_pipeline DAG, and say where the data, models, metrics, artifacts and registered version are.
+
+The terminal shows progress only (scripts/demo_progress.py: tasks as they start and end, the training
+jobs' metric lines); Airflow's own logging goes to $AIRFLOW_HOME/demo-airflow.log, named up front."""
 
 from __future__ import annotations
 
@@ -11,14 +14,24 @@ import sys
 import time
 from pathlib import Path
 
+from demo_progress import run_quietly, terminal
+
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", str(REPO / ".airflow-demo"))
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 
+LOG = Path(os.environ["AIRFLOW_HOME"]) / "demo-airflow.log"
+say = terminal()
+
+
 def main() -> int:
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL)
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    LOG.write_text("")
+    say(f"Airflow's own logging (task logs included) goes to {LOG}")
+    with LOG.open("a") as log:
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=log, stderr=log)
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -27,17 +40,18 @@ def main() -> int:
         return 1
     from ml_training_pipeline import dag
 
+    say("\n==== ml_training_pipeline: preprocess, train, evaluate, gate, deploy ====")
     started = time.monotonic()
-    dag_run = dag.test()
+    dag_run = run_quietly(dag, LOG, say)
     took = time.monotonic() - started
     with create_session() as session:
         rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, map_index=-1)
         xcom = {(row.task_id, row.key): row.value for row in rows}
-    print("\n==== airflow-ml-provider demo: ml_training_pipeline ====")
-    print(f"DAG run {dag_run.run_id}: {dag_run.state} in {took:.0f} s")
+    say("\n==== airflow-ml-provider demo: ml_training_pipeline ====")
+    say(f"DAG run {dag_run.run_id}: {dag_run.state} in {took:.0f} s")
     deploy = xcom.get(("deploy", "return_value"))
     if deploy is None:
-        print("the run did not finish; see the task logs above")
+        say(f"the run did not finish; see the task logs in {LOG}")
         return 1
     _report(xcom, deploy)
     return 0 if str(dag_run.state) == "success" else 1
@@ -47,14 +61,15 @@ def _quickstart(xcom_model, create_session) -> bool:
     """The two distributed trainings side by side: where each model is and what it scored."""
     from ml_quickstart import dag
 
-    dag_run = dag.test()
+    say("==== ml_quickstart: a 2-worker Horovod and a 2-worker LightGBM model ====")
+    dag_run = run_quietly(dag, LOG, say)
     with create_session() as session:
         row = session.query(xcom_model).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id="report",
                                                   key="return_value").one_or_none()
-    print("\n==== airflow-ml-provider demo: ml_quickstart ====")
-    print(f"DAG run {dag_run.run_id}: {dag_run.state}")
+    say("\n==== airflow-ml-provider demo: ml_quickstart ====")
+    say(f"DAG run {dag_run.run_id}: {dag_run.state}")
     for name, result in (row.value if row else {}).items():
-        print(f"{name:9s} {result['metrics']} -> model {result['model_path']} (job {result['job_name']})")
+        say(f"{name:9s} {result['metrics']} -> model {result['model_path']} (job {result['job_name']})")
     return str(dag_run.state) == "success"
 
 
@@ -66,30 +81,29 @@ def _report(xcom: dict, deploy: dict) -> None:
     evaluation, gate = xcom[("evaluate", "return_value")], xcom[("gate", "return_value")]
     with registry.mlflow() as mlflow:
         artifacts = mlflow.MlflowClient().get_run(evaluation["mlflow_run_id"]).info.artifact_uri
-    print(
+    say(
         f"data        version {xcom[('prepare_data', 'data_version')]}; preprocessed shards in "
         f"{Path(xcom[('prepare_data', 'train_dir')]).parent}"
     )
-    print(f"training    {evaluation['framework']} job {train['job_name']} ({train['backend']} backend)")
-    print(f"            model:   {train['model_path']}")
-    print(f"            final training metrics: {json.dumps(train['metrics'])}")
-    print(f"evaluation  held-out metrics: {json.dumps(evaluation['metrics'])}")
-    print(
+    say(f"training    {evaluation['framework']} job {train['job_name']} ({train['backend']} backend)")
+    say(f"            model:   {train['model_path']}")
+    say(f"            final training metrics: {json.dumps(train['metrics'])}")
+    say(f"evaluation  held-out metrics: {json.dumps(evaluation['metrics'])}")
+    say(
         f"            MLflow run {evaluation['mlflow_run_id']}; artifacts (training_curve.png, "
         f"evaluation_report.md, metrics.json): {artifacts}"
     )
-    print(f"gate        {'PASSED' if gate['passed'] else 'REJECTED'}: {'; '.join(gate['reasons'])}")
-    print(
+    say(f"gate        {'PASSED' if gate['passed'] else 'REJECTED'}: {'; '.join(gate['reasons'])}")
+    say(
         f"registry    model {deploy['model_name']} version {deploy['version']}, aliases: "
         f"{', '.join(deploy['aliases'])}; load it with mlflow.pyfunc.load_model('{deploy['model_uri']}')"
     )
-    print(f"            store: {registry.settings().tracking_uri}")
-    print(
-        f"            link:  {deploy['url']} (serve a UI: mlflow ui --backend-store-uri "
-        f"{registry.settings().tracking_uri}, with the full mlflow package)"
+    say(f"            store: {registry.settings().tracking_uri}")
+    say(
+        f"            link:  {deploy['url']} (`make mlflow-ui` serves it; `make ui`: Airflow's UI as well)"
     )
-    print(f"job logs    {Path(os.environ['AIRFLOW_HOME']) / 'ml' / 'jobs'}")
-    print(
+    say(f"job logs    {Path(os.environ['AIRFLOW_HOME']) / 'ml' / 'jobs'}")
+    say(
         "run `make demo` again: the new model is registered as challenger and becomes champion only if it"
         " passes the gate"
     )
