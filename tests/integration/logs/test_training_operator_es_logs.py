@@ -14,6 +14,7 @@ from es_logs_support import connection_env
 from shipper_support import ship
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.files import FileLogSource
 
 pytestmark = pytest.mark.integration
@@ -40,10 +41,12 @@ def test_training_operators_read_their_log_from_elasticsearch(run_dag, es, es_ur
     text = out.out + out.err
     for task in ("train_es", "train_es_deferred"):
         summary = result.xcom[task]
-        assert summary["metrics"] == {"step": 3, "loss": 1 / 3, "accuracy": 0.9}
+        assert summary["metrics"] == {"loss": 1 / 3, "accuracy": 0.9}
         job = summary["job_name"]
         batch = FileLogSource(backend.job_dir(job) / "output.log").read()
-        from_file = [(f"{job}-{line.source.replace(' ', '-')}", line.text) for line in batch.lines]
+        # As the task log shows them: the runtime's JSON events compact (format_line), pods named by the shipper.
+        from_file = [(f"{job}-{line.source.replace(' ', '-')}", format_line(line).split("] ", 1)[1])
+                     for line in batch.lines]
         # Pod names as the shipper writes them: these lines came from Elasticsearch, not the file.
         streamed = re.findall(rf"\[info +\] \[({re.escape(job)}-[a-z0-9-]+)\] (.*?) +\[[\w.]+\]", text)
         assert len(from_file) == 2 * 3 + 4 + 1
