@@ -76,7 +76,7 @@ class MetricsTracker:
             if line.source != self.reporter:
                 return []
             if kind == "result":
-                self.result.update({k: v for k, v in event.items() if k not in (EVENT_KEY, "rank")})
+                self.result.update(_bounded_result(event))
             elif kind == "model_saved" and isinstance(event.get("path"), str):
                 self.model_path = event["path"]
             elif kind == "checkpoint" and isinstance(event.get("path"), str):
@@ -136,6 +136,18 @@ class MetricsTracker:
         """What to pass back as ``state`` to continue these series."""
         return copy.deepcopy({"metrics": self.metrics, "result": self.result, "model_path": self.model_path,
                               "checkpoint": self.checkpoint, "reporter": self.reporter})
+
+
+_RESULT_KEYS, _RESULT_TEXT = 64, 256
+
+
+def _bounded_result(event: dict[str, Any]) -> dict[str, Any]:
+    """What of a pod's ``result`` line may reach XCom: finite numbers and short strings (a content hash),
+    at most 64 of them; NaN, nested data and long text are dropped (a pod's output is not trusted)."""
+    kept = {key: value for key, value in event.items()
+            if key not in (EVENT_KEY, "rank") and len(key) <= _RESULT_TEXT
+            and (_finite(value) or (isinstance(value, str) and len(value) <= _RESULT_TEXT))}
+    return dict(list(kept.items())[:_RESULT_KEYS])
 
 
 def _finite(value: Any) -> bool:

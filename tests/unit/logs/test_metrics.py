@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from airflow_ml_provider.logs.metrics import MetricsTracker, metric_goal, parse_event
 from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.runtime.metrics_log import EVENT_KEY
@@ -38,3 +40,12 @@ def test_one_direction_rule_for_every_metric_name():
     for name in ("auc", "accuracy", "f1", "ndcg"):
         assert metric_goal(name) == "max", name
     assert metric_goal("loss", {"loss": "max"}) == "max"
+
+
+def test_a_result_line_reaches_xcom_only_as_finite_numbers_and_short_strings():
+    tracker = MetricsTracker()
+    hostile = {"event": "result", "auc": 0.9, "nan": float("nan"), "sha256": "ab" * 32, "big": "x" * 10_000,
+               "nested": {"a": 1}, **{f"k{i}": i for i in range(100)}}
+    tracker.feed(LogLine("rank 0", json.dumps(hostile)))
+    assert tracker.result["auc"] == 0.9 and tracker.result["sha256"] == "ab" * 32
+    assert not {"nan", "big", "nested"} & set(tracker.result) and len(tracker.result) == 64
