@@ -48,6 +48,39 @@ _TRAINING_FIELDS = {
         "Namespace of the jobs. Empty: the Kubernetes connection's namespace.",
         examples=["training"],
     ),
+    "gang_scheduler": _field(
+        "Kubernetes: MPI gang scheduler",
+        "The MPI operator's --gang-scheduling setting, if it has one (e.g. volcano, scheduler-plugins).",
+        examples=["volcano"],
+    ),
+    "image": _field(
+        "Kubernetes: training image",
+        "Image of the jobs' pods unless the task or a framework image sets one.",
+        examples=["registry.example/train:1.4"],
+    ),
+    "image_horovod": _field(
+        "Kubernetes: Horovod image", "Image for Horovod jobs. Empty: the training image."
+    ),
+    "image_lightgbm": _field(
+        "Kubernetes: LightGBM image", "Image for LightGBM jobs. Empty: the training image."
+    ),
+    "image_generic": _field("Kubernetes: generic image", "Image for other jobs. Empty: the training image."),
+    "artifact_root": _field(
+        "Artifact root",
+        "Where jobs keep models, checkpoints and data: a path every worker sees, or s3:// / gs://. "
+        "Empty: [ml_training] artifact_root, else the local jobs directory.",
+        examples=["s3://ml-artifacts/airflow"],
+    ),
+    "artifact_conn_id": _field(
+        "Artifact store connection id",
+        "The aws/google connection for an s3:// or gs:// artifact root.",
+        examples=["aws_default"],
+    ),
+    "artifact_secret_env": _field(
+        "Artifact credentials for pods",
+        'Worker variables from Kubernetes Secrets, e.g. {"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}.',
+        kind="object",
+    ),
     "elasticsearch_conn_id": _field(
         "Elasticsearch connection id",
         "Read jobs' logs from Elasticsearch (Filebeat) through this connection instead of the backend.",

@@ -35,7 +35,7 @@ def airflow_env(home: Path, port: int, mlflow_url: str) -> dict[str, str]:
             "kwargs": {"path": str(REPO / "dags")},
         }
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env = dict(os.environ)  # the caller's own AIRFLOW__ settings apply, except these:
     env.update(
         {
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -74,6 +74,11 @@ def mlflow_argv(home: Path, port: int) -> list[str]:
     ]
 
 
+def mlflow_env() -> dict[str, str]:
+    """The server without its job runner (model-judging jobs, unused here: fewer processes, faster start)."""
+    return {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -92,7 +97,9 @@ def stop(processes: list[subprocess.Popen]) -> None:
         _signal_group(process, signal.SIGKILL)
 
 
-def wait_for(url: str, process: subprocess.Popen, log: Path, timeout: float, healthy=lambda body: True) -> None:
+def wait_for(
+    url: str, process: subprocess.Popen, log: Path, timeout: float, healthy=lambda body: True
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -109,7 +116,9 @@ def wait_for(url: str, process: subprocess.Popen, log: Path, timeout: float, hea
 
 def airflow_healthy(body: bytes) -> bool:
     status = json.loads(body)
-    return all(status.get(c, {}).get("status") == "healthy" for c in ("scheduler", "triggerer", "dag_processor"))
+    return all(
+        status.get(c, {}).get("status") == "healthy" for c in ("scheduler", "triggerer", "dag_processor")
+    )
 
 
 def password(home: Path) -> str:
@@ -123,9 +132,13 @@ def password(home: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--home", type=Path, default=REPO / ".airflow-demo", help="AIRFLOW_HOME (default: make demo's)")
+    parser.add_argument(
+        "--home", type=Path, default=REPO / ".airflow-demo", help="AIRFLOW_HOME (default: make demo's)"
+    )
     parser.add_argument("--port", type=int, default=8080, help="Airflow UI port")
-    parser.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port ([ml_training] mlflow_ui_url)")
+    parser.add_argument(
+        "--mlflow-port", type=int, default=5000, help="MLflow UI port ([ml_training] mlflow_ui_url)"
+    )
     parser.add_argument("--only", choices=["airflow", "mlflow"], help="start one of the two")
     args = parser.parse_args(argv)
     home = args.home.resolve()
@@ -139,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             if not MLFLOW.exists():
                 raise SystemExit(f"{MLFLOW} is missing: run `make mlflow-env` (the full mlflow package)")
             log = home / "mlflow-ui.log"
-            processes.append(start(mlflow_argv(home, args.mlflow_port), dict(os.environ), log))
-            wait_for(f"{mlflow_url}/health", processes[-1], log, timeout=120)
+            processes.append(start(mlflow_argv(home, args.mlflow_port), mlflow_env(), log))
+            wait_for(f"{mlflow_url}/health", processes[-1], log, timeout=300)
             lines.append(f"MLflow UI   {mlflow_url}   registry {home / 'ml' / 'mlflow.db'}   (log: {log})")
         if args.only != "mlflow":
             if not (VENV_BIN / "airflow").exists():

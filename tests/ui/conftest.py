@@ -1,0 +1,110 @@
+"""A real Airflow deployment (tests/airflow_stack.py) serving ml_training_pipeline, the MLflow UI over its
+registry (scripts/ui.py's server, from .venv-mlflow), and Debian's chromium driven by playwright."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from airflow_stack import AirflowStack, free_port
+from support import REPO, TRAINING_IMAGE
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _ui_script():
+    spec = importlib.util.spec_from_file_location("ui_script", REPO / "scripts" / "ui.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's chromium; the browser tests skip only where it is absent (``make test`` installs it)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"no chromium at {CHROMIUM} (Debian package `chromium`; `make chromium` installs it)")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def screenshots(request, tmp_path_factory) -> Path:
+    """Where the tests leave screenshots for a person to look at (``$AIRFLOW_ML_SCREENSHOTS`` or a tmp dir)."""
+    folder = Path(os.environ.get("AIRFLOW_ML_SCREENSHOTS") or tmp_path_factory.mktemp("ui") / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\nUI screenshots: {folder}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ui_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("airflow-ui")
+
+
+@pytest.fixture(scope="module")
+def mlflow_ui(chromium, ui_home):
+    """The MLflow UI over the deployment's embedded registry, as ``make mlflow-ui`` serves it; None
+    (and the link checks skip) where ``.venv-mlflow`` is not built."""
+    ui = _ui_script()
+    if not ui.MLFLOW.exists():
+        yield None
+        return
+    (ui_home / "ml").mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), ui_home / "mlflow-ui.log"
+    process = ui.start(ui.mlflow_argv(ui_home, port), ui.mlflow_env(), log)
+    try:
+        yield {"url": f"http://127.0.0.1:{port}", "process": process, "log": log, "wait": ui.wait_for}
+    finally:
+        ui.stop([process])
+
+
+@pytest.fixture(scope="module")
+def stack(chromium, ui_home, mlflow_ui, tmp_path_factory):
+    """Airflow serving the shipped ml_training_pipeline DAG on the embedded defaults (local backend,
+    SQLite registry under the deployment's AIRFLOW_HOME), its MLflow links pointing at ``mlflow_ui``."""
+    dags = tmp_path_factory.mktemp("ui-dags")
+    shutil.copy(REPO / "dags" / "ml_training_pipeline.py", dags)
+    env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
+    if mlflow_ui:
+        env["AIRFLOW__ML_TRAINING__MLFLOW_UI_URL"] = mlflow_ui["url"]
+    with AirflowStack(ui_home, dags_folder=dags, env=env) as deployment:
+        deployment.wait_for_dag("ml_training_pipeline")
+        if mlflow_ui:
+            ready = f"{mlflow_ui['url']}/health"
+            mlflow_ui["wait"](ready, mlflow_ui["process"], mlflow_ui["log"], timeout=300)
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def page(chromium, stack):
+    """A logged-in browser page (the login form, with the deployment's admin credentials)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_FLAGS)
+        context = browser.new_context(viewport={"width": 1500, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(f"{stack.url}/")
+        username, password = stack.credentials
+        page.get_by_label("Username").fill(username)
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(lambda url: "/auth/login" not in url)
+        yield page
+        browser.close()

@@ -1,0 +1,108 @@
+"""`make ui` (scripts/ui.py): Airflow standalone with the project's DAGs comes up from the control
+environment (its bin first on PATH: standalone starts `airflow` by name), says where to log in with
+credentials that work, and leaves no process behind when stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from airflow_stack import free_port
+from support import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_make_ui_starts_airflow_says_where_to_log_in_and_stops_cleanly(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "AIRFLOW_HOME"}
+    env["PATH"] = "/usr/bin:/bin"  # nothing of the venv on PATH: the script must put it there
+    env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] = str(free_port())  # other deployments may hold 8793/8794
+    env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] = str(free_port())
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "ui.py"),
+            "--home",
+            str(tmp_path),
+            "--port",
+            str(port),
+            "--only",
+            "airflow",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 420
+        while time.monotonic() < deadline and not any("Airflow UI" in line for line in lines):
+            line = process.stdout.readline()
+            if not line and process.poll() is not None:
+                break
+            lines.append(line)
+        banner = next((line for line in lines if "Airflow UI" in line), None)
+        assert banner, "".join(lines) + (tmp_path / "standalone.log").read_text(errors="replace")[-3000:]
+        url, user, password = re.search(r"(http://\S+)\s+log in as (\w+) / (\S+)", banner).groups()
+        assert url == f"http://127.0.0.1:{port}"
+        request = urllib.request.Request(
+            f"{url}/auth/token",
+            data=json.dumps({"username": user, "password": password}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            token = json.loads(response.read())["access_token"]
+        request = urllib.request.Request(
+            f"{url}/api/v2/dags/ml_training_pipeline", headers={"Authorization": f"Bearer {token}"}
+        )
+        deadline = time.monotonic() + 180
+        while True:  # the project's DAGs, parsed by standalone's dag-processor
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    assert json.loads(response.read())["dag_id"] == "ml_training_pipeline"
+                    break
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    deadline = time.monotonic() + 60  # what was killed last may take a moment to go
+    while (
+        left := {pid: _describe(pid) for pid in _processes_with_home(tmp_path)}
+    ) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == {}, "processes of `make ui` left running"
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        return f"pgid {os.getpgid(pid)} sid {os.getsid(pid)}: {cmdline[:200]}"
+    except OSError:
+        return "gone"
+
+
+def _processes_with_home(home) -> list[int]:
+    """Processes whose environment has AIRFLOW_HOME=home (standalone and everything it started)."""
+    found, marker = [], f"AIRFLOW_HOME={home}".encode()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found

@@ -1,0 +1,171 @@
+"""ml_training_pipeline as a person uses it: in a real browser (Debian's chromium, headless) against a real
+Airflow deployment (api-server, scheduler, dag-processor, triggerer). Triggered from its form with the
+defaults untouched, the run succeeds; a bad Param is refused with its name; the training log shows
+compact metric lines; a successful deploy logs no ERROR; the MLflow links open the model version and
+the evaluation's artifacts. Screenshots of each step go to the folder printed at the start."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from urllib.parse import unquote
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+DAG_ID = "ml_training_pipeline"
+TITLES = [
+    "Framework",
+    "Backend",
+    "Workers",
+    "Boosting rounds",
+    "Learning rate",
+    "Dataset",
+    "Model name",
+    "Notes",
+]
+COMPACT_METRICS = re.compile(r"\[rank 0\] step \d+  auc=\d\.\d{4}  loss=\d\.\d{4}")
+
+
+def open_trigger_form(page, stack):
+    page.goto(f"{stack.url}/dags/{DAG_ID}")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("Run Parameters").wait_for()
+    return dialog
+
+
+@pytest.fixture(scope="module")
+def triggered(page, stack, screenshots) -> dict:
+    """The trigger form, submitted with every Param at its default; the run, waited for."""
+    dialog = open_trigger_form(page, stack)
+    form_text = dialog.inner_text()
+    page.screenshot(path=screenshots / "1-trigger-form.png")
+    button = dialog.get_by_role("button", name="Trigger")
+    button.scroll_into_view_if_needed()
+    page.screenshot(path=screenshots / "2-trigger-form-bottom.png")
+    enabled = button.is_enabled()
+    button.click()
+    page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/[^/]+$"))
+    run_id = unquote(page.url.rsplit("/", 1)[1])
+    state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
+    page.reload()
+    page.get_by_text(run_id).first.wait_for()
+    page.screenshot(path=screenshots / "3-run.png")
+    return {"form_text": form_text, "enabled": enabled, "run_id": run_id, "state": state}
+
+
+def test_the_form_triggers_with_its_defaults_and_the_run_succeeds(triggered, stack):
+    for title in TITLES:
+        assert title in triggered["form_text"], title
+    assert triggered["enabled"], "Trigger was disabled with the defaults"
+    states = {
+        (t["task_id"], t["map_index"]): t["state"] for t in stack.task_instances(DAG_ID, triggered["run_id"])
+    }
+    assert triggered["state"] == "success", states
+
+
+def test_mapped_preprocess_tasks_are_named_after_their_data(triggered, stack):
+    names = sorted(
+        t["rendered_map_index"]
+        for t in stack.task_instances(DAG_ID, triggered["run_id"])
+        if t["task_id"] == "preprocess"
+    )
+    assert names == ["shard 0", "shard 1", "test", "valid"]
+
+
+def test_the_summary_says_what_came_out(triggered, stack):
+    summary = stack.xcom(DAG_ID, triggered["run_id"], "summary")
+    assert summary["gate"]["passed"] and summary["model"]["version"] >= 1
+    assert set(summary["metrics"]) >= {"accuracy", "auc", "f1", "log_loss"}
+    log = " ".join(str(e.get("event")) for e in stack.task_log(DAG_ID, triggered["run_id"], "summary"))
+    assert "gate        PASSED" in log and f"version {summary['model']['version']}" in log
+
+
+def test_the_training_log_shows_compact_metric_lines(triggered, page, stack, screenshots):
+    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/train_lightgbm")
+    page.get_by_text(COMPACT_METRICS).first.wait_for()
+    page.screenshot(path=screenshots / "4-training-log.png")
+    events = [str(e.get("event")) for e in stack.task_log(DAG_ID, triggered["run_id"], "train_lightgbm")]
+    assert sum(bool(COMPACT_METRICS.search(line)) for line in events) >= 5
+    assert not any('"event": "metrics"' in line for line in events)
+
+
+def test_a_successful_deploy_logs_no_error(triggered, page, stack, screenshots):
+    entries = stack.task_log(DAG_ID, triggered["run_id"], "deploy")
+    assert [e for e in entries if e.get("level") in ("error", "critical")] == []
+    mlflow_lines = {str(e.get("event")): e.get("level") for e in entries if "of model" in str(e.get("event"))}
+    assert any(line.startswith("Created version") for line in mlflow_lines), entries  # shown, as INFO
+    assert set(mlflow_lines.values()) == {"info"}
+    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/deploy")
+    page.get_by_text("Created version").first.wait_for()
+    page.screenshot(path=screenshots / "5-deploy-log.png")
+
+
+@pytest.mark.parametrize(
+    ("task_id", "link", "expect", "shot"),
+    [
+        ("deploy", "MLflow model version", "Version 1", "6-mlflow-model-version.png"),
+        ("evaluate", "MLflow evaluation (plot, report)", "training_curve.png", "7-mlflow-evaluation.png"),
+    ],
+)
+def test_the_mlflow_links_open_what_they_name(
+    triggered, page, stack, mlflow_ui, screenshots, task_id, link, expect, shot
+):
+    if mlflow_ui is None:
+        pytest.skip("no MLflow UI: .venv-mlflow is not built (make mlflow-env)")
+    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/{task_id}/details")
+    anchor = page.get_by_role("link", name=link)
+    href = anchor.get_attribute("href")
+    assert href.startswith(mlflow_ui["url"] + "/#/")
+    mlflow = page.context.new_page()
+    try:
+        mlflow.goto(href)
+        mlflow.get_by_text(expect).first.wait_for()
+        if expect.endswith(".png"):
+            mlflow.get_by_text(expect).first.click()
+            mlflow.get_by_role("img").last.wait_for()
+        mlflow.screenshot(path=screenshots / shot)
+    finally:
+        mlflow.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("data_path", "; rm -rf /"), ("learning_rate", "-1")],
+)
+def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value):
+    runs_before = stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"]
+    dialog = open_trigger_form(page, stack)
+    dialog.locator(f"input[name='element_{name}']").fill(value)
+    dialog.get_by_role("button", name="Trigger").click()
+    refusal = dialog.get_by_text(f"Invalid input for param {name}")  # the server's answer, shown in the form
+    refusal.first.wait_for()
+    refusal.first.scroll_into_view_if_needed()
+    page.screenshot(path=screenshots / f"8-refused-{name}.png")
+    page.keyboard.press("Escape")
+    assert stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"] == runs_before
+
+
+def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
+    """What the trigger-time schema check cannot catch fails the run at once, in prepare_data, saying
+    which Param and why: a file that does not exist where the run reads it (the DAG's check), and a
+    NaN learning rate sent through the API (it passes every JSON-schema bound on trigger, reaches the
+    task as null, and the task's own Param validation refuses it)."""
+    runs = {
+        "data_path: '/nonexistent/ml/data.npz' is not a file the Airflow worker can read": {
+            "data_path": "/nonexistent/ml/data.npz"
+        },
+        "Invalid input for param learning_rate": {"learning_rate": math.nan},
+    }
+    run_ids = {message: stack.trigger_dag(DAG_ID, conf) for message, conf in runs.items()}
+    for message, run_id in run_ids.items():
+        assert stack.wait_for_run(DAG_ID, run_id, timeout=600) == "failed"
+        states = {t["task_id"]: t["state"] for t in stack.task_instances(DAG_ID, run_id)}
+        assert states["prepare_data"] == "failed" and states["deploy"] == "upstream_failed"
+        log = "\n".join(
+            json.dumps(e) for e in stack.task_log(DAG_ID, run_id, "prepare_data")
+        )  # with the error
+        assert message in log

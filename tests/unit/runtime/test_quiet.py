@@ -1,0 +1,47 @@
+"""TensorFlow's start-up notices stay out of a trainer's output unless asked for; other stderr lines pass.
+Real TensorFlow, imported in the training environment as the bundled Horovod trainers do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from support import TRAINING_IMAGE
+
+from airflow_ml_provider.runtime.quiet import NOISE
+
+pytestmark = pytest.mark.integration
+
+IMPORT = """
+import sys
+from airflow_ml_provider.runtime.quiet import quiet_startup
+with quiet_startup():
+    import tensorflow
+    print("a line of the trainer's own", file=sys.stderr)
+print("imported", tensorflow.__version__)
+"""
+
+
+def _run(**env: str) -> subprocess.CompletedProcess:
+    python = TRAINING_IMAGE / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no training environment at {TRAINING_IMAGE} (make training-env)")
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "AIRFLOW_ML_TF_STARTUP_LOGS")
+    }
+    return subprocess.run(
+        [python, "-c", IMPORT], env={**clean, **env}, capture_output=True, text=True, check=True
+    )
+
+
+def test_the_notices_are_filtered_and_other_lines_kept():
+    done = _run()
+    assert "imported" in done.stdout
+    assert done.stderr.splitlines() == ["a line of the trainer's own"]
+
+
+def test_the_option_shows_them():
+    stderr = _run(AIRFLOW_ML_TF_STARTUP_LOGS="1").stderr.splitlines()
+    assert "a line of the trainer's own" in stderr
+    assert sum(bool(NOISE.match(line)) for line in stderr) >= 2  # absl's notice, oneDNN's
