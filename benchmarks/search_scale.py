@@ -11,10 +11,10 @@ its objective (``{"event": "result", "auc": x}``, x being a searched parameter).
     <= 50 ms/trial, TPE <= 200 ms/trial.
 (2) On the local backend: the same no-op job as real processes (the job's ``echo``, under the launcher
     interpreter the local backend starts for every job). Cost beyond the jobs = (search wall time -
-    wall time of running the jobs' own processes bare, 64 at a time) / trials; printed beside it, how
-    much of that the launcher's interpreter alone accounts for (the same processes plus a bare start of
-    the launcher's interpreter). With ``--local-trials`` below 4,096 the 4,096-trial wall time is a
-    linear extrapolation, printed as such.
+    wall time of running the jobs' own processes bare, 64 at a time, per job over up to 512 of them) /
+    trials, printed with the search process's own CPU time per trial: the rest is the local backend's
+    per-job launcher, not the search. With ``--local-trials`` below 4,096 the 4,096-trial wall time is
+    a linear extrapolation, printed as such.
 
     AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/search_scale.py [--trials 4096] [--local-trials 4096]
 
@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OBJECTIVE = '{"event": "result", "auc": {{ params.x }}}'
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "int", "low": 0, "high": 63}}
+BARE_SAMPLE = 512  # bare runs measured per trial over at most this many jobs
 GRID_SPACE = {"x": [i / 63 for i in range(64)], "y": list(range(64))}  # 4,096 points
 
 
@@ -77,18 +78,17 @@ def local(trials: int, parallel: int) -> dict:
         backend = LocalBackend(Path(tmp) / "ml", image=sys.prefix, cancel_grace_s=2)
         result = search(Path(tmp), backend, "random", trials, parallel)
         command = json.loads(next((Path(tmp) / "ml" / "jobs").glob("*/job.json")).read_text())["spec"]["command"]
-    launcher = [sys.executable, "-c", "import airflow_ml_provider.jobs.backends.local_launcher"]
-    return {**result, "job_wall_s": _bare([command], trials, parallel),
-            "launcher_job_wall_s": _bare([launcher, command], trials, parallel)}
+    print(json.dumps(result), file=sys.stderr, flush=True)  # the search's part, before the bare run
+    sample = min(trials, BARE_SAMPLE)
+    return {**result, "bare_trials": sample, "job_s": _bare(command, sample, parallel) / sample}
 
 
-def _bare(commands: list[list[str]], trials: int, parallel: int) -> float:
-    """Wall time of running ``commands`` (one after the other) ``trials`` times, ``parallel`` at a time,
-    with nothing around them."""
+def _bare(command: list[str], trials: int, parallel: int) -> float:
+    """Wall time of running the job's own process ``trials`` times, ``parallel`` at a time, with nothing
+    around it."""
 
     def one(_: int) -> None:
-        for command in commands:
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(parallel) as pool:
@@ -188,11 +188,12 @@ def main() -> None:
     if args.local_trials:
         r = _child(["--one", "local", "--trials", str(args.local_trials), "--parallel", str(args.parallel)])
         n = r["trials"]
-        per, job, launcher = (1000 * r[key] / n for key in ("wall_s", "job_wall_s", "launcher_job_wall_s"))
+        per, job, cpu = 1000 * r["wall_s"] / n, 1000 * r["job_s"], 1000 * r["cpu_s"] / n
         print(f"Local backend, random sampler, {n} real no-op jobs ({r['complete']} complete), max_parallel "
-              f"{args.parallel}: {r['wall_s']:.1f} s = {per:.1f} ms/trial (search CPU {1000 * r['cpu_s'] / n:.1f} ms/trial)")
-        print(f"  the jobs' own processes bare: {job:.1f} ms/trial -> cost beyond the jobs {per - job:.1f} ms/trial, "
-              f"of which the local launcher's interpreter (bare, with the job) accounts for {launcher - job:.1f}")
+              f"{args.parallel}: {r['wall_s']:.1f} s = {per:.1f} ms/trial; the jobs' own processes bare "
+              f"({r['bare_trials']} of them, {args.parallel} at a time): {job:.1f} ms/trial")
+        print(f"  cost beyond the jobs: {per - job:.1f} ms/trial, of which the search process's own CPU is "
+              f"{cpu:.1f} ms/trial; the rest is the local backend's launcher (a Python interpreter per job)")
         if r["trials"] < args.trials:
             print(f"  (extrapolated to {args.trials} trials, linearly: {r['wall_s'] * args.trials / r['trials']:.0f} s)")
 

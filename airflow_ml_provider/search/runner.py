@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.local_common import NEVER_LAUNCHED
 from airflow_ml_provider.jobs.drivers import SyncDriver
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX, JobIdentity
@@ -26,6 +27,7 @@ from airflow_ml_provider.jobs.preemption import resubmission
 from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
 from airflow_ml_provider.search.template import render_trial
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it
 JOB_NAME_ATTR = "job_name"
@@ -132,8 +134,10 @@ class TrialScheduler:
             name = self._job_name(frozen.number)
             try:
                 status = self.backend.status(name)
-            except JobNotFound:  # the previous session died between asking and submitting:
-                self._start(trial, self.space.suggest(trial))  # drawn values are kept, missing ones drawn
+            except JobNotFound:
+                status = None
+            if status is None or _never_launched(status):  # the previous session died before or while
+                self._start(trial, self.space.suggest(trial))  # submitting: drawn values kept, missing drawn
                 continue
             self.log.info("Trial %d: re-attached to its job %s (%s)", frozen.number, name, status.state.value)
             spec = render_trial(self.template(name), self.space.suggest(trial))  # the values it drew
@@ -174,7 +178,9 @@ class TrialScheduler:
         self.running[trial.number] = _Running(trial, name, spec, labels, driver, reported)
 
     def _poll(self, run: _Running) -> bool:
-        """One round of the trial's job through the follow core; True when anything happened."""
+        """One round of the trial's job through the follow core; True when the trial changed state or more
+        of its log is ready at once. Lines of a running job are read every ``poll_interval``, not in a
+        busy loop: a trigger following 64 chatty trials must not spin a core."""
         step = run.driver.poll()
         if self._report(run, step):
             return True
@@ -189,7 +195,7 @@ class TrialScheduler:
             last = "\n".join(f"  [{line.source}] {line.text}" for line in run.driver.follower.last_lines()[-5:])
             self._fail(run.trial, f"{step.message}; last lines:\n{last}" if last else step.message)
             return True
-        return bool(step.lines) or step.delay == 0
+        return step.delay == 0  # more is ready now (a full batch, the end of a log); new lines alone wait
 
     def _resubmit(self, run: _Running, step: Step) -> None:
         """A preempted trial starts again under its name, from its last checkpoint (no new trial is spent)."""
@@ -269,6 +275,12 @@ class TrialScheduler:
 
     def _job_name(self, number: int) -> str:
         return trial_identity(self.identity, number).name
+
+
+def _never_launched(status: JobStatus) -> bool:
+    """The local backend's record of a job whose submitter was killed mid-submit: nothing ran, so the
+    trial's job is submitted again rather than failed."""
+    return status.state is JobState.FAILED and status.message == NEVER_LAUNCHED
 
 
 def _number(value) -> float | None:

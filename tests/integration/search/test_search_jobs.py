@@ -106,6 +106,39 @@ def test_restart_keeps_finished_trials_and_reattaches_to_running_jobs(tmp_path):
     assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == 4
 
 
+_KILLED_MID_SUBMIT = """
+import os, signal, sys
+import search_setup
+from airflow_ml_provider.jobs.backends import local
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+real_write = local.write_json  # SIGKILL of the search the moment its first trial's job record is written
+local.write_json = lambda path, data: (real_write(path, data), path.name == "job.json" and os.kill(os.getpid(), 9))
+spec = TrainingJobSpec(framework="generic", num_workers=1, command=["python", "-c", sys.argv[2], "{{ params.x }}"])
+search_setup.scheduler(__import__("pathlib").Path(sys.argv[1]), lambda name: spec, {"x": [1, 2]}, sampler="grid",
+                       objective_metric="score").run()
+"""
+_SCORE = "import json, sys; print(json.dumps({'event': 'result', 'score': int(sys.argv[1])}))"
+
+
+def test_a_trial_whose_job_was_never_launched_is_submitted_again_on_restart(tmp_path):
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_SUBMIT, str(tmp_path), _SCORE], cwd=REPO,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(Path(__file__).parent)])},
+    )
+    assert child.returncode == -signal.SIGKILL
+    spec = TrainingJobSpec(framework="generic", num_workers=1, command=["python", "-c", _SCORE, "{{ params.x }}"])
+    search = search_setup.scheduler(tmp_path, lambda name: spec, {"x": [1, 2]}, sampler="grid",
+                                    objective_metric="score")
+    (interrupted,) = search.study.get_trials(deepcopy=False)
+    assert search.backend.status(interrupted.user_attrs["job_name"]).message.endswith("died mid-submit")
+    search.run()
+
+    trials = search.study.get_trials(deepcopy=False)
+    assert [(t.state, t.value) for t in trials] == [(TrialState.COMPLETE, t.params["x"]) for t in trials]
+    assert len(trials) == 2
+
+
 _PACED = """
 import json, os, sys, time
 quality, markers = sys.argv[1], sys.argv[2]
