@@ -105,13 +105,13 @@ def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
 
 def main(job_dir: Path) -> int:
     payload = sys.stdin.buffer.read()  # EOF: the submitter finished, or died
-    writer = None
+    writer, timing = None, {}
     try:
         secrets = _submitted_secrets(payload)
         log = os.fdopen(open_private(job_dir / "output.log", append=True), "w", buffering=1,
                         encoding="utf-8", errors="replace")
         writer = _LineWriter(log)
-        status = _launch(job_dir, secrets, writer)
+        status = _launch(job_dir, secrets, writer, timing)
     except _Interrupted as exc:
         status = JobStatus(JobState.FAILED, str(exc))
     except BaseException as exc:  # noqa: BLE001 - whatever stops the launcher is the job's failure
@@ -120,7 +120,7 @@ def main(job_dir: Path) -> int:
     if writer is not None:
         writer.write("launcher", f"job ended: {status.state.value} {status.message}".rstrip())
         writer.close()
-    write_json(job_dir / "status.json", status.to_dict())
+    write_json(job_dir / "status.json", {**status.to_dict(), **timing})
     return 0
 
 
@@ -139,7 +139,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter) -> JobStatus:
+def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing: dict[str, float]) -> JobStatus:
+    """Run the job; ``timing`` gets when its processes started and ended (epoch seconds), which tells
+    the launcher's own cost apart from the job's."""
     record = read_json(job_dir / "job.json")
     plan, spec = record["plan"], record["spec"]
     env = allowed_env(os.environ) | plan["env"] | {JOB_UID_ENV: record["uid"]} | secrets
@@ -153,7 +155,9 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter) -> JobS
     watchdog = _Watchdog(job_dir, record, writer)
     runner = _run_horovod if plan["framework"] == "horovod" else _run_ranks
     try:
+        timing["workers_started_at"] = time.time()
         status = runner(spec, plan, env, writer)
+        timing["workers_ended_at"] = time.time()
     finally:
         watchdog.finish()
     if watchdog.reason is not None and status.state is not JobState.SUCCEEDED:
