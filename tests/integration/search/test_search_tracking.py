@@ -57,3 +57,23 @@ def test_a_restarted_search_reuses_its_parent_run_and_logs_each_trial_once(tmp_p
     assert parent_run.data.metrics["best_auc"] == max(t.value for t in study.trials if t.value is not None)
     stored = {path.name for path in artifacts.rglob("*") if path.is_file()}
     assert {"trials.png", "trials.json", "search_space.json"} <= stored
+
+
+def test_a_search_recorded_only_when_it_ends_logs_every_trial(tmp_path):
+    """What a deferred search does when its trigger fires: the trials ran in the triggerer, unlogged;
+    the resumed task opens the parent run and ``finish`` records each of them."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    space, settings = parse_space({"leaves": [4, 8, 16]}), parse_settings(sampler="grid", seed=0)
+    experiment = MlflowClient(uri).create_experiment("deferred", artifact_location=str(tmp_path / "artifacts"))
+    study = open_study(open_storage(f"journal://{tmp_path / 'optuna.journal'}"), "d/search/r", settings, space)
+    for _ in range(3):
+        trial = study.ask()
+        study.tell(trial, space.suggest(trial)["leaves"] / 50)
+
+    log = MlflowSearchLog(uri, experiment)
+    parent = log.start(study, settings, space)
+    log.finish(study, summarize(study), "auc")
+
+    runs = MlflowClient(uri).search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
+    assert sorted(int(run.data.tags["optuna.trial_number"]) for run in runs) == [0, 1, 2]
+    assert {run.data.metrics["final_auc"] for run in runs} == {0.08, 0.16, 0.32}
