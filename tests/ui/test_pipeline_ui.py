@@ -169,3 +169,48 @@ def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
             json.dumps(e) for e in stack.task_log(DAG_ID, run_id, "prepare_data")
         )  # with the error
         assert message in log
+
+
+@pytest.mark.parametrize(
+    ("type_name", "standard", "hidden", "extra"),
+    [
+        (
+            "ML Training Backend",
+            ["Description"],
+            ["Host", "Port", "Schema", "Login", "Password"],
+            ["Default backend", "Local: training environment", "Kubernetes: namespace", "Artifact root"],
+        ),
+        (
+            "ML Model Registry",
+            ["Tracking URI", "Username", "Password"],
+            ["Port", "Schema"],
+            ["Token", "MLflow UI URL"],
+        ),
+    ],
+)
+def test_connection_forms_are_labelled_show_only_used_fields_and_mask_the_token(
+    page, stack, screenshots, type_name, standard, hidden, extra
+):
+    page.goto(f"{stack.url}/connections")
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("combobox").first.click()
+    page.keyboard.type(type_name)
+    page.get_by_role("option", name=type_name).click()
+    dialog.get_by_text(standard[-1], exact=True).wait_for()
+    shot = screenshots / f"9-connection-{type_name.replace(' ', '-').lower()}"
+    page.screenshot(path=f"{shot}-standard.png")
+    shown = {line.strip() for line in dialog.inner_text().splitlines()}
+    assert set(standard) <= shown and not set(hidden) & shown, shown
+    dialog.get_by_text("Extra Fields", exact=True).click()
+    dialog.get_by_text(extra[-1], exact=True).wait_for()
+    page.screenshot(path=f"{shot}-extra.png")
+    assert set(extra) <= {line.strip() for line in dialog.inner_text().splitlines()}
+    if type_name == "ML Training Backend":  # the choices, by name, and no literal "null"
+        dialog.locator("#element_backend").click()
+        options = [option.inner_text() for option in page.get_by_role("option").all()]
+        assert [o.split(":")[0] for o in options] == ["local", "mpijob", "volcano", "indexed-job"], options
+        page.keyboard.press("Escape")
+    else:
+        assert dialog.locator("input[name='element_token']").get_attribute("type") == "password"
+    page.keyboard.press("Escape")
