@@ -2,6 +2,10 @@
 
 Runs on the embedded default (the local backend); set ``backend=`` or the ``ml_training_default``
 connection's ``backend`` extra to move the same DAG to a cluster.
+
+**Trigger it** with the defaults: `make_data` writes a synthetic binary classification set,
+`train_horovod` (Keras on scikit-learn's digits) and `train_lightgbm` train on 2 workers each, with
+their metric lines in the task logs, and `report` says where each model is and what it scored.
 """
 
 from __future__ import annotations
@@ -19,10 +23,18 @@ with DAG(
     schedule=None,
     catchup=False,
     tags=["ml", "example"],
+    description="A 2-worker Horovod/TensorFlow model and a 2-worker LightGBM model, on the local backend",
+    doc_md=__doc__,
     params={
-        "epochs": Param(5, type="integer", minimum=1, maximum=100, description="Horovod training epochs"),
-        "workers": Param(2, type="integer", minimum=1, maximum=16, description="Workers per training job"),
-        "boost_rounds": Param(100, type="integer", minimum=1, maximum=5000, description="LightGBM rounds"),
+        "epochs": Param(
+            5, type="integer", minimum=1, maximum=100, title="Epochs", description="Horovod training epochs."
+        ),
+        "workers": Param(
+            2, type="integer", minimum=1, maximum=16, title="Workers", description="Workers per training job."
+        ),
+        "boost_rounds": Param(
+            100, type="integer", minimum=1, maximum=5000, title="Boosting rounds", description="LightGBM rounds."
+        ),
     },
 ) as dag:
 
