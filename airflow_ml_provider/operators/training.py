@@ -30,7 +30,7 @@ from airflow_ml_provider.jobs.spec import (
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.logs.rules import LogRules
 from airflow_ml_provider.observability import job_metrics
-from airflow_ml_provider.operators.links import GrafanaJobLink, KibanaJobLink
+from airflow_ml_provider.operators.links import job_links
 from airflow_ml_provider.triggers.durable import task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger, step_from_event
 
@@ -78,7 +78,7 @@ class BaseTrainingOperator(BaseOperator):
     template_fields: Sequence[str] = ("command", "num_workers", "env", "image", "backend", "model_dir", "checkpoint_dir",
                                       "working_dir", "manifest")
     template_fields_renderers = {"command": "json", "env": "json", "manifest": "yaml"}
-    operator_extra_links = (KibanaJobLink(), GrafanaJobLink())  # shown when their URL templates are configured
+    operator_extra_links = job_links()  # Kibana/Grafana, only those whose URL templates are configured
     ui_color = "#d6eaf8"
 
     def __init__(
