@@ -21,7 +21,8 @@ class TrainingBackendHook(BaseHook):
     the environment in ``AIRFLOW_ML_LOCAL_IMAGE``.
 
     Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``, ``etcd`` (the
-    local backend's store of elastic worker slots; default ``$AIRFLOW_ML_ETCD``), and for the
+    local backend's store of elastic worker slots; default ``$AIRFLOW_ML_ETCD``), ``orphan_grace_s`` (a
+    local job no follower has heartbeated for this long is stopped; default 600), and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
     context; default ``kubernetes_default``), ``namespace`` and ``gang_scheduler`` (the MPI operator's
     ``--gang-scheduling`` setting, if it has one).
@@ -59,6 +60,7 @@ class TrainingBackendHook(BaseHook):
                 root=self._local_root(extras),
                 image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
                 etcd=extras.get("etcd"),
+                **({"orphan_grace_s": float(extras["orphan_grace_s"])} if extras.get("orphan_grace_s") else {}),
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
