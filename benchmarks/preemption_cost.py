@@ -4,10 +4,11 @@
     the training share, target >= 80%): by default LightGBM (``--rounds`` rounds on a generated set,
     a checkpoint every 10 rounds); ``--trainer horovod`` runs ``horovod_keras`` instead (``--epochs``
     epochs of ``--steps-per-epoch`` steps, a checkpoint per epoch; TensorFlow's start-up is 10-30 s of
-    it on a loaded 2-core machine). It runs clean once; then, for each preemption point (25/50/75% of
-    the rounds or epochs, plus half a checkpoint interval), again, with rank 1 SIGKILLed then (a real
-    worker death), and resubmitted as the operator does: resuming from the last checkpoint its log
-    reported. Cost of one preemption, as wall time over the clean run:
+    it on a loaded 2-core machine). For each preemption point (25/50/75% of the rounds or epochs, plus
+    half a checkpoint interval) the job runs clean, then again with rank 1 SIGKILLed at that point (a
+    real worker death), resubmitted as the operator does: resuming from the last checkpoint its log
+    reported. The clean run next to each preempted one keeps a shared machine's load drift from passing
+    for a saving. Cost of one preemption, as wall time over the clean run:
       resume:  t_killed + t_resumed - t_clean  (start-up again plus the work since the last checkpoint)
       restart: t_killed                          (restarting repeats the clean run: all work so far is lost)
     Resuming should cost about the same at every point, restarting more the later the preemption.
@@ -139,14 +140,19 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         return TrainingJobSpec(framework=framework, num_workers=2, env=ENV, command=command,
                                checkpoint_dir=str(work / tag), model_dir=str(work / tag / "model"))
 
-    run = Run(backend, "clean", spec("clean"))
-    clean = run.finish()
-    assert backend.status("clean").state is JobState.SUCCEEDED, backend.status("clean")
-    print(f"fixed-size {what}, 2 workers: clean run {clean:.1f} s, training {100 * training_share(run, clean):.0f}%"
-          " of it")
-    print("  preempted at | killed after | resumed from | resumed run | resume cost | restart cost | ratio")
+    def clean_run(tag: str) -> tuple[float, float]:
+        run = Run(backend, tag, spec(tag))
+        wall = run.finish()
+        assert backend.status(tag).state is JobState.SUCCEEDED, backend.status(tag)
+        return wall, training_share(run, wall)
+
+    print(f"fixed-size {what}, 2 workers; a clean run right before each preempted one (the machine's load drifts)")
+    print("  preempted at | clean run (training) | killed after | resumed from | resumed run | resume cost |"
+          " restart cost | ratio")
+    ratios = {}
     for point in args.points:
         name = f"preempted-{int(point * 100)}"
+        clean, share = clean_run(f"clean-{int(point * 100)}")
         preempted = Run(backend, name, spec(name))
         # half a checkpoint interval past the point: the work since the last checkpoint is lost
         kill_at = point * total + interval // 2
@@ -161,8 +167,11 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         assert backend.status(name).state is JobState.SUCCEEDED, backend.status(name)
         resume_cost, restart_cost = killed + resumed - clean, killed
         where = f"step {resume.step}" if resume else "scratch"
-        print(f"  {100 * point:11.0f}% | {killed:10.1f} s | {where:>12s} | {resumed:9.1f} s | {resume_cost:9.1f} s"
-              f" | {restart_cost:10.1f} s | {resume_cost / restart_cost:5.2f}")
+        ratios[point] = resume_cost / restart_cost
+        print(f"  {100 * point:11.0f}% | {clean:7.1f} s ({100 * share:3.0f}%)     | {killed:10.1f} s | {where:>12s} |"
+              f" {resumed:9.1f} s | {resume_cost:9.1f} s | {restart_cost:10.1f} s | {ratios[point]:5.2f}")
+    late = [ratio for point, ratio in ratios.items() if point >= 0.5]
+    print(f"  resume cheaper than restart at every point >= 50%: {'yes' if late and max(late) < 1 else 'NO'}")
 
 
 def elastic_throughput(backend: LocalBackend, work: Path, steps: int) -> None:
@@ -192,7 +201,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trainer", choices=["lightgbm", "horovod"], default="lightgbm")
     parser.add_argument("--rows", type=int, default=100_000, help="lightgbm: generated rows")
-    parser.add_argument("--rounds", type=int, default=1000, help="lightgbm: boosting rounds")
+    parser.add_argument("--rounds", type=int, default=1500, help="lightgbm: boosting rounds")
     parser.add_argument("--epochs", type=int, default=8, help="horovod: epochs")
     parser.add_argument("--steps-per-epoch", type=int, default=4000, help="horovod: steps per epoch")
     parser.add_argument("--points", type=float, nargs="+", default=[0.25, 0.5, 0.75],
