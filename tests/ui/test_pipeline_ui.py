@@ -104,6 +104,14 @@ def test_a_successful_deploy_logs_no_error(triggered, page, stack, screenshots):
     page.screenshot(path=screenshots / "5-deploy-log.png")
 
 
+def test_job_tasks_store_no_empty_link_rows(triggered, stack):
+    """Kibana/Grafana are not configured here: no link is declared, so none is stored empty."""
+    path = f"/dags/{DAG_ID}/dagRuns/{triggered['run_id']}/taskInstances/train_lightgbm"
+    keys = [entry["key"] for entry in stack.api("GET", f"{path}/xcomEntries")["xcom_entries"]]
+    assert "return_value" in keys and not [key for key in keys if key.startswith("_link_")], keys
+    assert stack.api("GET", f"{path}/links")["extra_links"] == {}
+
+
 @pytest.mark.parametrize(
     ("task_id", "link", "expect", "shot"),
     [
