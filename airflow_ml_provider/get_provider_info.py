@@ -38,6 +38,12 @@ _TRAINING_FIELDS = {
         "URL of the etcd that holds elastic Horovod worker slots. Empty: $AIRFLOW_ML_ETCD.",
         examples=["http://127.0.0.1:2379"],
     ),
+    "orphan_grace_s": _field(
+        "Local: orphan grace (s)",
+        "A local job no task has followed for this long is stopped. Empty: 600.",
+        kind="number",
+        minimum=1,
+    ),
     "kubernetes_conn_id": _field(
         "Kubernetes: connection id",
         "A cncf-kubernetes connection (kubeconfig, in-cluster or context). Empty: kubernetes_default.",
