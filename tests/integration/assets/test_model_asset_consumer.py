@@ -22,18 +22,23 @@ pytestmark = pytest.mark.integration
 NAME = f"asset_test_{uuid.uuid4().hex[:8]}"
 
 
-def _sync_shipped_dags() -> None:
-    """Parse dags/ into the metadata DB as the DAG processor does, and unpause the consumer."""
+def _sync_dags() -> None:
+    """Parse dags/ and tests/dags into the metadata DB as the DAG processor does, let the scheduler's
+    asset bookkeeping activate the Assets they declare (retiring any an earlier revision declared under
+    the same name), and unpause the consumer."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
         DagBundlesManager().sync_bundles_to_db(session=session)
-    bag = BundleDagBag(dag_folder=str(REPO / "dags"), bundle_path=REPO / "dags", bundle_name="shipped")
-    sync_bag_to_db(bag, "shipped", None)
+    for name, folder in (("shipped", REPO / "dags"), ("tests", TEST_DAGS)):
+        sync_bag_to_db(BundleDagBag(dag_folder=str(folder), bundle_path=folder, bundle_name=name), name, None)
     with create_session() as session:
+        SchedulerJobRunner(job=Job())._update_asset_orphanage(session=session)
         session.get(DagModel, "ml_batch_scoring").is_paused = False
 
 
@@ -94,7 +99,7 @@ def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
-    _sync_shipped_dags()
+    _sync_dags()
     producer = load_dag(TEST_DAGS / "ml_asset_test_dags.py", "asset_producer")
     produced = producer.test(run_conf={"model_name": NAME})
     assert str(produced.state) == "success"
