@@ -50,7 +50,9 @@ from airflow_ml_provider.jobs.backends.local_common import (
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$")
-_HOROVOD_EXIT = re.compile(r"^Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.$")
+# horovodrun's print() writes this and its newline separately, so another thread's line can land in
+# between ("Process 1 exit with status code 7.[0]<stdout>:...") and only the start of a line is certain.
+_HOROVOD_EXIT = re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.")
 _ELASTIC_GLOO_TIMEOUT_S = 120  # seconds; also how long a survivor may wait on a dead peer
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
@@ -257,15 +259,11 @@ def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrite
     codes: dict[int, int] = {}
     failures: list[tuple[int, int]] = []
     for line in proc.stdout:
-        line = line.rstrip("\n")
-        if match := _HOROVOD_LINE.match(line):
-            writer.write(f"rank {match['rank']}", match["text"])
-            continue
-        if match := _HOROVOD_EXIT.match(line):  # horovodrun's own report of a rank's end
-            rank, code = int(match["rank"]), int(match["code"])
-            codes[rank] = code
-            failures.append((rank, code))
-        writer.write("launcher", line)
+        for source, text, exit_code in horovod_output(line.rstrip("\n")):
+            writer.write(source, text)
+            if exit_code is not None:
+                codes[exit_code[0]] = exit_code[1]
+                failures.append(exit_code)
     code = proc.wait()
     elastic = spec.get("min_workers") is not None or spec.get("max_workers") is not None
     if code == 0 and not elastic:
@@ -274,6 +272,20 @@ def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrite
         lost = ", ".join(f"rank {rank} (exit {c})" for rank, c in failures)
         return JobStatus(JobState.SUCCEEDED, f"elastic: lost {lost}; finished without them" if lost else "", codes)
     return _verdict(codes, failures, code, "horovodrun")
+
+
+def horovod_output(line: str) -> list[tuple[str, str, tuple[int, int] | None]]:
+    """One line of horovodrun's output as (source, text, (rank, exit code) if it reports a rank's end).
+    A rank's lines are ``[rank]<stdout|stderr>:text``; the rest is horovodrun's own."""
+    parts = []
+    while match := _HOROVOD_EXIT.match(line):  # horovodrun's own report of a rank's end
+        parts.append(("launcher", match.group(0), (int(match["rank"]), int(match["code"]))))
+        line = line[match.end():]
+    if match := _HOROVOD_LINE.match(line):
+        parts.append((f"rank {match['rank']}", match["text"], None))
+    elif line or not parts:
+        parts.append(("launcher", line, None))
+    return parts
 
 
 def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
