@@ -138,16 +138,23 @@ class MetricsTracker:
                               "checkpoint": self.checkpoint, "reporter": self.reporter})
 
 
-_RESULT_KEYS, _RESULT_TEXT = 64, 256
+_RESULT_KEYS, _RESULT_VALUE = 64, 1024
 
 
 def _bounded_result(event: dict[str, Any]) -> dict[str, Any]:
-    """What of a pod's ``result`` line may reach XCom: finite numbers and short strings (a content hash),
-    at most 64 of them; NaN, nested data and long text are dropped (a pod's output is not trusted)."""
+    """What of a pod's ``result`` line may reach XCom: at most 64 values, each finite JSON of at most
+    1 KiB (numbers, a content hash, a short list); NaN and larger values are dropped (a pod's output
+    is not trusted)."""
     kept = {key: value for key, value in event.items()
-            if key not in (EVENT_KEY, "rank") and len(key) <= _RESULT_TEXT
-            and (_finite(value) or (isinstance(value, str) and len(value) <= _RESULT_TEXT))}
+            if key not in (EVENT_KEY, "rank") and len(key) <= 256 and _small_json(value)}
     return dict(list(kept.items())[:_RESULT_KEYS])
+
+
+def _small_json(value: Any) -> bool:
+    try:
+        return len(json.dumps(value, allow_nan=False)) <= _RESULT_VALUE
+    except (TypeError, ValueError):
+        return False
 
 
 def _finite(value: Any) -> bool:
