@@ -136,15 +136,6 @@ class DeployModelOperator(BaseOperator):
         })
         return result
 
-    def _why_not_promoted(self) -> str | None:
-        """None if the gate passed and, where a person had to approve (``ChampionApprovalOperator``),
-        they did; else why the champion stays."""
-        if not (self.gate and self.gate["passed"]):
-            return "; ".join((self.gate or {}).get("reasons", ["no gate given"]))
-        if self.approval and self.approval.get("approved") is False:
-            return f"the promotion was rejected by {self.approval.get('by') or 'a reviewer'}"
-        return None
-
     @contextmanager
     def _model_file(self, evaluation: dict[str, Any]) -> Iterator[str]:
         """The trained model as a local file: read from the artifact root (object storage included)
@@ -155,6 +146,15 @@ class DeployModelOperator(BaseOperator):
         store = TrainingBackendHook(self.ml_conn_id).artifact_store(evaluation.get("backend"))
         with storage.local_copy(store.locate(location) if store else location) as local:
             yield local
+
+    def _why_not_promoted(self) -> str | None:
+        """None if the gate passed and, where a person had to approve (``ChampionApprovalOperator``),
+        they did; else why the champion stays."""
+        if not (self.gate and self.gate["passed"]):
+            return "; ".join((self.gate or {}).get("reasons", ["no gate given"]))
+        if self.approval and self.approval.get("approved") is False:
+            return f"the promotion was rejected by {self.approval.get('by') or 'a reviewer'}"
+        return None
 
     def _kserve(self, number: int, evaluation: dict[str, Any]) -> dict[str, Any]:
         import yaml
