@@ -6,15 +6,5 @@ set -euo pipefail
 if [ -x /usr/bin/chromium ]; then
     exit 0
 fi
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-else
-    echo "install_chromium: not root and no sudo: the browser tests (tests/ui) will be skipped" >&2
-    exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq chromium >/dev/null
-/usr/bin/chromium --version
+"$(dirname "$0")/apt_install.sh" "the browser tests (tests/ui)" chromium
+if [ -x /usr/bin/chromium ]; then /usr/bin/chromium --version; fi  # absent when the install was skipped

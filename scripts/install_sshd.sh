@@ -8,15 +8,5 @@ set -euo pipefail
 if [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null; then
     exit 0
 fi
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-else
-    echo "install_sshd: not root and no sudo: the rendered Horovod job tests will be skipped" >&2
-    exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq openssh-server openssh-client >/dev/null
-/usr/sbin/sshd -V 2>&1 | head -1 || true
+"$(dirname "$0")/apt_install.sh" "the rendered Horovod job tests" openssh-server openssh-client
+if [ -x /usr/sbin/sshd ]; then /usr/sbin/sshd -V 2>&1 | head -1 || true; fi
