@@ -3,10 +3,10 @@ point, and throughput between reports (against a real StatsD logger writing to a
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 
 import pytest
+from statsd_support import loopback_statsd
 
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.observability import JobMetrics
@@ -20,30 +20,7 @@ class FakeStep:  # the fields of jobs.follow.Step that JobMetrics reads
 
 @pytest.fixture
 def datagrams(monkeypatch):
-    from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
-    from airflow.sdk.observability import stats
-    from airflow.sdk.observability.metrics import stats_utils
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(sock.getsockname()[1]))
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
-    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
-
-    def read() -> list[str]:
-        lines = []
-        try:
-            while True:
-                lines += sock.recv(65536).decode().splitlines()
-        except TimeoutError:
-            return lines
-
-    yield read
-    stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
-    sock.close()
-
+    yield from loopback_statsd(monkeypatch)
 
 def test_state_changes_points_and_throughput(datagrams):
     now = [100.0]

@@ -4,10 +4,10 @@ InfluxDB-style tags), a real job run with dag.test(), and the datagrams read bac
 from __future__ import annotations
 
 import re
-import socket
 
 import pytest
 from dag_runs import load_dag, run
+from statsd_support import loopback_statsd
 from support import TEST_DAGS
 
 pytestmark = pytest.mark.integration
@@ -16,30 +16,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def statsd(monkeypatch):
     """Airflow's stats configured as a task process configures them, sending to a socket we read."""
-    from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
-    from airflow.sdk.observability import stats
-    from airflow.sdk.observability.metrics import stats_utils
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    for key, value in {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(sock.getsockname()[1]),
-                       "STATSD_PREFIX": "airflow", "STATSD_INFLUXDB_ENABLED": "True"}.items():
-        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
-    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
-
-    def received() -> list[str]:
-        lines = []
-        try:
-            while True:
-                lines += sock.recv(65536).decode().splitlines()
-        except TimeoutError:
-            return lines
-
-    yield received
-    stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
-    sock.close()
-
+    yield from loopback_statsd(monkeypatch, STATSD_PREFIX="airflow", STATSD_INFLUXDB_ENABLED="True")
 
 def test_loss_throughput_and_state_changes_reach_statsd(airflow_db, statsd):
     result = run(load_dag(TEST_DAGS / "ml_metrics_test_dags.py", "metrics_dag"))
