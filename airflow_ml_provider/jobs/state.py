@@ -23,20 +23,26 @@ class JobState(str, Enum):
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED})
 
+# Machine-readable reasons (``JobStatus.reason``): what callers branch on, never the message's wording.
+NEVER_LAUNCHED = "NeverLaunched"  # FAILED before any worker started (its submitter died): safe to submit again
+
 
 @dataclass(frozen=True)
 class JobStatus:
-    """A job's state plus what a user needs to understand it: a reason and per-worker exit codes."""
+    """A job's state plus what a user needs to understand it (``message``, per-worker exit codes) and,
+    for the cases callers act on, a machine-readable ``reason`` (one of this module's constants)."""
 
     state: JobState
     message: str = ""
     exit_codes: dict[int, int] = field(default_factory=dict)
+    reason: str = ""
 
     def to_dict(self) -> dict:
         return {
             "state": self.state.value,
             "message": self.message,
             "exit_codes": {str(rank): code for rank, code in self.exit_codes.items()},
+            "reason": self.reason,
         }
 
     @classmethod
@@ -45,4 +51,5 @@ class JobStatus:
             state=JobState(data["state"]),
             message=data.get("message", ""),
             exit_codes={int(rank): int(code) for rank, code in data.get("exit_codes", {}).items()},
+            reason=data.get("reason", ""),  # records written before reasons existed have none
         )

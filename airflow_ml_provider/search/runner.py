@@ -19,7 +19,6 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.backends.local_common import NEVER_LAUNCHED
 from airflow_ml_provider.jobs.drivers import SyncDriver
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX, JobIdentity
@@ -27,7 +26,7 @@ from airflow_ml_provider.jobs.preemption import resubmission
 from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
 from airflow_ml_provider.search.template import render_trial
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState, JobStatus
 
 TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it
 JOB_NAME_ATTR = "job_name"
@@ -278,9 +277,9 @@ class TrialScheduler:
 
 
 def _never_launched(status: JobStatus) -> bool:
-    """The local backend's record of a job whose submitter was killed mid-submit: nothing ran, so the
+    """A job whose submitter was killed mid-submit (the local backend says so): nothing ran, so the
     trial's job is submitted again rather than failed."""
-    return status.state is JobState.FAILED and status.message == NEVER_LAUNCHED
+    return status.state is JobState.FAILED and status.reason == NEVER_LAUNCHED
 
 
 def _number(value) -> float | None:

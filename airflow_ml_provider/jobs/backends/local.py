@@ -34,7 +34,7 @@ import psutil
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.backends.local_common import (
-    JOB_UID_ENV, NEVER_LAUNCHED, allowed_env, job_processes, mkdir_private, open_private, read_json, terminate, write_json,
+    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, job_processes, mkdir_private, open_private, read_json, terminate, write_json,
     write_private,
 )
 from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
@@ -142,7 +142,7 @@ class LocalBackend(Backend):
             if launcher is None:
                 if (final := read_json(job_dir / "status.json")) is not None:
                     return JobStatus.from_dict(final)
-                return JobStatus(JobState.FAILED, NEVER_LAUNCHED)
+                return NEVER_LAUNCHED_STATUS
         if self._launcher_alive(name, launcher):
             return JobStatus(JobState.RUNNING)
         if (final := read_json(job_dir / "status.json")) is not None:  # it finished just now

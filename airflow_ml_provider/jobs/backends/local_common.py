@@ -1,8 +1,8 @@
 """What the local backend's submitter and its launcher share: private job records, the environment
 allow-list, and finding (and stopping) every process of a job.
 
-Kept to the standard library (psutil is imported only where processes are searched) because the
-launcher imports it at every job start.
+Kept to the standard library and the state module (psutil is imported only where processes are
+searched) because the launcher imports it at every job start.
 """
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState, JobStatus
+
 JOB_UID_ENV = "AIRFLOW_ML_JOB_UID"  # set in every process of a job: how cancel finds them all
-NEVER_LAUNCHED = "the job was never launched: its submitter died mid-submit"
+# A job whose submitter died before completing the submission: nothing ran.
+NEVER_LAUNCHED_STATUS = JobStatus(JobState.FAILED, "the job was never launched: its submitter died mid-submit",
+                                  reason=NEVER_LAUNCHED)
 
 # The only variables of the Airflow process a launcher or worker inherits: what a program needs to
 # run (search path, home, locale, time zone, temp dir, user). Everything else (AIRFLOW_CONN_*, the

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import IO
 
 from airflow_ml_provider.jobs.backends.local_common import (
-    JOB_UID_ENV, NEVER_LAUNCHED, allowed_env, job_processes, open_private, read_json, terminate, write_json,
+    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, job_processes, open_private, read_json, terminate, write_json,
 )
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -114,8 +114,8 @@ def main(job_dir: Path) -> int:
                         encoding="utf-8", errors="replace")
         writer = _LineWriter(log)
         status = _launch(job_dir, secrets, writer, timing)
-    except _Interrupted as exc:
-        status = JobStatus(JobState.FAILED, str(exc))
+    except _Interrupted:
+        status = NEVER_LAUNCHED_STATUS
     except BaseException as exc:  # noqa: BLE001 - whatever stops the launcher is the job's failure
         traceback.print_exc()  # into launcher.log, for whoever debugs the launcher
         status = JobStatus(JobState.FAILED, f"the launcher could not run the job: {_describe(exc)}")
@@ -131,7 +131,7 @@ def _submitted_secrets(payload: bytes) -> dict[str, str]:
         document = json.loads(payload)
         secrets = document["secrets"]
     except (ValueError, KeyError, TypeError):
-        raise _Interrupted(NEVER_LAUNCHED) from None
+        raise _Interrupted from None
     return secrets
 
 

@@ -16,7 +16,7 @@ from support import REPO, TRAINING_IMAGE, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState
 
 pytestmark = pytest.mark.integration
 
@@ -188,6 +188,7 @@ def test_a_submitter_killed_mid_submit_leaves_nothing_running_and_a_retry_starts
     status = final(backend, "interrupted", timeout=30)
     assert status.state is JobState.FAILED
     assert status.message == "the job was never launched: its submitter died mid-submit"
+    assert status.reason == NEVER_LAUNCHED  # what callers act on (a search submits the trial again)
     time.sleep(1)
     assert not job_processes(uid(backend, "interrupted"))
     assert "the job ran" not in log_text(backend, "interrupted")

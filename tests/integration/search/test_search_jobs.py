@@ -20,6 +20,7 @@ from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.search.runner import summarize
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import NEVER_LAUNCHED
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +132,7 @@ def test_a_trial_whose_job_was_never_launched_is_submitted_again_on_restart(tmp_
     search = search_setup.scheduler(tmp_path, lambda name: spec, {"x": [1, 2]}, sampler="grid",
                                     objective_metric="score")
     (interrupted,) = search.study.get_trials(deepcopy=False)
-    assert search.backend.status(interrupted.user_attrs["job_name"]).message.endswith("died mid-submit")
+    assert search.backend.status(interrupted.user_attrs["job_name"]).reason == NEVER_LAUNCHED
     search.run()
 
     trials = search.study.get_trials(deepcopy=False)
