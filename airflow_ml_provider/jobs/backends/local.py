@@ -8,10 +8,10 @@ the Airflow task, so a restarted task finds the job still running and attaches t
 (its deadline, the orphan lease) and which state it records: see ``local_launcher``.
 
 Submitting is serialized per name by ``flock`` on ``<root>/locks/<name>.lock``: under it a submitter
-re-reads the job's state, archives a finished job as ``<name>.N`` and starts the new one, so of two
-concurrent submitters exactly one starts a job and the other attaches. The lock also tells an
-abandoned submission (a job directory with no launcher, and nobody holding the lock) from one still
-in progress.
+re-reads the job's state, stops what a finished job left running (the workers of a killed launcher),
+archives it as ``<name>.N`` and starts the new one, so of two concurrent submitters exactly one starts
+a job and the other attaches. The lock also tells an abandoned submission (a job directory with no
+launcher, and nobody holding the lock) from one still in progress.
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ class LocalBackend(Backend):
             if job_dir.is_dir():
                 if not self._ended_under_claim(name):
                     return False
+                self._stop_leftovers(job_dir)
                 self._archive(job_dir)
             mkdir_private(job_dir)
             try:
@@ -289,6 +290,13 @@ class LocalBackend(Backend):
         """Collect our own launcher child once it exits, so it does not linger as a zombie."""
         if (proc := self._launchers.get(name)) is not None and proc.poll() is not None:
             del self._launchers[name]
+
+    def _stop_leftovers(self, job_dir: Path) -> None:
+        """Stop whatever the ended attempt left running before a new one takes its name: the workers of
+        an attempt whose launcher was killed (PREEMPTED) outlive it, with no watchdog left to enforce
+        their lease or deadline. Called under the name's lock."""
+        if (record := read_json(job_dir / "job.json")) is not None:
+            terminate(lambda: job_processes(record["uid"]), self.cancel_grace_s)
 
     @staticmethod
     def _archive(job_dir: Path) -> None:

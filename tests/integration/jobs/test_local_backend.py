@@ -129,6 +129,26 @@ def test_a_killed_launcher_is_not_reported_as_running_or_succeeded(backend):
     assert not job_processes(uid(backend, name))
 
 
+def test_resubmitting_after_the_launcher_was_killed_first_stops_the_old_attempts_workers(backend):
+    name = "relaunched"
+    backend.submit(name, generic(READY_THEN_SLEEP), {})
+    wait_for(lambda: len(ready_ranks(backend, name)) == 2, what="workers")
+    old = uid(backend, name)
+    import json
+
+    os.kill(json.loads((backend.job_dir(name) / "launcher.json").read_text())["pid"], signal.SIGKILL)
+    status = wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, what="launcher death")
+    assert status.state is JobState.PREEMPTED
+    assert len(job_processes(old)) == 2, "the workers outlive their killed launcher, with nothing enforcing their lease"
+
+    assert backend.submit(name, generic(READY_THEN_SLEEP), {}) is True  # what a follower does after PREEMPTED
+    assert not job_processes(old), "an old attempt's worker survived the resubmission"
+    assert uid(backend, name) != old and uid(backend, f"{name}.1") == old  # the old attempt archived
+    wait_for(lambda: len(ready_ranks(backend, name)) == 2, what="the new attempt's workers")
+    backend.cancel(name)
+    assert not job_processes(uid(backend, name))
+
+
 def test_missing_program_fails_with_its_name(backend):
     backend.submit("noprog", generic(["no-such-program-xyz"], workers=1), {})
     status = wait_for(lambda: (s := backend.status("noprog")).state.is_terminal and s, what="failure")
