@@ -88,10 +88,15 @@ class TrainingBackendHook(BaseHook):
     def job_artifact_dir(self, backend: Backend, name: str) -> str | None:
         """The job's directory (model/, checkpoints/ below it) under the configured artifact root, else
         the backend's own default (local: ``<local root>/artifacts/<name>``; Kubernetes: None)."""
+        return self.job_artifact_dirs(backend)(name)
+
+    def job_artifact_dirs(self, backend: Backend) -> Callable[[str], str | None]:
+        """``job_artifact_dir`` for many jobs (a search's trials), the connection read once."""
         extras = self.extras()
         if extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None):
-            return job_artifact_dir(self.artifact_store(backend.name).root, name)
-        return backend.default_artifact_dir(name)
+            root = self.artifact_store(backend.name).root
+            return lambda name: job_artifact_dir(root, name)
+        return backend.default_artifact_dir
 
     def default_image(self, backend: str, framework: str) -> str | None:
         """A cluster backend's image for ``framework`` from the connection; locally None (the backend's

@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
+from airflow_ml_provider.hooks.artifacts import JobEnvironment
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend
@@ -40,7 +41,10 @@ class HyperparameterSearchOperator(BaseOperator):
     journal file under ``$AIRFLOW_HOME/ml/search``; never Airflow's metadata database) under a name derived
     from dag/task/run, so a retried or restarted task keeps its finished trials and re-attaches to the
     jobs of running ones. Trials whose objective is worse than the median of completed trials at the
-    same step are pruned and their jobs deleted. Every trial is recorded in MLflow (a parent run per search, a child run per trial,
+    same step are pruned and their jobs deleted. Each trial's job keeps its model and checkpoints under
+    ``<artifact_root>/artifacts/<trial job>/`` like a training task's (the connection's ``artifact_root``;
+    an ``s3://`` root's credentials reach local workers as explicit secrets, never in a record), unless
+    the trial names its own directories. Every trial is recorded in MLflow (a parent run per search, a child run per trial,
     the trials plot). A pruned trial's ``value`` in the trials table is its last reported step's.
 
     With ``deferrable`` (default: ``[operators] default_deferrable``) the task validates, creates the
@@ -98,7 +102,7 @@ class HyperparameterSearchOperator(BaseOperator):
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
-        self.trial = _check_trial(trial, self.task_id)
+        self.trial = _check_trial(trial, self.task_id, ml_conn_id)
         self.search_space = search_space
         self.sampler, self.n_trials, self.max_parallel = sampler, n_trials, max_parallel
         self.objective_metric, self.direction, self.seed = objective_metric, direction, seed
@@ -135,7 +139,9 @@ class HyperparameterSearchOperator(BaseOperator):
         settings = _user_error(self.task_id, self._settings)
         trial = self._render_trial(context, space)
         backend = self.hook.get_backend(self.backend or getattr(trial, "backend", None))
-        template = _spec_builder(trial, backend)
+        artifact_dirs = self.hook.job_artifact_dirs(backend)
+        environment = self.hook.job_environment(backend.name)  # what workers need to reach artifact_root
+        template = _spec_builder(trial, backend, artifact_dirs, environment)
         first = trial_identity(identity, 0).name
         _user_error(self.task_id, lambda: check_template(template(first), space))
 
@@ -151,7 +157,7 @@ class HyperparameterSearchOperator(BaseOperator):
             self.defer(
                 trigger=SearchTrigger(
                     name, storage_url, settings.model_dump(mode="json"), self.search_space,
-                    portable_template(template, backend.default_artifact_dir, first), dataclasses.asdict(identity),
+                    portable_template(template, artifact_dirs, first), dataclasses.asdict(identity),
                     backend.name, self.ml_conn_id, _follow_options(trial).to_dict(),
                 ),
                 method_name="execute_complete",
@@ -161,7 +167,7 @@ class HyperparameterSearchOperator(BaseOperator):
             self._scheduler = TrialScheduler(
                 backend, study, space, settings, template, identity, log=self.log,
                 on_trial_finished=(lambda trial: mlflow.log_trial(trial, settings.objective_metric)) if mlflow else None,
-                follow=_follow_options(trial),
+                follow=_follow_options(trial), submit_kwargs=environment.submit_kwargs(),
             )
             self._scheduler.run()
             return self._conclude(study, settings, mlflow, run_id)
@@ -244,14 +250,18 @@ class HyperparameterSearchOperator(BaseOperator):
 
 
 
-def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
-                  backend: Backend) -> Callable[[str], TrainingJobSpec]:
-    """Job name -> the trial's spec (placeholders still in it), with the job's own artifact directories."""
+def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any], backend: Backend,
+                  artifact_dirs: Callable[[str], str | None],
+                  environment: JobEnvironment) -> Callable[[str], TrainingJobSpec]:
+    """Job name -> the trial's spec (placeholders still in it): the job's own directories under the
+    artifact root, and the settings its workers need to reach it (a training operator adds both itself)."""
     if isinstance(trial, BaseTrainingOperator):
         return lambda name: trial.build_spec(backend, name)
     if isinstance(trial, TrainingJobSpec):
         trial = trial.model_dump(exclude_none=True)
-    return spec_template(trial, backend.default_artifact_dir)
+    trial = {**trial, "env": environment.merged_env(trial.get("env")),
+             "kubernetes": environment.merged_kubernetes(trial.get("kubernetes"))}
+    return spec_template(trial, artifact_dirs)
 
 
 def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:
@@ -262,7 +272,7 @@ def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, An
                          max_preemptions=trial.max_preemptions)
 
 
-def _check_trial(trial: Any, task_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:
+def _check_trial(trial: Any, task_id: str, ml_conn_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:
     if isinstance(trial, dict | TrainingJobSpec):
         return trial
     if not isinstance(trial, BaseTrainingOperator):
@@ -272,6 +282,12 @@ def _check_trial(trial: Any, task_id: str) -> BaseTrainingOperator | TrainingJob
         raise ValueError(
             f"{task_id}: trial operator {trial.task_id!r} is a task of DAG {trial.get_dag().dag_id!r}, so it "
             "would also run on its own; create it before the `with DAG(...)` block"
+        )
+    if trial.ml_conn_id != ml_conn_id:
+        raise ValueError(
+            f"{task_id}: trial operator {trial.task_id!r} has ml_conn_id {trial.ml_conn_id!r}, but trials run "
+            f"through the search's connection ({ml_conn_id!r}: backend, artifact root, credentials); set "
+            "ml_conn_id on the search instead"
         )
     return trial
 

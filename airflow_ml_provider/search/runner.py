@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -67,12 +68,15 @@ class TrialScheduler:
         log: where trial events are logged.
         follow: how each trial's job is followed (log rules such as ``fail_on``, ``max_preemptions``);
             the objective's metric patterns are added to its rules.
+        submit_kwargs: extra arguments of every ``Backend.submit`` (``JobEnvironment.submit_kwargs``: the
+            local backend's explicit secrets for the artifact root); held in memory only.
     """
 
     def __init__(self, backend: Backend, study: optuna.Study, space: SearchSpace, settings: SearchSettings,
                  template: TrialTemplate, identity: JobIdentity, *,
                  on_trial_finished: Callable[[FrozenTrial], None] | None = None,
-                 log: logging.Logger | None = None, follow: FollowOptions | None = None):
+                 log: logging.Logger | None = None, follow: FollowOptions | None = None,
+                 submit_kwargs: dict[str, Any] | None = None):
         self.backend = backend
         self.study = study
         self.space = space
@@ -80,6 +84,7 @@ class TrialScheduler:
         self.template = template
         self.identity = identity
         self.on_trial_finished = on_trial_finished
+        self.submit_kwargs = submit_kwargs or {}
         self.log = log or logging.getLogger(__name__)
         self.budget = trial_budget(settings, space)
         self.running: dict[int, _Running] = {}
@@ -158,7 +163,7 @@ class TrialScheduler:
         labels = self._labels(trial.number)
         try:
             spec = render_trial(self.template(name), values)
-            started = self.backend.submit(name, spec, labels)
+            started = self.backend.submit(name, spec, labels, **self.submit_kwargs)
         except (SpecError, JobSubmissionError) as exc:
             self._fail(trial, f"its job was not submitted: {exc}")
             return
@@ -204,7 +209,7 @@ class TrialScheduler:
                          run.trial.number, run.job_name, step.message, follower.preemptions,
                          step.resume.describe() if step.resume else "its checkpoint directory")
         try:
-            self.backend.submit(run.job_name, spec, labels)
+            self.backend.submit(run.job_name, spec, labels, **self.submit_kwargs)
         except JobSubmissionError as exc:
             self._end(run)
             self._fail(run.trial, f"its preempted job was not resubmitted: {exc}")

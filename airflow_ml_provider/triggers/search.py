@@ -28,7 +28,9 @@ class SearchTrigger(BaseTrigger):
         settings: the validated SearchSettings, as a dict; ``search_space`` the space as given.
         trial_spec: the trial job's template as JSON data (see ``search.template.spec_template``).
         identity: the search task's JobIdentity fields; trial job names and labels derive from it.
-        backend, ml_conn_id: where the trials run (the backend is rebuilt from the connection).
+        backend, ml_conn_id: where the trials run (the backend is rebuilt from the connection, and so are
+            the trials' directories under its artifact root and the credentials their workers get: no
+            secret is in these arguments, which the metadata database stores).
         follow: FollowOptions (log rules, preemption budget) for every trial's job, as a dict.
     """
 
@@ -82,9 +84,11 @@ class SearchTrigger(BaseTrigger):
         from airflow_ml_provider.search.study import open_storage, open_study
         from airflow_ml_provider.search.template import spec_template
 
-        backend = TrainingBackendHook(self.ml_conn_id).get_backend(self.backend)
+        hook = TrainingBackendHook(self.ml_conn_id)
+        backend = hook.get_backend(self.backend)
         space, settings = parse_space(self.search_space), parse_settings(**self.settings)
         study = open_study(open_storage(self.storage_url), self.study_name, settings, space)
-        template = spec_template(self.trial_spec, backend.default_artifact_dir)
+        template = spec_template(self.trial_spec, hook.job_artifact_dirs(backend))
         return TrialScheduler(backend, study, space, settings, template, JobIdentity(**self.identity), log=self.log,
-                              follow=FollowOptions.from_dict(self.follow) if self.follow else None)
+                              follow=FollowOptions.from_dict(self.follow) if self.follow else None,
+                              submit_kwargs=hook.job_environment(backend.name).submit_kwargs())

@@ -24,17 +24,19 @@ lightgbm_trial = LightGBMTrainingOperator(
     backend="local",
 )
 
+
+
+@task
+def search_data() -> dict[str, str]:
+    from airflow_ml_provider.runtime.datasets import write_synthetic
+
+    out = Path(os.environ["AIRFLOW_HOME"]) / "search-data"
+    out.mkdir(parents=True, exist_ok=True)
+    write_synthetic(out / "train.npz", out / "valid.npz", rows=3000, features=12, seed=3)
+    return {"train": str(out / "train.npz"), "valid": str(out / "valid.npz")}
+
+
 with DAG("ml_test_search", schedule=None, catchup=False, tags=["test"], params={"rounds": 15}) as search:
-
-    @task
-    def search_data() -> dict[str, str]:
-        from airflow_ml_provider.runtime.datasets import write_synthetic
-
-        out = Path(os.environ["AIRFLOW_HOME"]) / "search-data"
-        out.mkdir(parents=True, exist_ok=True)
-        write_synthetic(out / "train.npz", out / "valid.npz", rows=3000, features=12, seed=3)
-        return {"train": str(out / "train.npz"), "valid": str(out / "valid.npz")}
-
     search_data() >> HyperparameterSearchOperator(
         task_id="search",
         trial=lightgbm_trial,
@@ -73,4 +75,31 @@ with DAG("ml_test_search_deferred", schedule=None, catchup=False, tags=["test"])
         deferrable=True,
         track_mlflow=False,
         retries=0,
+    )
+
+
+# Two-trial LightGBM searches whose trials keep their models and checkpoints under the training
+# connection's artifact_root (the object-storage test points it at S3): an operator trial run on a
+# worker, and a TrainingJobSpec dict trial run in the triggerer.
+_ARTIFACT_SEARCH = {"search_space": {"learning_rate": [0.1], "num_leaves": [4, 8], "feature_fraction": [1.0]},
+                    "sampler": "grid", "max_parallel": 2, "pruner": "none", "poll_interval": 0.3,
+                    "track_mlflow": False, "retries": 0}
+
+with DAG("ml_test_search_artifacts", schedule=None, catchup=False, tags=["test"], params={"rounds": 12}) as artifacts:
+    search_data() >> HyperparameterSearchOperator(task_id="search", trial=lightgbm_trial, **_ARTIFACT_SEARCH)
+
+with DAG("ml_test_search_artifacts_deferred", schedule=None, catchup=False, tags=["test"]) as artifacts_deferred:
+    search_data() >> HyperparameterSearchOperator(
+        task_id="search",
+        trial={"framework": "lightgbm", "num_workers": 1, "command": [
+            "python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer",
+            "--train-data", "{{ ti.xcom_pull('search_data')['train'] }}",
+            "--valid-data", "{{ ti.xcom_pull('search_data')['valid'] }}",
+            "--params-json", '{"objective": "binary", "learning_rate": "{{ params.learning_rate }}", '
+                             '"num_leaves": "{{ params.num_leaves }}", '
+                             '"feature_fraction": "{{ params.feature_fraction }}", "seed": 0}',
+            "--num-boost-round", "12"]},
+        backend="local",
+        deferrable=True,
+        **_ARTIFACT_SEARCH,
     )

@@ -45,6 +45,17 @@ def test_a_trial_operator_that_is_a_task_of_the_dag_is_refused():
         HyperparameterSearchOperator(task_id="search", trial=_trial(), search_space=SPACE, n_trials=4)
 
 
+def test_a_trial_operator_on_another_connection_than_the_search_is_refused():
+    trial = LightGBMTrainingOperator(task_id="trial", train_data="/data/train.npz", ml_conn_id="cluster",
+                                     lightgbm_params={"num_leaves": "{{ params.num_leaves }}"})
+    with DAG("search_args", schedule=None), pytest.raises(ValueError) as error:
+        HyperparameterSearchOperator(task_id="search", trial=trial, search_space=SPACE, n_trials=4)
+    assert str(error.value).startswith("search: trial operator 'trial' has ml_conn_id 'cluster', but trials run "
+                                       "through the search's connection ('ml_training_default'")
+    with DAG("search_args", schedule=None):  # the same connection on both: accepted
+        HyperparameterSearchOperator(task_id="search", trial=trial, search_space=SPACE, n_trials=4, ml_conn_id="cluster")
+
+
 def test_the_trial_must_be_a_training_operator_or_a_spec_dict():
     with DAG("search_args", schedule=None), pytest.raises(ValueError, match="got str"):
         HyperparameterSearchOperator(task_id="search", trial="python train.py", search_space=SPACE, n_trials=4)
