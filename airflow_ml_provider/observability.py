@@ -12,7 +12,9 @@ them with ``statsd_influxdb_enabled``):
 - ``ml_training.job_state.<state>`` (counter): each change of the job's state (``pending``,
   ``running``, ``succeeded``, ``failed``, ``preempted``...) the follower sees.
 
-Fed by the follow drivers' ``on_step`` hook (one call per round); never raises into the follower.
+Fed by the follow drivers' ``on_step`` hook (one call per round): in the worker for a sync training task,
+in the triggerer for a deferred one (``TrainingJobTrigger`` rebuilds it from ``tags``). Never raises into
+the follower.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ PREFIX = "ml_training"
 
 
 class JobMetrics:
-    """Turns the follower's steps for one job into metrics: an ``on_step`` callable for the drivers."""
+    """Turns the follower's steps for one job into metrics: an ``on_step`` callable for the drivers.
+    ``JobMetrics(**metrics.tags)`` rebuilds it (the tags are its arguments: what a trigger serializes)."""
 
     def __init__(self, job: str, dag_id: str, task_id: str, framework: str,
                  clock: Callable[[], float] = time.monotonic):

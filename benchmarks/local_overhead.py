@@ -1,11 +1,11 @@
 """Overhead of the local backend on a Horovod job: wall time through the operator's path vs bare horovodrun.
 
-(a) ``LocalBackend.submit()`` of a 2-rank Horovod TrainingJobSpec, then followed as a training task
-    follows it: each round heartbeats the job, reads its status, then its new log lines (every line is
-    consumed), and waits the operator's default ``poll_interval`` when nothing was new (the sync
-    driver); with ``--follow deferred``, rounds are driven by ``backend.statuses()`` as the trigger does
-    (the local backend notices the end of a job within ~50 ms there). The launcher, the log file and
-    following all count.
+(a) ``LocalBackend.submit()`` of a 2-rank Horovod TrainingJobSpec, then followed by the drivers a
+    training task uses, with the operator's default ``poll_interval``: the sync operator's
+    ``SyncDriver.run()`` (default), or with ``--follow deferred`` the trigger's ``follow_async`` awaited
+    in an event loop of its own (without the trigger's XCom save of its state). Both wake on
+    ``backend.statuses()`` (the local backend notices the end of a job within ~50 ms). The launcher,
+    the log file and following (every line read, passed through the follow core, logged) all count.
 (b) the same trainer under bare ``horovodrun`` from the training environment, output read to EOF.
 
 The runs alternate (a, b, a, b, ...) so both sides see the same machine load; every run gets a fresh job
@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import inspect
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -34,72 +35,47 @@ from pathlib import Path
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.drivers import SyncDriver, follow_async
+from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 TRAIN_ENV = Path(__file__).resolve().parent.parent / ".venv-train"
 POLL_INTERVAL = inspect.signature(BaseTrainingOperator.__init__).parameters["poll_interval"].default
 RANKS = 2
-MAX_LINES = 5000  # lines per read, as the drivers read
 TARGET = 1.05
+LOG = logging.getLogger("benchmark.local_overhead")  # the task log's stand-in: records made, written nowhere
+LOG.propagate = False
+LOG.addHandler(logging.NullHandler())
 
 
 def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec, follow: str) -> tuple[float, int, float]:
     """Submit ``spec`` and follow it to the end (see the module docstring); return (seconds, lines read,
     seconds horovodrun itself ran, as the launcher recorded in status.json). A job that is refused or
-    does not succeed ends the benchmark (exit 1) with its status message."""
+    does not succeed ends the benchmark (exit 1) with the reason the follower gave."""
     start = time.perf_counter()
     try:
         backend.submit(name, spec, {"benchmark": name})
     except JobSubmissionError as exc:
         sys.exit(f"job {name}: the local backend refused it: {exc}")
-    follower = follow_deferred if follow == "deferred" else follow_sync
-    status, lines = follower(backend, name)
+    lines: list[LogLine] = []
+    step = follow_job(backend, name, follow, lambda step: lines.extend(step.lines))
     elapsed = time.perf_counter() - start
-    if status.state is not JobState.SUCCEEDED:
+    if step.action is not Action.FINISH:
         tail = "\n".join(f"  {line}" for line in lines[-10:])
-        sys.exit(f"job {name} {status.state.value}: {status.message or 'no reason given'}\n{tail}")
+        sys.exit(f"job {name}: {step.message}\n{tail}")
     timing = json.loads((backend.job_dir(name) / "status.json").read_text())
     return elapsed, len(lines), timing["workers_ended_at"] - timing["workers_started_at"]
 
 
-def follow_sync(backend: LocalBackend, name: str) -> tuple[JobStatus, list[LogLine]]:
-    """The sync driver's rounds: heartbeat, status, then lines; wait ``POLL_INTERVAL`` when none were new.
-    A terminal status read before an empty read means the log is complete."""
-    source, cursor, lines = backend.log_source(name), None, []
-    while True:
-        backend.heartbeat(name)
-        status = backend.status(name)
-        batch = source.read(cursor, MAX_LINES)
-        cursor = batch.cursor
-        lines.extend(batch.lines)
-        if status.state.is_terminal:
-            if not batch.lines:
-                return status, lines
-        elif len(batch.lines) < MAX_LINES:
-            time.sleep(POLL_INTERVAL)
-
-
-def follow_deferred(backend: LocalBackend, name: str) -> tuple[JobStatus, list[LogLine]]:
-    """The trigger's rounds: one per status from ``backend.statuses()`` (at least every ``POLL_INTERVAL``)."""
-
-    async def follow() -> tuple[JobStatus, list[LogLine]]:
-        source, cursor, lines = backend.log_source(name), None, []
-        async for status in backend.statuses(name, POLL_INTERVAL):
-            backend.heartbeat(name)
-            while True:
-                batch = source.read(cursor, MAX_LINES)
-                cursor = batch.cursor
-                lines.extend(batch.lines)
-                if len(batch.lines) < MAX_LINES:
-                    break
-            if status.state.is_terminal:
-                return status, lines
-        raise AssertionError("statuses() ended before the job did")
-
-    return asyncio.run(follow())
+def follow_job(backend: LocalBackend, name: str, follow: str, on_step) -> Step:
+    """Follow the job to the follower's decision with the driver a sync (or deferred) task uses."""
+    follower = Follower(FollowOptions(poll_interval=POLL_INTERVAL))
+    source = backend.log_source(name)
+    if follow == "deferred":
+        return asyncio.run(follow_async(follower, LOG, backend, name, source, on_step=on_step))
+    return SyncDriver(follower, LOG, backend, name, source, on_step=on_step).run()
 
 
 def run_bare(command: list[str], cwd: Path) -> tuple[float, int]:

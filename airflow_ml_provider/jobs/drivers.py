@@ -1,5 +1,7 @@
 """The I/O around the follow core: a sync driver (operators, sensors in poke mode, the search's trials)
-and an async one (triggers), shaped like lightkube's sync/async twins over one core.
+and an async one (triggers), shaped like lightkube's sync/async twins over one core. There is one
+waiting loop, ``follow_async``: the sync driver's ``run()`` drives it in a private event loop, so a
+task that blocks a worker notices the job's end as soon as a deferred one does.
 
 A driver reads the status and the next lines, hands them to ``Follower.observe``, shows the lines it
 returns, and does what the step says (cancel the job, wait). It decides nothing itself.
@@ -19,12 +21,11 @@ from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogSource, LogSourceUnavailable
 
 
-
 class SyncDriver:
     """Follows one job (``backend`` + ``name``), one log (``source``), or both, synchronously.
 
     ``poll()`` does one round without sleeping, so one thread can follow many jobs (the search);
-    ``run()`` repeats rounds, sleeping as told, until the follower decides. With ``owns_job`` the
+    ``run()`` follows until the follower decides, through ``follow_async``. With ``owns_job`` the
     driver heartbeats the job and cancels it when a step says so; a sensor watching another task's
     job passes ``owns_job=False`` and never touches it.
     """
@@ -54,11 +55,11 @@ class SyncDriver:
                 return self._act(self.follower.unavailable(str(exc), self.clock()))
         return self._act(self.follower.observe(status, batch, self.clock()))
 
-    def run(self, sleep: Callable[[float], None] = time.sleep) -> Step:
-        while (step := self.poll()).action is Action.WAIT:
-            if step.delay > 0:
-                sleep(step.delay)
-        return step
+    def run(self) -> Step:
+        """Follow until the follower decides; returns its final step (never WAIT). Not from a thread
+        that is running an event loop (await ``follow_async`` there)."""
+        return asyncio.run(follow_async(self.follower, self.log, self.backend, self.name, self.source,
+                                        self.owns_job, clock=self.clock, on_step=self.on_step))
 
     def _act(self, step: Step) -> Step:
         show(step, self.log)

@@ -218,15 +218,15 @@ class BaseTrainingOperator(BaseOperator):
 
     def _follow(self, context, backend: Backend, name: str, follower: Follower) -> dict[str, Any]:
         """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
+        metrics = job_metrics(context, name, self.framework.value)
         if self.deferrable:
             self.defer(
                 trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id, options=follower.options.to_dict(),
                                            state=follower.state, elasticsearch_conn_id=self.logs_conn_id,
-                                           state_key=task_key(context)),
+                                           state_key=task_key(context), metric_tags=metrics.tags),
                 method_name="execute_complete",
             )
-        step = SyncDriver(follower, self.log, backend, name, self._source(backend, name),
-                          on_step=job_metrics(context, name, self.framework.value)).run()
+        step = SyncDriver(follower, self.log, backend, name, self._source(backend, name), on_step=metrics).run()
         return self._conclude(context, backend, name, follower, step)
 
     def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from airflow_ml_provider.jobs.state import JobStatus
 from airflow_ml_provider.triggers.durable import DurableFollowTrigger
 from airflow_ml_provider.logs.rules import RuleMatch, Verdict
 from airflow_ml_provider.logs.source import LogLine
+from airflow_ml_provider.observability import JobMetrics
 
 class TrainingJobTrigger(DurableFollowTrigger):
     """Follows one job through the follow core and fires once it decides: ``finish``, ``resubmit``
@@ -29,14 +30,16 @@ class TrainingJobTrigger(DurableFollowTrigger):
     shown in the instant between printing and saving is the one exception: it may show twice).
 
     With ``owns_job`` (the training operators) killing the task cancels the job; a sensor watching
-    another task's job passes False and never stops it.
+    another task's job passes False and never stops it. With ``metric_tags`` (``JobMetrics.tags``: the
+    training operators pass them) the job's state changes, loss and throughput go out through Airflow's
+    metrics from the triggerer, as a sync training task sends them from its worker.
     """
 
     def __init__(self, job_name: str, backend: str | None = None,
                  ml_conn_id: str = TrainingBackendHook.default_conn_name, options: dict[str, Any] | None = None,
                  state: dict[str, Any] | None = None, stream_logs: bool = True,
                  elasticsearch_conn_id: str | None = None, owns_job: bool = True,
-                 state_key: dict[str, Any] | None = None):
+                 state_key: dict[str, Any] | None = None, metric_tags: dict[str, str] | None = None):
         super().__init__()
         self.job_name = job_name
         self.backend = backend
@@ -47,13 +50,15 @@ class TrainingJobTrigger(DurableFollowTrigger):
         self.elasticsearch_conn_id = elasticsearch_conn_id
         self.owns_job = owns_job
         self.state_key = state_key
+        self.metric_tags = metric_tags
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"job_name": self.job_name, "backend": self.backend, "ml_conn_id": self.ml_conn_id,
              "options": self.options, "state": self.state, "stream_logs": self.stream_logs,
-             "elasticsearch_conn_id": self.elasticsearch_conn_id, "owns_job": self.owns_job, "state_key": self.state_key},
+             "elasticsearch_conn_id": self.elasticsearch_conn_id, "owns_job": self.owns_job, "state_key": self.state_key,
+             "metric_tags": self.metric_tags},
         )
 
     async def run(self):
@@ -63,7 +68,8 @@ class TrainingJobTrigger(DurableFollowTrigger):
         self.state = await self._newest_state()
         follower = Follower(FollowOptions.from_dict(self.options), self.state)
         step = await follow_async(follower, self.log, backend, self.job_name, source, self.owns_job,
-                                  on_progress=self._save)
+                                  on_progress=self._save,
+                                  on_step=JobMetrics(**self.metric_tags) if self.metric_tags else None)
         yield TriggerEvent(event(self.job_name, step, follower))
 
     async def on_kill(self) -> None:

@@ -1,5 +1,5 @@
 """A job reporting metrics over a few seconds (one JSON metrics line every 1.5 s, as the bundled trainers
-print them), whose follower feeds Airflow's metrics (tests/integration/operators/test_training_metrics.py
+print them), whose follower feeds Airflow's metrics, from the worker or (deferred) from the triggerer (tests/integration/operators/test_training_metrics.py
 points StatsD at a loopback socket)."""
 
 from __future__ import annotations
@@ -17,3 +17,6 @@ REPORT = (
 
 with DAG("ml_metrics_test", schedule=None) as metrics_dag:
     TrainingJobOperator(task_id="train", command=["python", "-c", REPORT], num_workers=1)
+
+with DAG("ml_metrics_test_deferred", schedule=None) as metrics_deferred_dag:  # followed in the triggerer
+    TrainingJobOperator(task_id="train", command=["python", "-c", REPORT], num_workers=1, deferrable=True)

@@ -18,11 +18,15 @@ def statsd(monkeypatch):
     """Airflow's stats configured as a task process configures them, sending to a socket we read."""
     yield from loopback_statsd(monkeypatch, STATSD_PREFIX="airflow", STATSD_INFLUXDB_ENABLED="True")
 
-def test_loss_throughput_and_state_changes_reach_statsd(airflow_db, statsd):
-    result = run(load_dag(TEST_DAGS / "ml_metrics_test_dags.py", "metrics_dag"))
+
+@pytest.mark.parametrize("dag_name, dag_id", [("metrics_dag", "ml_metrics_test"),
+                                               ("metrics_deferred_dag", "ml_metrics_test_deferred")])
+def test_loss_throughput_and_state_changes_reach_statsd(airflow_db, statsd, dag_name, dag_id):
+    """The same names and tags whether the worker follows the job or (deferred) the triggerer does."""
+    result = run(load_dag(TEST_DAGS / "ml_metrics_test_dags.py", dag_name))
     assert result.state == "success", result.states
     job = result.value("train")["job_name"]
-    tags = f",dag_id=ml_metrics_test,task_id=train,job={job},framework=generic"
+    tags = f",dag_id={dag_id},task_id=train,job={job},framework=generic"
     datagrams = [line for line in statsd() if line.startswith("airflow.ml_training.")]
     parsed = [re.fullmatch(r"airflow\.ml_training\.([a-z_.]+)" + re.escape(tags) + r":([-0-9.e]+)\|(g|c)", line)
               for line in datagrams]
