@@ -1,6 +1,7 @@
 """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
 
 from airflow_ml_provider import __version__
+from airflow_ml_provider.jobs.backends.kube_rest import DNS_LABEL, DNS_LABEL_MAX
 
 DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider#readme"  # also setup.cfg's Documentation URL
 
@@ -8,6 +9,12 @@ DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider#readme"  # also se
 def _field(label: str, description: str, kind: str = "string", **schema) -> dict:
     """An optional extra field of a connection form (``null``: not set, the documented default)."""
     return {"label": label, "description": description, "schema": {"type": [kind, "null"], **schema}}
+
+
+# What the Kubernetes backends require of a name they send to the API (kube_rest.dns_label), as a
+# JSON schema: the form's input stops at maxLength; a schema validator (an API client) applies the whole
+# pattern, the same in ECMAScript and in Python's re.search (where "$" also matches before a final "\n").
+_DNS_LABEL_SCHEMA = {"pattern": rf"^(?:{DNS_LABEL.pattern})$(?!\n)", "maxLength": DNS_LABEL_MAX}
 
 
 _TRAINING_FIELDS = {
@@ -53,11 +60,14 @@ _TRAINING_FIELDS = {
         "Kubernetes: namespace",
         "Namespace of the jobs. Empty: the Kubernetes connection's namespace.",
         examples=["training"],
+        **_DNS_LABEL_SCHEMA,
     ),
     "gang_scheduler": _field(
         "Kubernetes: MPI gang scheduler",
-        "The MPI operator's --gang-scheduling setting, if it has one (e.g. volcano, scheduler-plugins).",
+        "The MPI operator's --gang-scheduling setting, if it has one (e.g. volcano, scheduler-plugins): "
+        "lowercase letters, digits and '-'.",
         examples=["volcano"],
+        **_DNS_LABEL_SCHEMA,
     ),
     "image": _field(
         "Kubernetes: training image",

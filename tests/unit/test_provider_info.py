@@ -6,6 +6,8 @@ import importlib
 import re
 from importlib.metadata import entry_points
 
+import pytest
+
 from support import REPO
 
 from airflow_ml_provider.get_provider_info import get_provider_info
@@ -91,6 +93,29 @@ def test_extra_fields_are_labelled_optional_and_never_offer_a_literal_null():
             assert None not in schema.get("enum", []), (conn_type, name)
             if "enum" in schema:
                 assert set(schema["values_display"]) == set(schema["enum"]), (conn_type, name)
+
+
+@pytest.mark.parametrize("name", ["gang_scheduler", "namespace"])
+def test_kubernetes_name_fields_accept_exactly_what_the_backend_accepts_and_name_the_field(name):
+    """The form's schema for these extras is the Kubernetes backends' own check (a DNS-1123 label)."""
+    from jsonschema import Draft202012Validator
+
+    from airflow_ml_provider.jobs.backends.kube_rest import dns_label
+
+    fields = _hook_meta()["ml_training"].extra_fields
+    form = Draft202012Validator({"type": "object", "properties": {n: f["schema"] for n, f in fields.items()}})
+    assert form.is_valid({"backend": "mpijob", name: None})  # unset: the documented default
+    for value in ("volcano", "scheduler-plugins", "a" * 63, "a" * 64, "Volcano", "../x", "-volcano", "volcano-",
+                  "vol_cano", "volcano.x", "volcano\n", "vol cano"):
+        try:
+            accepted = dns_label(name, value) == value
+        except ValueError as exc:
+            accepted = False
+            assert str(exc).startswith(f"{name}: {value!r} is not a DNS-1123 label")
+        errors = list(form.iter_errors({"backend": "mpijob", name: value}))
+        assert (not errors) is accepted, (value, errors)
+        assert all(list(error.path) == [name] for error in errors), "the refusal names the field"
+    assert fields[name]["schema"]["maxLength"] == 63  # what the browser's input enforces as you type
 
 
 def test_secrets_are_masked():

@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # the client itself is imported only by the backends that cal
 JOB_NAME_LABEL = f"{LABEL_PREFIX}/job-name"
 OBJECT = {200: "object", 201: "object", 202: "object"}  # deserialize any success as plain dicts
 _PLURALS = {"MPIJob": "mpijobs", "Job": "jobs", "Service": "services", "PodGroup": "podgroups", "Pod": "pods"}
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # also the connection form's check of such extras
+DNS_LABEL_MAX = 63
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})  # overload and server-side trouble: worth another try
 PERMANENT = frozenset({401, 403, 404})  # who we are, what we may do, what the server serves: retrying cannot fix
@@ -34,7 +35,7 @@ class TransientApiError(RuntimeError):
 def dns_label(field: str, value: object) -> str:
     """``value`` if it is a DNS-1123 label (what Kubernetes requires of namespaces and job names),
     else ValueError naming ``field``."""
-    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+    if not isinstance(value, str) or len(value) > DNS_LABEL_MAX or not DNS_LABEL.fullmatch(value):
         raise ValueError(f"{field}: {value!r} is not a DNS-1123 label (at most 63 lowercase letters, digits "
                          "and '-', starting and ending with a letter or digit)")
     return value
