@@ -1,7 +1,7 @@
 """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
 
 from airflow_ml_provider import __version__
-from airflow_ml_provider.jobs.backends.kube_rest import DNS_LABEL, DNS_LABEL_MAX
+from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX
 
 DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider#readme"  # also setup.cfg's Documentation URL
 

@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from airflow_ml_provider.patterns import DNS_LABEL
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A program name never contains these; their presence means a shell string was passed as argv[0].
 _SHELL_SYNTAX = re.compile(r"[\s;&|`$<>(){}]")
@@ -34,7 +36,7 @@ class Resources(BaseModel):
     gpu_type: str | None = None
 
 
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DnsLabel = Annotated[str, Field(pattern=f"^{DNS_LABEL.pattern}$")]  # pydantic's regex: "$" is the very end
 MAX_WORKERS = 4096  # beyond any cluster's gang; also bounds what rendering a manifest allocates
 
 
@@ -71,7 +73,7 @@ class SecretRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    secret: Annotated[str, Field(pattern=_DNS_LABEL)]
+    secret: DnsLabel
     key: Annotated[str, Field(min_length=1)]
 
 
@@ -80,7 +82,7 @@ class Volume(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Annotated[str, Field(pattern=_DNS_LABEL)]
+    name: DnsLabel
     mount_path: Annotated[str, Field(pattern=r"^/")]
     claim: str | None = None
     host_path: Annotated[str, Field(pattern=r"^/")] | None = None

@@ -7,8 +7,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_ml_provider.jobs.spec import DnsLabel
+from airflow_ml_provider.patterns import DNS_LABEL_MAX
+
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _NAME_BUDGET = 45  # KServe derives longer route and service names from it
 
 
@@ -18,9 +20,9 @@ class KServeTarget(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    namespace: Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)] = "default"
-    name: Annotated[str, Field(pattern=_DNS_LABEL, max_length=_NAME_BUDGET)] | None = None
-    service_account: Annotated[str, Field(pattern=_DNS_LABEL)] | None = None
+    namespace: Annotated[DnsLabel, Field(max_length=DNS_LABEL_MAX)] = "default"
+    name: Annotated[DnsLabel, Field(max_length=_NAME_BUDGET)] | None = None
+    service_account: DnsLabel | None = None
     min_replicas: Annotated[int, Field(ge=0)] = 1
     apply: bool = False
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX
+from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX
 
 if TYPE_CHECKING:  # the client itself is imported only by the backends that call the API
     from kubernetes.client.exceptions import ApiException
@@ -21,9 +22,7 @@ if TYPE_CHECKING:  # the client itself is imported only by the backends that cal
 JOB_NAME_LABEL = f"{LABEL_PREFIX}/job-name"
 OBJECT = {200: "object", 201: "object", 202: "object"}  # deserialize any success as plain dicts
 _PLURALS = {"MPIJob": "mpijobs", "Job": "jobs", "Service": "services", "PodGroup": "podgroups", "Pod": "pods"}
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # also the connection form's check of such extras
-DNS_LABEL_MAX = 63
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_SUBDOMAIN = re.compile(rf"{DNS_LABEL.pattern}(\.{DNS_LABEL.pattern})*")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})  # overload and server-side trouble: worth another try
 PERMANENT = frozenset({401, 403, 404})  # who we are, what we may do, what the server serves: retrying cannot fix
 

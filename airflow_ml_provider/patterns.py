@@ -1,0 +1,10 @@
+"""Patterns that more than one layer checks a value against: forms (JSON schema), pydantic models and
+the Kubernetes backends' API calls. Import-light: DAG files and the provider metadata read it."""
+
+from __future__ import annotations
+
+import re
+
+# A DNS-1123 label: what Kubernetes requires of namespaces, job and volume names.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_LABEL_MAX = 63
