@@ -1,7 +1,8 @@
 """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
 
 from airflow_ml_provider import __version__
-from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX
+from airflow_ml_provider.jobs.backends import BACKENDS
+from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX, whole
 
 DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider#readme"  # also setup.cfg's Documentation URL
 
@@ -14,14 +15,14 @@ def _field(label: str, description: str, kind: str = "string", **schema) -> dict
 # What the Kubernetes backends require of a name they send to the API (kube_rest.dns_label), as a
 # JSON schema: the form's input stops at maxLength; a schema validator (an API client) applies the whole
 # pattern, the same in ECMAScript and in Python's re.search (where "$" also matches before a final "\n").
-_DNS_LABEL_SCHEMA = {"pattern": rf"^(?:{DNS_LABEL.pattern})$(?!\n)", "maxLength": DNS_LABEL_MAX}
+_DNS_LABEL_SCHEMA = {"pattern": whole(DNS_LABEL.pattern), "maxLength": DNS_LABEL_MAX}
 
 
 _TRAINING_FIELDS = {
     "backend": _field(
         "Default backend",
         "Where a task's job runs unless the task names a backend. Empty: local.",
-        enum=["local", "mpijob", "volcano", "indexed-job"],
+        enum=list(BACKENDS),
         values_display={
             "local": "local: processes on the Airflow worker",
             "mpijob": "mpijob: Kubeflow MPIJob",

@@ -8,3 +8,12 @@ import re
 # A DNS-1123 label: what Kubernetes requires of namespaces, job and volume names.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_LABEL_MAX = 63
+
+
+def whole(pattern: str) -> str:
+    """A JSON-schema pattern that must match the whole value, the same in the browser (ECMAScript)
+    and on the server (Python ``re.search``, where ``$`` would also match before a final newline)."""
+    return rf"^(?:{pattern})$(?!\n)"
+
+
+MODEL_NAME = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a registered model's name, as the example DAGs take it

@@ -15,6 +15,7 @@ import hashlib
 from airflow.sdk import DAG, Param, task
 
 from airflow_ml_provider.assets import model_asset
+from airflow_ml_provider.patterns import MODEL_NAME
 
 MODEL = model_asset("ml_training_pipeline")
 
@@ -29,7 +30,7 @@ with DAG(
         "model_name": Param(
             "ml_training_pipeline",
             type="string",
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+            pattern=MODEL_NAME,
             title="Model name",
             description="Used when the run has no Asset event: its champion scores the batch.",
         ),

@@ -31,6 +31,7 @@ from airflow_ml_provider.operators.gate import ModelGateOperator
 from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
+from airflow_ml_provider.patterns import MODEL_NAME, whole
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
@@ -43,14 +44,7 @@ FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
 GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
 
 
-def whole(pattern: str) -> str:
-    """A JSON-schema pattern that must match the whole value, the same in the browser (ECMAScript)
-    and on the server (Python ``re.search``, where ``$`` would also match before a final newline)."""
-    return rf"^(?:{pattern})$(?!\n)"
-
-
 DATA_PATH = whole(r"/(?!.*\.\.)[A-Za-z0-9_./-]+\.(?:npz|csv)")
-MODEL_NAME = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]; never a local path.
 IMAGE_REF = whole(
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
