@@ -62,20 +62,25 @@ class SyncDriver:
                                         self.owns_job, clock=self.clock, on_step=self.on_step))
 
     def _act(self, step: Step) -> Step:
-        show(step, self.log)
-        if self.on_step is not None:  # e.g. observability.JobMetrics
-            self.on_step(step)
-        if step.cancel and self.owns_job and self.backend is not None:
-            self.log.warning("Stopping job %s: %s", self.name, step.message)
+        if _report(step, self.log, self.on_step, self.backend, self.name, self.owns_job):
             self.backend.cancel(self.name)
         return step
 
 
-def show(step: Step, log: logging.Logger) -> None:
+def _report(step: Step, log: logging.Logger, on_step: Callable[[Step], None] | None, backend: Backend | None,
+            name: str | None, owns_job: bool) -> bool:
+    """What both drivers do with a step before their own I/O: show its warnings and lines, hand it to
+    ``on_step`` (e.g. observability.JobMetrics); True when the driver must now cancel its own job."""
     for warning in step.warnings:
         log.warning("%s", warning)
     for line in step.lines:
         log.info("%s", format_line(line))
+    if on_step is not None:
+        on_step(step)
+    if not (step.cancel and owns_job and backend is not None):
+        return False
+    log.warning("Stopping job %s: %s", name, step.message)
+    return True
 
 
 async def follow_async(follower: Follower, log: logging.Logger, backend: Backend | None = None,
@@ -109,11 +114,7 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
         while True:
             changed.clear()
             step = await _round(follower, backend, name, source, owns_job, latest, clock)
-            show(step, log)
-            if on_step is not None:
-                on_step(step)
-            if step.cancel and owns_job and backend is not None:
-                log.warning("Stopping job %s: %s", name, step.message)
+            if _report(step, log, on_step, backend, name, owns_job):
                 await asyncio.to_thread(backend.cancel, name)
             if step.lines and on_progress is not None:
                 await on_progress(follower.state)
