@@ -29,6 +29,7 @@ from airflow_ml_provider.jobs.spec import (
 )
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.logs.rules import LogRules
+from airflow_ml_provider.logs.source import LogSource
 from airflow_ml_provider.observability import job_metrics
 from airflow_ml_provider.operators.links import job_links
 from airflow_ml_provider.triggers.durable import task_key
@@ -172,17 +173,20 @@ class BaseTrainingOperator(BaseOperator):
         except SpecError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
 
-    def follow_options(self, backend: Backend, name: str, spec: TrainingJobSpec) -> FollowOptions:
-        """How this task follows its job; the deadline counts from now (the job was just submitted)."""
+    def follow_options(self, backend: Backend, name: str, spec: TrainingJobSpec, source: LogSource) -> FollowOptions:
+        """How this task follows its job through ``source``; the deadline counts from now (the job was
+        just submitted)."""
         roots = tuple(path for path in (backend.default_artifact_dir(name), spec.model_dir, spec.checkpoint_dir)
                       if path)
         return FollowOptions(
             rules={"fail_on": self.fail_on, "retry_on": self.retry_on}, max_preemptions=self.max_preemptions,
-            poll_interval=self.poll_interval, settle_s=self._source(backend, name).settle_s,
+            poll_interval=self.poll_interval, settle_s=source.settle_s,
             deadline=time.time() + spec.timeout_s if spec.timeout_s else None, artifact_roots=roots,
         )
 
-    def _source(self, backend: Backend, name: str):
+    def _source(self, backend: Backend, name: str) -> LogSource:
+        """The job's log, built once per attempt (at submission, at each resubmission): the follow
+        options, the resubmission and the sync driver all read that one."""
         return job_log_source(backend, name, self.logs_conn_id)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
@@ -206,8 +210,9 @@ class BaseTrainingOperator(BaseOperator):
         self.log.info("%s job %s on backend %s with %d worker(s): %s",
                       "Submitted" if started else "Attached to the already running",
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
-        follower = Follower(self.follow_options(backend, identity.name, spec))
-        return self._follow(context, backend, identity.name, follower)
+        source = self._source(backend, identity.name)
+        follower = Follower(self.follow_options(backend, identity.name, spec, source))
+        return self._follow(context, backend, identity.name, follower, source)
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         backend = self.hook.get_backend(self.backend)
@@ -216,7 +221,7 @@ class BaseTrainingOperator(BaseOperator):
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
         return self._conclude(context, backend, name, follower, step_from_event(event))
 
-    def _follow(self, context, backend: Backend, name: str, follower: Follower) -> dict[str, Any]:
+    def _follow(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> dict[str, Any]:
         """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
         metrics = job_metrics(context, name, self.framework.value)
         if self.deferrable:
@@ -226,7 +231,7 @@ class BaseTrainingOperator(BaseOperator):
                                            state_key=task_key(context), metric_tags=metrics.tags),
                 method_name="execute_complete",
             )
-        step = SyncDriver(follower, self.log, backend, name, self._source(backend, name), on_step=metrics).run()
+        step = SyncDriver(follower, self.log, backend, name, source, on_step=metrics).run()
         return self._conclude(context, backend, name, follower, step)
 
     def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
@@ -266,8 +271,9 @@ class BaseTrainingOperator(BaseOperator):
             backend.submit(name, spec, labels, **self.hook.job_environment(backend.name).submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
-        follower.resubmitted(new_log=self._source(backend, name).restarts_with_job)
-        return self._follow(context, backend, name, follower)
+        source = self._source(backend, name)
+        follower.resubmitted(new_log=source.restarts_with_job)
+        return self._follow(context, backend, name, follower, source)
 
     def on_kill(self) -> None:
         if self._job is not None:
