@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger
+from airflow_ml_provider.triggers.serialized import SerializedTrigger
 
 STATE_XCOM_KEY = "ml_follow_state"  # the follower's durable position, per task instance and try
 
@@ -17,7 +17,7 @@ def task_key(context) -> dict[str, Any]:
             "map_index": ti.map_index if ti.map_index is not None else -1}
 
 
-class DurableFollowTrigger(BaseTrigger):
+class DurableFollowTrigger(SerializedTrigger):
     """Keeps ``self.state`` (a follower's state) durable in an XCom of the task instance ``self.state_key``
     (dag_id/task_id/run_id/map_index), written after every batch of lines shown. The triggerer stores
     a trigger's arguments only when the task defers; this XCom is what lets a trigger restarted by

@@ -36,13 +36,6 @@ class ElasticsearchLogTrigger(DurableFollowTrigger):
         self.state = state or {}
         self.state_key = state_key
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {"job": self.job, "elasticsearch_conn_id": self.elasticsearch_conn_id, "options": self.options,
-             "namespace": self.namespace, "index": self.index, "state": self.state, "state_key": self.state_key},
-        )
-
     async def run(self):
         hook = ElasticsearchLogsHook(self.elasticsearch_conn_id)
         source = await asyncio.to_thread(hook.log_source, self.job, self.namespace, self.index)

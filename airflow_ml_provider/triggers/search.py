@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.triggers.serialized import SerializedTrigger
 
 SLICE_S = 1.0  # longest stretch of search rounds on a thread before the trigger yields to the event loop
 
 
-class SearchTrigger(BaseTrigger):
+class SearchTrigger(SerializedTrigger):
     """Drives ``TrialScheduler`` to the search's budget and fires once: ``{"status": "done"}`` or
     ``{"status": "error", "message": ...}``. The scheduler's rounds never sleep; they run on a thread in
     slices of at most ``SLICE_S`` seconds, and the trigger waits ``poll_interval`` between idle rounds
@@ -47,14 +48,6 @@ class SearchTrigger(BaseTrigger):
         self.backend = backend
         self.ml_conn_id = ml_conn_id
         self.follow = follow or {}
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {"study_name": self.study_name, "storage_url": self.storage_url, "settings": self.settings,
-             "search_space": self.search_space, "trial_spec": self.trial_spec, "identity": self.identity,
-             "backend": self.backend, "ml_conn_id": self.ml_conn_id, "follow": self.follow},
-        )
 
     async def run(self):
         try:

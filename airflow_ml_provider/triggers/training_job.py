@@ -52,15 +52,6 @@ class TrainingJobTrigger(DurableFollowTrigger):
         self.state_key = state_key
         self.metric_tags = metric_tags
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {"job_name": self.job_name, "backend": self.backend, "ml_conn_id": self.ml_conn_id,
-             "options": self.options, "state": self.state, "stream_logs": self.stream_logs,
-             "elasticsearch_conn_id": self.elasticsearch_conn_id, "owns_job": self.owns_job, "state_key": self.state_key,
-             "metric_tags": self.metric_tags},
-        )
-
     async def run(self):
         backend = await asyncio.to_thread(TrainingBackendHook(self.ml_conn_id).get_backend, self.backend)
         source = (await asyncio.to_thread(job_log_source, backend, self.job_name, self.elasticsearch_conn_id)
