@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from airflow_ml_provider.runtime.lightgbm_trainer import UsageError, build_params
@@ -82,12 +83,13 @@ def test_single_process_reports_every_round_and_saves_model(single):
     assert (model_dir / "model.txt").read_text().startswith("tree")
 
 
-def test_two_workers_match_single_process_auc(data, single, tmp_path):
+def _run_two_workers(data, base: Path, *extra) -> list[tuple[str, str]]:
+    """Run a 2-worker job (rank r writes to ``base/model-r``); each rank's (stdout, stderr)."""
     ports = _free_ports(2)
     machines = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = [
         subprocess.Popen(
-            _trainer_argv(data, tmp_path / f"model-{rank}", "--log-every", "10"),
+            _trainer_argv(data, base / f"model-{rank}", *extra),
             env=_env(
                 AIRFLOW_ML_RANK=str(rank),
                 AIRFLOW_ML_NUM_WORKERS="2",
@@ -102,14 +104,72 @@ def test_two_workers_match_single_process_auc(data, single, tmp_path):
     ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def two_workers(data, tmp_path_factory):
+    base = tmp_path_factory.mktemp("lgb-two")
+    return base, _run_two_workers(data, base, "--log-every", "10")
+
+
+def _trees(model: Path) -> str:
+    """A model file's trees (what follows them lists the parameters, this run's ports among them)."""
+    return model.read_text().split("end of trees")[0]
+
+
+def test_two_workers_match_single_process_auc(single, two_workers):
+    base, outputs = two_workers
     assert "total number of machines: 2" in outputs[1][0] + outputs[1][1]
     rank0, rank1 = (_events(out) for out, _ in outputs)
     assert [e["step"] for e in rank0 if e["event"] == "metrics"] == [10, 20, 30, 40]
     assert rank1 == [], "only rank 0 reports"
-    assert (tmp_path / "model-0" / "model.txt").exists() and not (tmp_path / "model-1").exists()
+    assert (base / "model-0" / "model.txt").exists() and not (base / "model-1").exists()
     result = rank0[-1]
     assert result["event"] == "result" and result["num_trees"] == ROUNDS
     assert abs(result["auc"] - single[1][-1]["auc"]) < 0.002
+
+
+@pytest.fixture
+def interrupted(data, tmp_path):
+    """Checkpoints of the first half of the two-worker job (boosters by rank 0, scores by both)."""
+    _run_two_workers(data, tmp_path / "first", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                     "--num-boost-round", str(ROUNDS // 2))
+    return tmp_path / "ckpt"
+
+
+def _resume(data, checkpoints: Path, model_dir: Path) -> tuple[list[dict], list[dict]]:
+    """Run the whole job again on ``checkpoints``; its ranks' events, after checking that both
+    workers continued from the first half's booster and trained only the missing rounds."""
+    rank0, rank1 = (_events(out) for out, _ in _run_two_workers(
+        data, model_dir, "--log-every", "10", "--checkpoint-dir", str(checkpoints)))
+    booster = str(checkpoints / f"booster-{ROUNDS // 2:06d}.txt")
+    assert [(e["rank"], e["round"], e["path"]) for e in rank0 + rank1 if e["event"] == "resumed"] == [
+        (0, ROUNDS // 2, booster), (1, ROUNDS // 2, booster)]
+    assert [e["step"] for e in rank0 if e["event"] == "metrics"] == [30, 40], "only the missing rounds"
+    return rank0, rank1
+
+
+def test_a_resumed_job_starts_from_its_saved_scores_and_predicts_as_an_uninterrupted_one(
+        data, two_workers, interrupted, tmp_path):
+    rank0, rank1 = _resume(data, interrupted, tmp_path / "resumed")
+    assert [(e["rank"], e["path"]) for e in rank0 + rank1 if e["event"] == "scores_restored"] == [
+        (rank, str(interrupted / f"scores-{rank}of2-{ROUNDS // 2:06d}.npz")) for rank in (0, 1)]
+    import lightgbm as lgb
+
+    X = np.load(data / "valid.npz")["X"]
+    resumed, uninterrupted = (lgb.Booster(model_file=base / "model-0" / "model.txt").predict(X, raw_score=True)
+                              for base in (tmp_path / "resumed", two_workers[0]))
+    assert np.abs(resumed - uninterrupted).max() < 1e-9  # logits of probabilities: the raw scores within 1e-12
+
+
+def test_a_resumed_job_without_saved_scores_rescores_and_trains_the_same_trees(
+        data, two_workers, interrupted, tmp_path):
+    for scores in interrupted.glob("scores-*"):
+        scores.unlink()
+    rank0, rank1 = _resume(data, interrupted, tmp_path / "resumed")
+    assert not [e for e in rank0 + rank1 if e["event"] == "scores_restored"]
+    assert _trees(tmp_path / "resumed" / "model-0" / "model.txt") == _trees(two_workers[0] / "model-0" / "model.txt")
 
 
 @pytest.mark.parametrize(
