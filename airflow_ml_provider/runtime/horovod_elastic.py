@@ -25,12 +25,11 @@ from airflow_ml_provider.runtime.horovod_keras import (
     checkpoints,
     load_checkpoint,
     make_train_step,
+    report_result,
     save_checkpoint,
-    save_model,
-    weights_checksum,
+    start_horovod,
 )
 from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
-from airflow_ml_provider.runtime.quiet import quiet_startup
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -89,16 +88,7 @@ def eager_state(hvd, variables: list, **attrs):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    with quiet_startup():  # TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them)
-        import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    import horovod.tensorflow as hvd
-    import keras
-
-    hvd.init()
-    keras.utils.set_random_seed(args.seed)
+    _, hvd = start_horovod(args.seed)
     X_train, y_train, X_test, y_test = load_digits_split(args.seed)
     model, optimizer, loss_fn = build_model(X_train.shape[1], 10, args.learning_rate)
     train_step = make_train_step(model, optimizer, loss_fn)
@@ -134,14 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 save_checkpoint(args.checkpoint_dir, state.step, model, optimizer, step=state.step)
 
     train(state)
-    emit("weights_checksum", rank=hvd.rank(), checksum=weights_checksum(model))
-    if hvd.rank() == 0:
-        if args.model_dir:
-            save_model(args.model_dir, model)
-        logits = model(X_test, training=False)
-        emit("result", accuracy=float(np.mean(np.argmax(logits, axis=1) == y_test)),
-             loss=float(loss_fn(y_test, logits)), steps=state.step,
-             optimizer_steps=int(optimizer.iterations.numpy()), workers=hvd.size())
+    report_result(hvd, model, loss_fn, args.model_dir, X_test, y_test, steps=state.step,
+                  optimizer_steps=int(optimizer.iterations.numpy()), workers=hvd.size())
     return 0
 
 

@@ -119,9 +119,9 @@ def make_train_step(model, optimizer, loss_fn):
     return train_step
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Train, checkpoint every epoch on rank 0, and report metrics, checksums and the test result."""
-    args = _parse_args(argv)
+def start_horovod(seed: int):
+    """TensorFlow, one thread per op (the ranks share the machine's cores), and Horovod, initialized and
+    seeded: every trainer's start. Returns (tf, hvd)."""
     with quiet_startup():  # TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them)
         import tensorflow as tf
 
@@ -131,8 +131,27 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     hvd.init()
+    keras.utils.set_random_seed(seed)
+    return tf, hvd
+
+
+def report_result(hvd, model, loss_fn, model_dir: str | None, X_test, y_test, **fields) -> None:
+    """Every trainer's end: each rank's weights checksum; rank 0 saves the model and reports the test
+    accuracy and loss (with ``fields``)."""
+    emit("weights_checksum", rank=hvd.rank(), checksum=weights_checksum(model))
+    if hvd.rank() == 0:
+        if model_dir:
+            save_model(model_dir, model)
+        logits = model(X_test, training=False)
+        emit("result", accuracy=float(np.mean(np.argmax(logits, axis=1) == y_test)),
+             loss=float(loss_fn(y_test, logits)), **fields)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train, checkpoint every epoch on rank 0, and report metrics, checksums and the test result."""
+    args = _parse_args(argv)
+    tf, hvd = start_horovod(args.seed)
     rank, size = hvd.rank(), hvd.size()
-    keras.utils.set_random_seed(args.seed)
     X_train, y_train, X_test, y_test = _load_data(args)
     X, y = shard(X_train, y_train, rank, size)
     steps = args.steps_per_epoch or max(1, len(X_train) // size // args.batch_size)
@@ -163,13 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_checkpoint(args.checkpoint_dir, epoch, model, optimizer,
                                 epoch=epoch, step=int(optimizer.iterations.numpy()))
 
-    emit("weights_checksum", rank=rank, checksum=weights_checksum(model))
-    if rank == 0:
-        if args.model_dir:
-            save_model(args.model_dir, model)
-        logits = model(X_test, training=False)
-        accuracy = float(np.mean(np.argmax(logits, axis=1) == y_test))
-        emit("result", accuracy=accuracy, loss=float(loss_fn(y_test, logits)))
+    report_result(hvd, model, loss_fn, args.model_dir, X_test, y_test)
     return 0
 
 
