@@ -43,7 +43,8 @@ with DAG(
         events = list(triggering_asset_events[MODEL]) if triggering_asset_events else []
         if not events:
             return {"model_uri": f"models:/{params['model_name']}@champion", "trigger": "manual"}
-        extra = events[-1].extra  # several events queued before this run: the newest version wins
+        # several events queued before this run (in no set order): the newest version wins
+        extra = max(events, key=lambda event: event.timestamp).extra
         return {
             "model_uri": f"models:/{extra['name']}/{extra['version']}",
             "trigger": f"asset event of DAG run {extra['run_id']}",

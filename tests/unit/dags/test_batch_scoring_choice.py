@@ -1,0 +1,35 @@
+"""ml_batch_scoring scores with the newest model version among the Asset events queued before its run,
+whatever order Airflow hands them in (the run's consumed events are an unordered relationship)."""
+
+from __future__ import annotations
+
+import runpy
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+from support import REPO
+
+MODEL = "ml_training_pipeline.model"
+
+
+def _event(version: int, minutes: int) -> SimpleNamespace:
+    """The fields of Airflow's AssetEventDagRunReference that choose_model reads."""
+    extra = {"name": "churn", "version": version, "run_id": f"run-{version}", "metrics": {"auc": 0.9}}
+    return SimpleNamespace(extra=extra, timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes))
+
+
+def test_the_newest_queued_event_wins_in_any_order():
+    choose = runpy.run_path(str(REPO / "dags" / "ml_batch_scoring.py"))["dag"].task_dict["choose_model"].python_callable
+    params = {"model_name": "churn"}
+    for events in ([_event(3, 30), _event(2, 20)], [_event(2, 20), _event(3, 30)]):
+        by_asset = {asset: events for asset in (MODEL,)}
+        chosen = choose(params, triggering_asset_events=_Events(by_asset))
+        assert chosen["model_uri"] == "models:/churn/3" and chosen["trigger"] == "asset event of DAG run run-3"
+    assert choose(params, triggering_asset_events=None)["model_uri"] == "models:/churn@champion"
+
+
+class _Events(dict):
+    """Airflow's TriggeringAssetEventsAccessor is looked up by the Asset object; keyed here by its name."""
+
+    def __getitem__(self, asset):
+        return super().__getitem__(getattr(asset, "name", asset))
