@@ -1,5 +1,5 @@
-"""Shared test settings: a private AIRFLOW_HOME and DAG bundles (set before Airflow is imported),
-and the probe for the training environment."""
+"""Shared test settings: a private AIRFLOW_HOME (one per pytest-xdist worker) and DAG bundles, set before
+Airflow is imported, and the probe for the training environment."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ REPO = Path(__file__).resolve().parents[1]
 TEST_DAGS = Path(__file__).resolve().parent / "dags"
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-ml-test-"))
+worker = os.environ.get("PYTEST_XDIST_WORKER")  # `make test` runs workers in parallel: one SQLite DB each
+if worker and Path(os.environ["AIRFLOW_HOME"]).name != worker:  # not again in a subprocess of the worker
+    os.environ["AIRFLOW_HOME"] = str(Path(os.environ["AIRFLOW_HOME"], worker))
+    Path(os.environ["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(TEST_DAGS)
 os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
