@@ -11,6 +11,9 @@ TRAIN_VENV := .venv-train
 MLFLOW_VENV := .venv-mlflow
 export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
 PYTEST_ARGS ?=
+# Parallel test workers (pytest-xdist; tests/conftest.py keeps each file on one worker): most tests wait on
+# real processes (Airflow components, training jobs), so three keep two cores busy.
+TEST_WORKERS ?= 3
 
 .PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd kube-apiserver clean
 
@@ -18,7 +21,7 @@ demo: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
 test: control-env training-env kube-apiserver mlflow-env chromium sshd
-	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The Airflow UI (standalone, this project's DAGs, embedded defaults) and the MLflow UI over the embedded
 # registry, on make demo's AIRFLOW_HOME; prints where to log in. Ctrl-C stops both.
