@@ -1,17 +1,28 @@
 """What a preemption costs, and what losing an elastic worker costs, on the local backend (real Horovod).
 
-(1) A fixed-size 2-worker job long enough that training is most of its wall time (the benchmark prints
-    the training share, target >= 80%): by default LightGBM (``--rounds`` rounds on a generated set,
-    a checkpoint every 10 rounds); ``--trainer horovod`` runs ``horovod_keras`` instead (``--epochs``
-    epochs of ``--steps-per-epoch`` steps, a checkpoint per epoch; TensorFlow's start-up is 10-30 s of
-    it on a loaded 2-core machine). For each preemption point (25/50/75% of the rounds or epochs, plus
-    half a checkpoint interval) the job runs clean, then again with rank 1 SIGKILLed at that point (a
-    real worker death), resubmitted as the operator does: resuming from the last checkpoint its log
-    reported. The clean run next to each preempted one keeps a shared machine's load drift from passing
-    for a saving. Cost of one preemption, as wall time over the clean run:
-      resume:  t_killed + t_resumed - t_clean  (start-up again plus the work since the last checkpoint)
-      restart: t_killed                          (restarting repeats the clean run: all work so far is lost)
-    Resuming should cost about the same at every point, restarting more the later the preemption.
+(1) A fixed-size 2-worker job long enough that training is most of its wall time (a clean run first
+    prints the training share, target >= 80%): by default LightGBM (``--rounds`` rounds on a generated
+    set, metrics every 5 rounds, a checkpoint every 10); ``--trainer horovod`` runs ``horovod_keras``
+    instead (``--epochs`` epochs of ``--steps-per-epoch`` steps, metrics and a checkpoint per epoch).
+    For each preemption point (25/50/75% of the rounds or epochs) the job runs until it logs the round
+    half a checkpoint interval past its last checkpoint, rank 1 is SIGKILLed (a real worker death) and
+    the job is resubmitted as the operator does: resuming from the last checkpoint its log reported.
+    A preemption's cost is how much later the job reaches round ``m``, the first round the resubmitted
+    attempt logs, than it did (or, past the kill, would have) without it:
+      resume:  t2(m) - t1(m)   m's line from the resumed attempt minus m's line from the killed one
+                               (extrapolated at the killed attempt's own pace if it never got to m)
+      restart: s2 - s1         a restarted job replays the killed attempt from its start s1 at s2
+    Both come from one preempted job's own log lines, so the machine's load drifting between separate
+    runs does not enter them (as it does a clean run subtracted from a preempted one). The resume cost
+    is three measured spans: the rounds past m until the killed attempt ended, plus resubmitting;
+    start-up (the launcher, Python, imports, data, the checkpoint; up to the trainer's ``resumed``
+    line); and the trainer up to round m again: LightGBM's network, the datasets, the rounds since the
+    checkpoint and, for a worker without saved scores, re-scoring its rows with every tree so far
+    (``from (scores)`` counts the workers that restored theirs). Resuming should then cost about the
+    same at every point, and restarting more the later the preemption. For LightGBM the same resumption
+    runs once more, up to round m, from a copy of the checkpoint without the scores files: "re-scoring
+    instead" is the resume cost with that run's last span in place of the third (the only work that
+    differs): resuming the way LightGBM's ``init_model`` does.
 (2) An elastic 3-worker ``horovod_elastic`` job: training steps per second before rank 1 is killed and
     after the job re-formed with 2 workers (timed by when the trainer's metrics lines reach the log).
 
@@ -25,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -116,6 +128,16 @@ def resume_point(run: Run) -> ResumePoint | None:
     return ResumePoint(points[-1]["path"], points[-1].get("step"), points[-1].get("epoch")) if points else None
 
 
+def logged_at(run: Run, step: int) -> float:
+    """When ``run`` logged the metrics of ``step``; past its last line, extrapolated at its own pace."""
+    times = {e["step"]: t for t, e in run.events if e["event"] == "metrics"}
+    if step in times:
+        return times[step]
+    (s0, t0), (s1, t1) = sorted(times.items())[-2:]
+    assert step > s1, (step, sorted(times))
+    return t1 + (step - s1) * (t1 - t0) / (s1 - s0)
+
+
 def fixed_size_job(args: argparse.Namespace, work: Path) -> tuple[str, str, list[str]]:
     """(trainer module, description, argv before the checkpoint directory) of the benchmark's job."""
     if args.trainer == "horovod":
@@ -140,38 +162,62 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         return TrainingJobSpec(framework=framework, num_workers=2, env=ENV, command=command,
                                checkpoint_dir=str(work / tag), model_dir=str(work / tag / "model"))
 
-    def clean_run(tag: str) -> tuple[float, float]:
-        run = Run(backend, tag, spec(tag))
-        wall = run.finish()
-        assert backend.status(tag).state is JobState.SUCCEEDED, backend.status(tag)
-        return wall, training_share(run, wall)
+    def rescoring(name: str, resume: ResumePoint) -> float:
+        """The trainer's time up to round m in the same resumption from a copy of the checkpoint without
+        the workers' scores files, where every worker re-scores its rows."""
+        tag = f"{name}-rescoring"
+        (work / tag).mkdir()
+        path = shutil.copy(resume.path, work / tag)
+        again, labels = resubmission(spec(tag), {}, 1, ResumePoint(path, resume.step, resume.epoch))
+        run = Run(backend, tag, again, labels)
+        at_m = run.until(lambda r: r.last("metrics", "step") > 0)
+        backend.cancel(tag)
+        [resumed] = [t for t, e in run.events if e["event"] == "resumed" and e["rank"] == 0]
+        return at_m - resumed
 
-    print(f"fixed-size {what}, 2 workers; a clean run right before each preempted one (the machine's load drifts)")
-    print("  preempted at | clean run (training) | killed after | resumed from | resumed run | resume cost |"
-          " restart cost | ratio")
+    clean = Run(backend, "clean", spec("clean"))
+    wall = clean.finish()
+    assert backend.status("clean").state is JobState.SUCCEEDED, backend.status("clean")
+    print(f"fixed-size {what}, 2 workers: a clean run takes {wall:.1f} s, {100 * training_share(clean, wall):.0f}%"
+          " of it training")
+    print("cost of a preemption: how much later the job logs round m (the resubmitted attempt's first) than"
+          " without it; resuming = the rounds past m + resubmitting, start-up, up to m again")
+    print("  preempted at | from (scores) | restart cost | resume cost                  | resume / restart"
+          " | re-scoring instead: cost, / restart")
     ratios = {}
     for point in args.points:
         name = f"preempted-{int(point * 100)}"
-        clean, share = clean_run(f"clean-{int(point * 100)}")
-        preempted = Run(backend, name, spec(name))
-        # half a checkpoint interval past the point: the work since the last checkpoint is lost
-        kill_at = point * total + interval // 2
-        preempted.until(lambda r: r.last("metrics", "step") >= kill_at)
-        kill_rank_1(preempted, trainer)
-        killed = preempted.finish()
-        status = backend.status(name)
-        assert status.state is JobState.PREEMPTED, status
-        resume = resume_point(preempted)
+        first = Run(backend, name, spec(name))
+        # half a checkpoint interval past a checkpoint: the work since it is lost
+        kill_at = int(point * total) // interval * interval + interval // 2
+        first.until(lambda r: r.last("metrics", "step") >= kill_at)
+        kill_rank_1(first, trainer)
+        first.finish()
+        assert backend.status(name).state is JobState.PREEMPTED, backend.status(name)
+        resume = resume_point(first)
+        assert resume, f"{name}: no checkpoint before the kill"
         again, labels = resubmission(spec(name), {}, 1, resume)
-        resumed = Run(backend, name, again, labels).finish()
+        second = Run(backend, name, again, labels)
+        second.finish()
         assert backend.status(name).state is JobState.SUCCEEDED, backend.status(name)
-        resume_cost, restart_cost = killed + resumed - clean, killed
-        where = f"step {resume.step}" if resume else "scratch"
-        ratios[point] = resume_cost / restart_cost
-        print(f"  {100 * point:11.0f}% | {clean:7.1f} s ({100 * share:3.0f}%)     | {killed:10.1f} s | {where:>12s} |"
-              f" {resumed:9.1f} s | {resume_cost:9.1f} s | {restart_cost:10.1f} s | {ratios[point]:5.2f}")
+        [resumed] = [t for t, e in second.events if e["event"] == "resumed" and e["rank"] == 0]
+        restored = sum(e["event"] == "scores_restored" for _, e in second.events)
+        m, at_m = next((e["step"], t) for t, e in second.events if e["event"] == "metrics")
+        before = logged_at(first, m)
+        restart_cost, spans = second.start - first.start, (second.start - before, resumed - second.start, at_m - resumed)
+        ratios[point] = sum(spans) / restart_cost
+        instead = "-"
+        if args.trainer == "lightgbm":
+            third = rescoring(name, resume)
+            rescored = spans[0] + spans[1] + third
+            instead = f"{rescored:5.1f} s (up to m {third:.1f} s), {rescored / restart_cost:4.2f}"
+        resume_cost = f"{sum(spans):4.1f} s = " + " + ".join(f"{span:.1f}" for span in spans) + " s"
+        print(f"  {100 * point:11.0f}% | {f'{resume.step} ({restored}/2)':>13s} | {restart_cost:10.1f} s |"
+              f" {resume_cost:28s} | {ratios[point]:16.2f} | {instead}")
     late = [ratio for point, ratio in ratios.items() if point >= 0.5]
-    print(f"  resume cheaper than restart at every point >= 50%: {'yes' if late and max(late) < 1 else 'NO'}")
+    (_, earliest), *_, (_, latest) = sorted(ratios.items())
+    print(f"  resume cheaper than restart at every point >= 50%: {'yes' if late and max(late) < 1 else 'NO'};"
+          f" relatively cheaper at the last point than at the first: {'yes' if latest < earliest else 'NO'}")
 
 
 def elastic_throughput(backend: LocalBackend, work: Path, steps: int) -> None:
@@ -201,7 +247,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trainer", choices=["lightgbm", "horovod"], default="lightgbm")
     parser.add_argument("--rows", type=int, default=100_000, help="lightgbm: generated rows")
-    parser.add_argument("--rounds", type=int, default=1500, help="lightgbm: boosting rounds")
+    parser.add_argument("--rounds", type=int, default=2000, help="lightgbm: boosting rounds")
     parser.add_argument("--epochs", type=int, default=8, help="horovod: epochs")
     parser.add_argument("--steps-per-epoch", type=int, default=4000, help="horovod: steps per epoch")
     parser.add_argument("--points", type=float, nargs="+", default=[0.25, 0.5, 0.75],
@@ -220,6 +266,7 @@ def main() -> None:
     finally:
         if server:
             server.stop()
+        shutil.rmtree(work, ignore_errors=True)  # every job's checkpoints: gigabytes
 
 
 if __name__ == "__main__":
