@@ -5,11 +5,14 @@ A checkpoint is one file ``<prefix>-<step, zero-padded>.<ext>`` in the job's che
 ``AIRFLOW_ML_RESUME_FROM`` when the backend set it (the last checkpoint the preempted attempt
 reported), else from the newest checkpoint in its directory, and says so twice: a structured line
 ``{"event": "resumed", ...}`` for the control side and a sentence for people reading the log.
-Every checkpoint written is reported as ``{"event": "checkpoint", "path", "step", "epoch"}``.
+Every checkpoint written is reported as ``{"event": "checkpoint", "path", "step", "epoch"}``, then
+older ones beyond the newest ``keep`` are deleted (``--keep-checkpoints``, default 3, 0 keeps all): a
+long job would otherwise keep every one it ever wrote, paid for by the gigabyte on object storage.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -22,15 +25,18 @@ from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.metrics_log import emit
 
 RESUME_ENV = "AIRFLOW_ML_RESUME_FROM"
+KEEP = 3
 
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """The checkpoint files of one trainer: ``<prefix>-<number>.<ext>`` in ``directory``."""
+    """The checkpoint files of one trainer: ``<prefix>-<number>.<ext>`` in ``directory``, of which
+    :meth:`save` keeps the newest ``keep`` (0: all)."""
 
     directory: str | None
     prefix: str
     ext: str
+    keep: int = KEEP
 
     def path(self, number: int) -> str:
         return join(self.directory, f"{self.prefix}-{number:06d}.{self.ext}")
@@ -58,10 +64,35 @@ class Checkpoints:
         return (found[1], f"latest checkpoint in {self.directory}") if found else None
 
     def save(self, number: int, write: Callable[[str], Any], **fields: Any) -> str:
-        """Write checkpoint ``number`` atomically with ``write(local_path)`` and report it."""
+        """Write checkpoint ``number`` atomically with ``write(local_path)``, report it, then
+        :meth:`prune` the older ones."""
         location = storage.write_atomic(self.path(number), write, f".{self.ext}")
         emit("checkpoint", path=location, **fields)
+        self.prune(number)
         return location
+
+    def prune(self, newest: int) -> None:
+        """Delete the files numbered up to ``newest`` (just written) but for the newest ``keep`` of them.
+        A checkpoint resumed from therefore stays until a newer one exists, and one numbered above
+        ``newest`` (an earlier attempt's, to be written again) is left to be overwritten."""
+        if not self.keep:
+            return
+        written = sorted((n, p) for p in storage.list_files(self.directory)
+                         if (n := self.number(p)) is not None and n <= newest)
+        for _, location in written[:-self.keep]:
+            storage.delete(location)
+
+
+def add_keep_argument(parser: argparse.ArgumentParser) -> None:
+    """Every trainer's ``--keep-checkpoints N`` (for :attr:`Checkpoints.keep`)."""
+    parser.add_argument("--keep-checkpoints", type=_count, default=KEEP, metavar="N",
+                        help=f"newest checkpoints kept, older ones deleted (default {KEEP}; 0 keeps all)")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a count of checkpoints (0 or more): {text!r}")
+    return int(text)
 
 
 def announce_resume(location: str, why: str, rank: int = 0, **fields: Any) -> None:

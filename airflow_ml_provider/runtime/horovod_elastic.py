@@ -18,7 +18,7 @@ import argparse
 
 import numpy as np
 
-from airflow_ml_provider.runtime.checkpoints import announce_resume
+from airflow_ml_provider.runtime.checkpoints import add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split
 from airflow_ml_provider.runtime.horovod_keras import (
     build_model,
@@ -44,6 +44,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints on disk")
     parser.add_argument("--model-dir", default=env.model_dir, help="where rank 0 saves model.keras")
     parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="ckpt-<step>.npz files; resume")
+    add_keep_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     train_step = make_train_step(model, optimizer, loss_fn)
 
     start = 0
-    if hvd.rank() == 0 and (resumed := checkpoints(args.checkpoint_dir).resume_from()):
+    store = checkpoints(args.checkpoint_dir, args.keep_checkpoints)
+    if hvd.rank() == 0 and (resumed := store.resume_from()):
         start = load_checkpoint(resumed[0], model, optimizer)
         announce_resume(*resumed, rank=0, step=start)
     state = eager_state(hvd, [v.value for v in model.variables + optimizer.variables], step=start)
@@ -120,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if state.step % args.log_every == 0 or last:
                 emit_metrics(step=state.step, loss=float(loss), accuracy=float(accuracy), workers=hvd.size())
-            if args.checkpoint_dir and (state.step % args.checkpoint_every == 0 or last):
-                save_checkpoint(args.checkpoint_dir, state.step, model, optimizer, step=state.step)
+            if store.directory and (state.step % args.checkpoint_every == 0 or last):
+                save_checkpoint(store, state.step, model, optimizer, step=state.step)
 
     train(state)
     report_result(hvd, model, loss_fn, args.model_dir, X_test, y_test, steps=state.step,

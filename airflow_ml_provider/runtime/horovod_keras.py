@@ -2,7 +2,8 @@
 
 Checkpoints, data and the model may live on a local path or object storage (runtime.storage); a
 restarted job resumes from ``AIRFLOW_ML_RESUME_FROM``, else from its newest checkpoint
-(runtime.checkpoints), and never trains a finished epoch again.
+(runtime.checkpoints), and never trains a finished epoch again; only the newest ``--keep-checkpoints``
+checkpoints stay.
 
 Keras 3 does not work with ``horovod.tensorflow.keras``, so this uses ``horovod.tensorflow`` directly
 and hands Horovod the underlying ``tf.Variable`` of each Keras variable (``v.value``).
@@ -17,7 +18,7 @@ import numpy as np
 
 from airflow_ml_provider.artifacts import join
 from airflow_ml_provider.runtime import storage
-from airflow_ml_provider.runtime.checkpoints import Checkpoints, announce_resume
+from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, shard
 from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
 from airflow_ml_provider.runtime.quiet import quiet_startup
@@ -33,23 +34,24 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps-per-epoch", type=int, help="default: one pass over the smallest shard")
     parser.add_argument("--model-dir", default=env.model_dir, help="where rank 0 saves model.keras (path or URL)")
     parser.add_argument("--checkpoint-dir", default=env.checkpoint_dir, help="per-epoch checkpoints; resume (path or URL)")
+    add_keep_argument(parser)
     parser.add_argument("--train-data", help=".npz/.csv file or shard directory instead of the bundled digits")
     parser.add_argument("--test-data", help="held-out .npz/.csv for the final result (with --train-data)")
     return parser.parse_args(argv)
 
 
-def checkpoints(checkpoint_dir: str | None) -> Checkpoints:
+def checkpoints(checkpoint_dir: str | None, keep: int) -> Checkpoints:
     """This trainer's checkpoints: ``ckpt-<epoch>.npz`` (elastic: ``ckpt-<step>.npz``) in ``checkpoint_dir``."""
-    return Checkpoints(checkpoint_dir, "ckpt", "npz")
+    return Checkpoints(checkpoint_dir, "ckpt", "npz", keep)
 
 
-def save_checkpoint(checkpoint_dir: str, number: int, model, optimizer, **fields) -> str:
-    """Atomically write weights, optimizer state, ``number`` (the epoch) and the optimizer ``step``;
-    report it with ``fields``; return its location (a path or URL)."""
+def save_checkpoint(store: Checkpoints, number: int, model, optimizer, **fields) -> str:
+    """Atomically write weights, optimizer state, ``number`` (the epoch) and the optimizer ``step`` into
+    ``store``; report it with ``fields``; return its location (a path or URL)."""
     arrays = {f"model_{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
     arrays.update({f"optimizer_{i}": np.asarray(v.numpy()) for i, v in enumerate(optimizer.variables)})
     step = np.int64(optimizer.iterations.numpy())
-    return checkpoints(checkpoint_dir).save(
+    return store.save(
         number, lambda tmp: np.savez(tmp, epoch=np.int64(number), step=step, **arrays), **fields
     )
 
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     model, optimizer, loss_fn = build_model(X.shape[1], n_classes, args.learning_rate * size)
 
     start_epoch, resumed = 0, None
-    if rank == 0 and (resumed := checkpoints(args.checkpoint_dir).resume_from()):
+    store = checkpoints(args.checkpoint_dir, args.keep_checkpoints)
+    if rank == 0 and (resumed := store.resume_from()):
         start_epoch = load_checkpoint(resumed[0], model, optimizer)
         optimizer.learning_rate = args.learning_rate * size  # the checkpoint also holds the old rate
     start_epoch, resumed = hvd.broadcast_object((start_epoch, resumed), root_rank=0, name="resume")
@@ -178,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         mean = hvd.allreduce(tf.constant(totals / steps), op=hvd.Average, name=f"epoch_{epoch}").numpy()
         if rank == 0:
             emit_metrics(step=epoch, loss=mean[0], accuracy=mean[1])
-            if args.checkpoint_dir:
-                save_checkpoint(args.checkpoint_dir, epoch, model, optimizer,
+            if store.directory:
+                save_checkpoint(store, epoch, model, optimizer,
                                 epoch=epoch, step=int(optimizer.iterations.numpy()))
 
     report_result(hvd, model, loss_fn, args.model_dir, X_test, y_test)

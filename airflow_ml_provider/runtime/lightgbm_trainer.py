@@ -10,7 +10,8 @@ more than half the CPU time training them took (5.2 s per worker after 1,125 rou
 therefore takes its rows' scores from its scores file, and re-scores only without one. LightGBM hands
 out a binary booster's scores only as probabilities, whose logits are its raw scores within 1e-12 (the
 model then predicts within 1e-15 of an uninterrupted one's); other objectives keep re-scoring. Only
-rank 0, which reports the metrics, keeps the validation set.
+rank 0, which reports the metrics, keeps the validation set. Of both kinds of file only the newest
+``--keep-checkpoints`` stay: rank 0 deletes older boosters, every worker its own older scores files.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import numpy as np
 
 from airflow_ml_provider.artifacts import join
 from airflow_ml_provider.runtime import storage
-from airflow_ml_provider.runtime.checkpoints import Checkpoints, announce_resume
+from airflow_ml_provider.runtime.checkpoints import KEEP, Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, save_npz, shard
+from airflow_ml_provider.runtime.evaluate import classification_metrics
 from airflow_ml_provider.runtime.metrics_log import WorkerEnv, emit, emit_metrics, worker_env
 
 # LightGBM accepts several spellings of a parameter; a user's alias must win over our default.
@@ -106,6 +108,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model-dir", help="where rank 0 writes model.txt (default AIRFLOW_ML_MODEL_DIR)")
     parser.add_argument("--checkpoint-dir", help="booster checkpoints; resume (default AIRFLOW_ML_CHECKPOINT_DIR)")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints")
+    add_keep_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -127,7 +130,7 @@ def train(args: argparse.Namespace) -> None:
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(str(exc)) from exc
 
-    checkpoints = Checkpoints(args.checkpoint_dir or env.checkpoint_dir, "booster", "txt")
+    checkpoints = Checkpoints(args.checkpoint_dir or env.checkpoint_dir, "booster", "txt", args.keep_checkpoints)
     resumed = _resume_point(checkpoints, env.rank)
     booster, _, done = resumed or (None, None, 0)
     if done < args.num_boost_round:
@@ -138,12 +141,20 @@ def train(args: argparse.Namespace) -> None:
     if model_dir:
         path = storage.write_atomic(join(model_dir, "model.txt"), booster.save_model, ".txt")
         emit("model_saved", path=path)
-    result = {"num_trees": booster.num_trees()}
-    if valid is not None and len(np.unique(valid[1])) == 2:
+    emit("result", num_trees=booster.num_trees(), **(_held_out(booster, *valid) if valid is not None else {}))
+
+
+def _held_out(booster, X, y) -> dict:
+    """The final model on the validation set: the AUC of a one-column prediction on two-class labels
+    (binary), or the classification metrics of class probabilities (multiclass, whatever num_class)."""
+    predicted = booster.predict(X)
+    if predicted.ndim == 2:
+        return classification_metrics(y, predicted)
+    if len(np.unique(y)) == 2:
         from sklearn.metrics import roc_auc_score
 
-        result["auc"] = float(roc_auc_score(valid[1], booster.predict(valid[0])))
-    emit("result", **result)
+        return {"auc": float(roc_auc_score(y, predicted))}
+    return {}
 
 
 def _boost(params: dict, data, valid, resumed, args: argparse.Namespace, checkpoints: Checkpoints, env: WorkerEnv):
@@ -153,6 +164,7 @@ def _boost(params: dict, data, valid, resumed, args: argparse.Namespace, checkpo
 
     (X, y), (checkpoint, location, done) = data, resumed or (None, None, 0)
     scores = _initial_scores(checkpoint, location, done, X, valid, env) if checkpoint else {}
+    scores_files = _scores_files(checkpoints.directory, env, checkpoints.keep)
     train_set = lgb.Dataset(X, y, init_score=scores.get("train"), params=params)
     booster = lgb.Booster(params, train_set)  # joins the other workers (LightGBM's network), bins the data
     if checkpoint:
@@ -165,9 +177,10 @@ def _boost(params: dict, data, valid, resumed, args: argparse.Namespace, checkpo
         if valid is not None and (rounds % args.log_every == 0 or rounds == args.num_boost_round):
             _emit_metrics(rounds, booster.eval_valid())
         if checkpoints.directory and rounds % args.checkpoint_every == 0:
-            _save_scores(booster, params, checkpoints.directory, rounds, env)
+            _save_scores(booster, params, scores_files.path(rounds))
             if env.rank == 0:
                 checkpoints.save(rounds, booster.save_model, step=rounds, round=rounds)
+            scores_files.prune(rounds)
     return booster
 
 
@@ -195,11 +208,12 @@ def _resume_point(checkpoints: Checkpoints, rank: int):
     return booster, found[0], done
 
 
-def _scores_file(directory: str, rounds: int, env: WorkerEnv) -> str:
-    return join(directory, f"scores-{env.rank}of{env.num_workers}-{rounds:06d}.npz")
+def _scores_files(directory: str | None, env: WorkerEnv, keep: int = KEEP) -> Checkpoints:
+    """This worker's scores files beside the boosters: ``scores-<rank>of<workers>-<rounds>.npz``."""
+    return Checkpoints(directory, f"scores-{env.rank}of{env.num_workers}", "npz", keep)
 
 
-def _save_scores(booster, params: dict, directory: str, rounds: int, env: WorkerEnv) -> None:
+def _save_scores(booster, params: dict, location: str) -> None:
     """Save this worker's raw scores of its rows (and of the validation set, where it has one), if
     they can be had without walking the trees: for a binary objective, as the logits of LightGBM's
     probabilities."""
@@ -210,13 +224,13 @@ def _save_scores(booster, params: dict, directory: str, rounds: int, env: Worker
     with np.errstate(divide="ignore"):
         raw = {name: (np.log(p) - np.log1p(-p)) / params.get("sigmoid", 1.0) for name, p in zip(sets, probabilities)}
     if all(np.isfinite(scores).all() for scores in raw.values()):  # a saturated probability has no logit
-        save_npz(_scores_file(directory, rounds, env), **raw)
+        save_npz(location, **raw)
 
 
 def _initial_scores(checkpoint, checkpoint_location: str, done: int, X, valid, env: WorkerEnv) -> dict:
     """The raw scores ``checkpoint`` gives this worker's rows and the validation set: from the scores
     file this worker saved beside it when there is one for as many rows, else by re-scoring."""
-    location = _scores_file(checkpoint_location.rsplit("/", 1)[0], done, env)
+    location = _scores_files(checkpoint_location.rsplit("/", 1)[0], env).path(done)
     if storage.exists(location):
         with storage.open_read(location) as f, np.load(f) as saved:
             scores = {name: saved[name] for name in saved.files}

@@ -71,6 +71,12 @@ def list_files(location: Location) -> list[str]:
     return sorted(url(fs, entry["name"]) for entry in entries if entry["type"] == "file")
 
 
+def delete(location: Location) -> None:
+    """Remove one file (an object, remotely)."""
+    fs, path = resolve(location)
+    fs.rm_file(path)
+
+
 @contextmanager
 def open_read(location: Location, mode: str = "rb") -> Iterator[IO]:
     fs, path = resolve(location)

@@ -1,4 +1,5 @@
-"""LightGBM trainer as real processes: native 2-worker data-parallel training matches one process."""
+"""LightGBM trainer as real processes: native 2-worker data-parallel training matches one process,
+resumes from its checkpoints and keeps only the newest of them."""
 
 import json
 import os
@@ -138,16 +139,21 @@ def interrupted(data, tmp_path):
     return tmp_path / "ckpt"
 
 
-def _resume(data, checkpoints: Path, model_dir: Path) -> tuple[list[dict], list[dict]]:
+def _resume(data, checkpoints: Path, model_dir: Path, *extra) -> tuple[list[dict], list[dict]]:
     """Run the whole job again on ``checkpoints``; its ranks' events, after checking that both
     workers continued from the first half's booster and trained only the missing rounds."""
     rank0, rank1 = (_events(out) for out, _ in _run_two_workers(
-        data, model_dir, "--log-every", "10", "--checkpoint-dir", str(checkpoints)))
+        data, model_dir, "--log-every", "10", "--checkpoint-dir", str(checkpoints), *extra))
     booster = str(checkpoints / f"booster-{ROUNDS // 2:06d}.txt")
     assert [(e["rank"], e["round"], e["path"]) for e in rank0 + rank1 if e["event"] == "resumed"] == [
         (0, ROUNDS // 2, booster), (1, ROUNDS // 2, booster)]
     assert [e["step"] for e in rank0 if e["event"] == "metrics"] == [30, 40], "only the missing rounds"
     return rank0, rank1
+
+
+def _left(*rounds: int) -> list[str]:
+    """What the checkpoint directory should hold: the boosters of ``rounds`` and each worker's scores."""
+    return [f"booster-{n:06d}.txt" for n in rounds] + [f"scores-{r}of2-{n:06d}.npz" for r in (0, 1) for n in rounds]
 
 
 def test_a_resumed_job_starts_from_its_saved_scores_and_predicts_as_an_uninterrupted_one(
@@ -161,15 +167,30 @@ def test_a_resumed_job_starts_from_its_saved_scores_and_predicts_as_an_uninterru
     resumed, uninterrupted = (lgb.Booster(model_file=base / "model-0" / "model.txt").predict(X, raw_score=True)
                               for base in (tmp_path / "resumed", two_workers[0]))
     assert np.abs(resumed - uninterrupted).max() < 1e-9  # logits of probabilities: the raw scores within 1e-12
+    assert sorted(p.name for p in interrupted.iterdir()) == _left(20, 30, 40), "the newest 3 by default"
 
 
 def test_a_resumed_job_without_saved_scores_rescores_and_trains_the_same_trees(
         data, two_workers, interrupted, tmp_path):
     for scores in interrupted.glob("scores-*"):
         scores.unlink()
-    rank0, rank1 = _resume(data, interrupted, tmp_path / "resumed")
+    rank0, rank1 = _resume(data, interrupted, tmp_path / "resumed", "--keep-checkpoints", "1")
     assert not [e for e in rank0 + rank1 if e["event"] == "scores_restored"]
     assert _trees(tmp_path / "resumed" / "model-0" / "model.txt") == _trees(two_workers[0] / "model-0" / "model.txt")
+    assert sorted(p.name for p in interrupted.iterdir()) == _left(40), "the one resumed from went too"
+
+
+def test_a_multiclass_model_reports_the_classification_metrics_of_its_class_probabilities(data, single, tmp_path):
+    params = json.dumps({"objective": "multiclass", "num_class": 2, "learning_rate": 0.1, "num_leaves": 15})
+    proc = subprocess.run(_trainer_argv(data, tmp_path, "--params-json", params, "--log-every", "10"), env=_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    events = _events(proc.stdout)
+    metrics, result = [e for e in events if e["event"] == "metrics"], events[-1]
+    assert set(result) == {"event", "num_trees", "accuracy", "f1", "log_loss", "auc"}, result
+    assert result["num_trees"] == 2 * ROUNDS, "one tree per class and round"
+    assert result["log_loss"] == pytest.approx(metrics[-1]["loss"], abs=1e-6), "LightGBM's own multi_logloss"
+    assert result["accuracy"] > 0.9 and abs(result["auc"] - single[1][-1]["auc"]) < 0.005, "as good as binary"
 
 
 @pytest.mark.parametrize(
@@ -178,6 +199,7 @@ def test_a_resumed_job_without_saved_scores_rescores_and_trains_the_same_trees(
         (["--train-data", "/nonexistent/train.npz"], "data file not found: /nonexistent/train.npz"),
         (["--train-data", "x.npz", "--params-json", "{bad"], "--params-json is not valid JSON"),
         (["--train-data", "x.npz", "--params-json", "[1]"], "--params-json must be a JSON object"),
+        (["--train-data", "x.npz", "--keep-checkpoints", "-1"], "not a count of checkpoints (0 or more): '-1'"),
     ],
 )
 def test_bad_input_exits_2_with_message(args, message):
