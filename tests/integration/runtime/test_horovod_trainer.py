@@ -1,4 +1,5 @@
-"""Horovod Keras 3 trainer on 2 real local ranks (horovodrun, Gloo): synced weights, checkpoints, resume."""
+"""Horovod Keras 3 trainer on 2 real local ranks (horovodrun, Gloo): synced weights, checkpoints (the newest
+3 kept), resume."""
 
 import json
 import os
@@ -119,5 +120,7 @@ def test_second_run_resumes_from_last_checkpoint(first_run, train):
     first_checksum = _of(first_run[1], "weights_checksum")[0]["checksum"]
     assert _of(events, "weights_checksum")[0]["checksum"] != first_checksum, "resumed run kept training"
     assert _of(events, "result")[0]["accuracy"] > 0.8
-    steps = [int(np.load(work / "ckpt" / f"ckpt-{epoch:06d}.npz")["step"]) for epoch in (1, 3, 5)]
-    assert steps == [steps[0], 3 * steps[0], 5 * steps[0]], "optimizer step carried over"
+    assert sorted(p.name for p in (work / "ckpt").iterdir()) == [f"ckpt-{e:06d}.npz" for e in (3, 4, 5)]
+    per_epoch = _of(first_run[1], "checkpoint")[0]["step"]
+    steps = [int(np.load(work / "ckpt" / f"ckpt-{epoch:06d}.npz")["step"]) for epoch in (3, 4, 5)]
+    assert steps == [3 * per_epoch, 4 * per_epoch, 5 * per_epoch], "optimizer step carried over"

@@ -1,5 +1,6 @@
 """A preempted job whose data, checkpoints and model live on S3 (moto on loopback, a test double of S3)
-resumes where its last checkpoint left off, never training a finished round or epoch again.
+resumes where its last checkpoint left off, never training a finished round or epoch again, and leaves
+only the newest 3 checkpoints in the bucket.
 
 Real processes on the local backend: 2 LightGBM socket workers, or 2 Horovod ranks. A worker is
 SIGKILLed after the first checkpoint (the job ends PREEMPTED), then the job is resubmitted as the
@@ -116,7 +117,10 @@ def test_a_preempted_lightgbm_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_
 
     with storage.local_copy(saved["path"]) as local:
         assert lgb.Booster(model_file=local).current_iteration() == rounds
-    assert f"ml/artifacts/{name}/checkpoints/booster-{done:06d}.txt" in s3.keys(bucket, "ml/artifacts/")
+    kept = (rounds - 10, rounds - 5, rounds)  # boosters by rank 0, each worker's scores beside them
+    assert s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/") == [
+        f"ml/artifacts/{name}/checkpoints/{file}" for file in
+        [f"booster-{n:06d}.txt" for n in kept] + [f"scores-{r}of2-{n:06d}.npz" for r in (0, 1) for n in kept]]
 
 
 @needs_horovod
@@ -142,8 +146,7 @@ def test_a_preempted_horovod_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_w
     assert steps == list(range(done + 1, epochs + 1)), "a finished epoch was trained again, or one skipped"
     [saved] = _events(backend, name, "model_saved")
     assert saved["path"] == f"{model_dir(job_dir)}/model.keras"
-    with storage.open_read(last["path"]) as f, np.load(f) as checkpoint:
-        assert int(checkpoint["epoch"]) == done
-    keys = s3.keys(bucket, f"ml/artifacts/{name}/")
-    assert [k.rsplit("/", 1)[1] for k in keys if "/checkpoints/" in k] == [f"ckpt-{e:06d}.npz" for e in
-                                                                           range(1, epochs + 1)]
+    keys = s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/")
+    assert [k.rsplit("/", 1)[1] for k in keys] == [f"ckpt-{e:06d}.npz" for e in range(epochs - 2, epochs + 1)]
+    with storage.open_read(f"{checkpoint_dir(job_dir)}/ckpt-{epochs:06d}.npz") as f, np.load(f) as checkpoint:
+        assert int(checkpoint["epoch"]) == epochs

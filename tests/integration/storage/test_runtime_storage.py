@@ -72,3 +72,20 @@ def test_checkpoints_resume_from_the_environment_else_the_newest(root, monkeypat
     monkeypatch.setenv(RESUME_ENV, f"{root}/ckpt/ckpt-000099.npz")  # gone: fall back, and say so
     assert checkpoints.resume_from()[0] == checkpoints.path(10)
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_checkpoints_keep_the_newest_written_and_leave_another_attempts_and_series_alone(root):
+    directory = f"{root}/ckpt"
+
+    def write(tmp):
+        np.savez(tmp, x=np.zeros(1))
+
+    Checkpoints(directory, "other", "npz", keep=1).save(1, write)
+    checkpoints = Checkpoints(directory, "ckpt", "npz", keep=2)
+    checkpoints.save(9, write)  # an earlier attempt's, numbered above what this one writes next
+    for number in (1, 2, 3):
+        checkpoints.save(number, write, step=number)
+    assert storage.list_files(directory) == [f"{directory}/{name}" for name in
+                                             ("ckpt-000002.npz", "ckpt-000003.npz", "ckpt-000009.npz", "other-000001.npz")]
+    Checkpoints(directory, "ckpt", "npz", keep=0).save(4, write)
+    assert len(storage.list_files(directory)) == 5, "0 keeps all"
