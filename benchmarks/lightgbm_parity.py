@@ -1,8 +1,8 @@
 """Quality parity and speed of LightGBM data-parallel training: 1 worker vs 2 workers on the local backend.
 
 Both train the same synthetic binary set (200k rows x 20 features, fixed seed, 20% held out for
-validation) for 200 rounds through ``LocalBackend`` (framework "lightgbm"), followed with the operator's
-wait loop, polled every 0.1 s so the times are not rounded up to whole poll intervals. Each worker of
+validation) for 200 rounds through ``LocalBackend`` (framework "lightgbm"), followed as a sync training task
+follows its job (woken by the job's status stream, so the times are not rounded up to poll intervals). Each worker of
 the 2-worker job sees only its half of the rows, yet their model must be as good: target
 |AUC(1) - AUC(2)| <= 0.002 on the validation split, AUC read from the ``result`` line of the job log.
 Also reported: the speed ratio, median time with 1 worker / with 2 workers. Runs alternate
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from local_overhead import TRAIN_ENV, run_job  # the sibling benchmark: the operator's wait loop
+from local_overhead import TRAIN_ENV, run_job  # the sibling benchmark: the sync driver a task runs
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -29,7 +29,6 @@ from airflow_ml_provider.runtime.datasets import write_synthetic
 
 PARAMS = {"seed": 0}  # the trainer's defaults otherwise: binary objective, one thread per worker
 AUC_TARGET = 0.002
-POLL_S = 0.1  # finer than the operator's default: jobs take ~10 s and polling would quantize them to 1 s
 
 
 def main() -> int:
@@ -53,7 +52,7 @@ def main() -> int:
                 name = f"lgbm-parity-{workers}w-{run}"
                 spec = TrainingJobSpec(framework="lightgbm", num_workers=workers, command=command,
                                        model_dir=backend.default_artifact_dir(name))
-                seconds, lines = run_job(backend, name, spec, POLL_S)
+                seconds, lines, _ = run_job(backend, name, spec, "sync")
                 collector = MetricsTracker()
                 for line in lines:
                     collector.feed(line)

@@ -50,8 +50,8 @@ LOG.propagate = False
 LOG.addHandler(logging.NullHandler())
 
 
-def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec, follow: str) -> tuple[float, int, float]:
-    """Submit ``spec`` and follow it to the end (see the module docstring); return (seconds, lines read,
+def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec, follow: str) -> tuple[float, list[LogLine], float]:
+    """Submit ``spec`` and follow it to the end (see the module docstring); return (seconds, the lines read,
     seconds horovodrun itself ran, as the launcher recorded in status.json). A job that is refused or
     does not succeed ends the benchmark (exit 1) with the reason the follower gave."""
     start = time.perf_counter()
@@ -66,7 +66,7 @@ def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec, follow: str
         tail = "\n".join(f"  {line}" for line in lines[-10:])
         sys.exit(f"job {name}: {step.message}\n{tail}")
     timing = json.loads((backend.job_dir(name) / "status.json").read_text())
-    return elapsed, len(lines), timing["workers_ended_at"] - timing["workers_started_at"]
+    return elapsed, lines, timing["workers_ended_at"] - timing["workers_started_at"]
 
 
 def follow_job(backend: LocalBackend, name: str, follow: str, on_step) -> Step:
@@ -121,10 +121,10 @@ def main() -> int:
             name = f"hvd-overhead-{run}"
             command = trainer + artifact_args(Path(backend.default_artifact_dir(name)))
             spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=command)
-            seconds, count, inner = run_job(backend, name, spec, args.follow)
+            seconds, lines, inner = run_job(backend, name, spec, args.follow)
             times["operator"].append(seconds)
             within.append(seconds / inner)
-            print(f"run {run}  (a) operator path   {seconds:6.1f} s  ({count} lines; horovodrun inside it "
+            print(f"run {run}  (a) operator path   {seconds:6.1f} s  ({len(lines)} lines; horovodrun inside it "
                   f"{inner:.1f} s)", flush=True)
             bare = Path(tmp, f"bare-{run}")
             bare.mkdir()
