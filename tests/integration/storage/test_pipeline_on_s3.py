@@ -65,8 +65,9 @@ def test_the_pipeline_reads_and_writes_only_the_s3_artifact_root(s3, on_s3):
     job = train["job_name"]
     assert f"ml/artifacts/{job}/model/model.txt" in keys
     assert [k for k in keys if k.startswith(f"ml/artifacts/{job}/checkpoints/")] == [
-        f"ml/artifacts/{job}/checkpoints/booster-{n:06d}.txt" for n in (10, 20)
-    ]
+        f"ml/artifacts/{job}/checkpoints/{file}" for file in
+        [f"booster-{n:06d}.txt" for n in (10, 20)] + [f"scores-{r}of2-{n:06d}.npz" for r in (0, 1) for n in (10, 20)]
+    ], "rank 0's boosters, each of the 2 workers' scores beside them"
     assert sum(k.startswith("ml/data/ml_training_pipeline/") and "/processed/" in k for k in keys) == 4
     evaluation_files = {k.rsplit("/", 1)[1] for k in keys if k.startswith(f"ml/artifacts/{evaluation['job_name']}/evaluation/")}
     assert evaluation_files == {"metrics.json", "evaluation_report.md", "training_curve.png"}

@@ -37,7 +37,7 @@ def test_every_trial_keeps_its_model_and_checkpoints_under_the_s3_artifact_root(
         job = trial["job_name"]
         assert f"ml/artifacts/{job}/model/model.txt" in keys, keys
         assert [k for k in keys if k.startswith(f"ml/artifacts/{job}/checkpoints/")] == [
-            f"ml/artifacts/{job}/checkpoints/booster-000010.txt"]
+            f"ml/artifacts/{job}/checkpoints/booster-000010.txt", f"ml/artifacts/{job}/checkpoints/scores-0of1-000010.npz"]
         assert not Path(local.default_artifact_dir(job)).exists(), "a trial wrote to the worker's disk"
         assert SECRET_KEY not in (local.job_dir(job) / "job.json").read_text(), "a credential reached a job record"
     assert out["best_model_path"] == f"{root}/artifacts/{out['best_job_name']}/model/model.txt"
