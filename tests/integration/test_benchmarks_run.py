@@ -1,0 +1,25 @@
+"""The benchmarks `make bench` runs still run: each small enough here to finish in seconds (their numbers
+are only printed; this checks that they are produced, not what they are)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from support import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def _bench(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO, env=os.environ,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_lightgbm_parity_compares_one_and_two_workers():
+    out = _bench("lightgbm_parity.py", "--runs", "1", "--rows", "4000", "--num-boost-round", "5")
+    assert "AUC diff (1 - 2):" in out and "speed ratio 1-worker/2-worker:" in out
