@@ -162,13 +162,17 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         return TrainingJobSpec(framework=framework, num_workers=2, env=ENV, command=command,
                                checkpoint_dir=str(work / tag), model_dir=str(work / tag / "model"))
 
-    def rescoring(name: str, resume: ResumePoint) -> float:
-        """The trainer's time up to round m in the same resumption from a copy of the checkpoint without
-        the workers' scores files, where every worker re-scores its rows."""
+    def booster_alone(name: str, resume: ResumePoint) -> ResumePoint:
+        """A copy of the checkpoint without the workers' scores files, taken before the resumed attempt
+        runs (its newer checkpoints retire this one: trainers keep the newest three)."""
+        (work / f"{name}-rescoring").mkdir()
+        return ResumePoint(shutil.copy(resume.path, work / f"{name}-rescoring"), resume.step, resume.epoch)
+
+    def rescoring(name: str, checkpoint: ResumePoint) -> float:
+        """The trainer's time up to round m in the same resumption from ``checkpoint`` (see booster_alone),
+        where every worker re-scores its rows."""
         tag = f"{name}-rescoring"
-        (work / tag).mkdir()
-        path = shutil.copy(resume.path, work / tag)
-        again, labels = resubmission(spec(tag), {}, 1, ResumePoint(path, resume.step, resume.epoch))
+        again, labels = resubmission(spec(tag), {}, 1, checkpoint)
         run = Run(backend, tag, again, labels)
         at_m = run.until(lambda r: r.last("metrics", "step") > 0)
         backend.cancel(tag)
@@ -196,6 +200,7 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         assert backend.status(name).state is JobState.PREEMPTED, backend.status(name)
         resume = resume_point(first)
         assert resume, f"{name}: no checkpoint before the kill"
+        alone = booster_alone(name, resume) if args.trainer == "lightgbm" else None
         again, labels = resubmission(spec(name), {}, 1, resume)
         second = Run(backend, name, again, labels)
         second.finish()
@@ -208,7 +213,7 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         ratios[point] = sum(spans) / restart_cost
         instead = "-"
         if args.trainer == "lightgbm":
-            third = rescoring(name, resume)
+            third = rescoring(name, alone)
             rescored = spans[0] + spans[1] + third
             instead = f"{rescored:5.1f} s (up to m {third:.1f} s), {rescored / restart_cost:4.2f}"
         resume_cost = f"{sum(spans):4.1f} s = " + " + ".join(f"{span:.1f}" for span in spans) + " s"

@@ -23,3 +23,9 @@ def _bench(script: str, *args: str) -> str:
 def test_lightgbm_parity_compares_one_and_two_workers():
     out = _bench("lightgbm_parity.py", "--runs", "1", "--rows", "4000", "--num-boost-round", "5")
     assert "AUC diff (1 - 2):" in out and "speed ratio 1-worker/2-worker:" in out
+
+
+def test_preemption_cost_compares_resuming_and_restarting():
+    out = _bench("preemption_cost.py", "--rounds", "200", "--rows", "20000", "--points", "0.25", "0.5", "--no-elastic")
+    assert "resume cheaper than restart at every point >= 50%:" in out
+    assert "(2/2)" in out, "both workers restored their saved scores"
