@@ -53,7 +53,6 @@ _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$
 # horovodrun's print() writes this and its newline separately, so another thread's line can land in
 # between ("Process 1 exit with status code 7.[0]<stdout>:...") and only the start of a line is certain.
 _HOROVOD_EXIT = re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.")
-_ELASTIC_GLOO_TIMEOUT_S = 120  # seconds; also how long a survivor may wait on a dead peer
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
 
@@ -95,14 +94,16 @@ def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
     """horovodrun's elastic options: size bounds, and the discovery command reading the slots in etcd.
     (No ``--log-level``: horovodrun hands it to the workers too, whose C++ log lines then tear the
     trainer's JSON lines apart; the trainer reports each membership change itself.) The Gloo timeout
-    is raised because a re-forming ring waits for a joining worker to import TensorFlow, which takes
-    longer than the default 30 s on a loaded machine."""
+    stays Horovod's 30 s, as on Kubernetes: a survivor blocked on a receive from the *other* survivor
+    (which hit the lost peer first and re-forms without closing its old connections) only learns of
+    the loss when it expires, so the timeout is the recovery time after about a third of the kills;
+    it must still cover a joining worker's start-up, which the re-forming ring waits for (~4 s here)."""
     if not etcd:
         raise ValueError("an elastic job needs etcd for its worker slots: set AIRFLOW_ML_ETCD or the backend's etcd")
     discovery = [sys.executable, "-m", "airflow_ml_provider.jobs.local_discovery", "--etcd", etcd,
                  "--job", job_dir.name]
     return ["--min-np", str(spec.min_workers or spec.num_workers), "--max-np", str(spec.max_workers or spec.num_workers),
-            "--host-discovery-script", shlex.join(discovery), "--gloo-timeout-seconds", str(_ELASTIC_GLOO_TIMEOUT_S)]
+            "--host-discovery-script", shlex.join(discovery)]
 
 
 def main(job_dir: Path) -> int:
