@@ -30,6 +30,7 @@ def _sync_dags() -> None:
     from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
     from airflow.jobs.job import Job
     from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.asset import AssetDagRunQueue
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
 
@@ -40,6 +41,9 @@ def _sync_dags() -> None:
     with create_session() as session:
         SchedulerJobRunner(job=Job())._update_asset_orphanage(session=session)
         session.get(DagModel, "ml_batch_scoring").is_paused = False
+        # Other tests' pipeline runs in this metadata DB queued the consumer too, and no scheduler ran it;
+        # a queue entry that old would keep this test's newer event for the run after next.
+        session.query(AssetDagRunQueue).filter(AssetDagRunQueue.target_dag_id == "ml_batch_scoring").delete()
 
 
 def _schedule_asset_triggered_run(dag_id: str):
