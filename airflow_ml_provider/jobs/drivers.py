@@ -21,6 +21,10 @@ from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogSource, LogSourceUnavailable
 
 
+SHOWING = "showing"  # in a saved state: the batch being shown when it was saved (cursor before it, lines)
+AGAIN = "(again) "  # labels a line shown again after a restart: it may already be above
+
+
 class SyncDriver:
     """Follows one job (``backend`` + ``name``), one log (``source``), or both, synchronously.
 
@@ -91,9 +95,11 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
     """Follow until the follower decides; returns its final step (never WAIT).
 
     Statuses come from ``backend.statuses()`` (the shared watch on Kubernetes, polling elsewhere),
-    pumped in the background so that a change wakes the loop at once. After every round that showed
-    lines, ``on_progress`` gets the follower's state: the trigger makes it durable there, so a
-    triggerer restart continues after the last line shown.
+    pumped in the background so that a change wakes the loop at once. ``on_progress`` gets the
+    follower's state before a round's lines are shown, with them marked as being shown (``SHOWING``:
+    write-ahead), and again in the next round, which confirms them. The trigger makes it durable, so
+    a process that dies between saving and showing can have ``show_again`` show that batch again,
+    labelled: no line is lost, and none repeats unlabelled.
     """
     latest: dict[str, Any] = {}
     changed = asyncio.Event()
@@ -111,13 +117,19 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
     try:
         if pumping is not None:
             await changed.wait()
+        unconfirmed = False  # lines shown whose state still says "being shown"
         while True:
             changed.clear()
+            before = follower.cursor
             step = await _round(follower, backend, name, source, owns_job, latest, clock)
+            if on_progress is not None and (step.lines or unconfirmed):
+                state = follower.state
+                if step.lines:
+                    state[SHOWING] = {"cursor": before, "lines": len(step.lines)}
+                await on_progress(state)
+                unconfirmed = bool(step.lines)
             if _report(step, log, on_step, backend, name, owns_job):
                 await asyncio.to_thread(backend.cancel, name)
-            if step.lines and on_progress is not None:
-                await on_progress(follower.state)
             if step.action is not Action.WAIT:
                 return step
             if step.delay > 0:
@@ -147,6 +159,28 @@ async def _round(follower: Follower, backend: Backend | None, name: str | None, 
         except LogSourceUnavailable as exc:
             return follower.unavailable(str(exc), clock())
     return follower.observe(latest.get("status"), batch, clock())
+
+
+async def show_again(state: dict[str, Any], source: LogSource | None, log: logging.Logger) -> dict[str, Any]:
+    """After a restart: the lines a saved ``state`` was showing when its process died (see
+    ``follow_async``), shown again and labelled ``AGAIN``, since some may already be above; returns the
+    state without the mark."""
+    state = dict(state)
+    showing = state.pop(SHOWING, None)
+    if not showing or source is None:
+        return state
+    count = showing["lines"]
+    try:
+        batch = await asyncio.to_thread(source.read, showing["cursor"], count)
+    except LogSourceUnavailable as exc:
+        log.warning("Could not show again the %d lines being shown when the previous triggerer stopped (%s): "
+                    "some of them may be missing above", count, exc)
+        return state
+    log.info("The previous triggerer stopped while showing the next %d lines: shown again, labelled %r "
+             "(some may already be above)", count, AGAIN.strip())
+    for line in batch.lines[:count]:
+        log.info("%s%s", AGAIN, format_line(line))
+    return state
 
 
 def replay(source: LogSource, options: FollowOptions | None = None) -> Follower:

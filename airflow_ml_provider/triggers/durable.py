@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from airflow_ml_provider.jobs.drivers import SHOWING, show_again
+from airflow_ml_provider.logs.source import LogSource
 from airflow_ml_provider.triggers.serialized import SerializedTrigger
 
 STATE_XCOM_KEY = "ml_follow_state"  # the follower's durable position, per task instance and try
@@ -24,10 +26,24 @@ class DurableFollowTrigger(SerializedTrigger):
     another triggerer process continue after the last line shown instead of replaying the log.
 
     The sync XCom calls run in a thread: the triggerer's comms bridge them to its event loop, and
-    ``dag.test()``'s in-process comms only have the sync form."""
+    ``dag.test()``'s in-process comms only have the sync form.
+
+    The state is saved before a batch of lines is shown, marked as being shown, and confirmed in the
+    next round (``jobs.drivers.follow_async``): a restart after a crash in between shows that batch
+    again, labelled ``(again)``, instead of losing it or repeating it unlabelled."""
 
     state: dict[str, Any]
     state_key: dict[str, Any] | None
+
+    async def _resume(self, source: LogSource | None) -> None:
+        """``self.state``: the newest saved state. If the previous triggerer died showing a batch (saved
+        before it is shown: ``follow_async``), that batch is shown again, labelled, and the state saved
+        without the mark, so a later restart does not show it once more."""
+        state = await self._newest_state()
+        if SHOWING not in state:
+            self.state = state
+            return
+        await self._save(await show_again(state, source, self.log))
 
     async def _newest_state(self) -> dict[str, Any]:
         """The state saved after the last line shown, if newer than the one this trigger was built with."""

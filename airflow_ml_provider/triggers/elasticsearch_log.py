@@ -40,7 +40,7 @@ class ElasticsearchLogTrigger(DurableFollowTrigger):
         hook = ElasticsearchLogsHook(self.elasticsearch_conn_id)
         source = await asyncio.to_thread(hook.log_source, self.job, self.namespace, self.index)
         self.log.info("Streaming the log of job %s from %s (%s)", self.job, hook.url, source.index)
-        self.state = await self._newest_state()
+        await self._resume(source)
         follower = Follower(FollowOptions.from_dict(self.options), self.state)
         step = await follow_async(follower, self.log, source=source, owns_job=False, on_progress=self._save)
         yield TriggerEvent(event(self.job, step, follower))

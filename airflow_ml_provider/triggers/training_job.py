@@ -25,9 +25,9 @@ class TrainingJobTrigger(DurableFollowTrigger):
     The backend is rebuilt from the connection; statuses come from ``Backend.statuses`` (the shared
     watch on Kubernetes, polling elsewhere), so this trigger never names a backend type. After every
     batch of lines it shows, the follower's state is written to an XCom of its task instance
-    (``state_key``: dag_id/task_id/run_id/map_index); a trigger restarted by another triggerer reads it back
-    and continues after the last line shown, so a restart neither repeats nor skips lines (a line
-    shown in the instant between printing and saving is the one exception: it may show twice).
+    (``state_key``: dag_id/task_id/run_id/map_index), before the batch is shown (see
+    DurableFollowTrigger); a trigger restarted by another triggerer reads it back and continues after
+    the last line shown: a restart skips no line, and repeats none unlabelled.
 
     With ``owns_job`` (the training operators) killing the task cancels the job; a sensor watching
     another task's job passes False and never stops it. With ``metric_tags`` (``JobMetrics.tags``: the
@@ -56,7 +56,7 @@ class TrainingJobTrigger(DurableFollowTrigger):
         backend = await asyncio.to_thread(TrainingBackendHook(self.ml_conn_id).get_backend, self.backend)
         source = (await asyncio.to_thread(job_log_source, backend, self.job_name, self.elasticsearch_conn_id)
                   if self.stream_logs else None)
-        self.state = await self._newest_state()
+        await self._resume(source)
         follower = Follower(FollowOptions.from_dict(self.options), self.state)
         step = await follow_async(follower, self.log, backend, self.job_name, source, self.owns_job,
                                   on_progress=self._save,

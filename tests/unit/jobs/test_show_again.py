@@ -1,0 +1,99 @@
+"""The follow loop's write-ahead position: a process that dies between saving a batch's position and
+showing the batch loses no line on restart, and the lines it shows a second time are labelled.
+
+The "death" is an exception raised by the save callback right after it stored the state, the one
+point a real SIGKILL can hit that ``tests/integration/restarts/test_triggerer_restart.py`` (a real
+triggerer, killed at a random point) cannot aim at."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from airflow_ml_provider.jobs.drivers import AGAIN, SHOWING, follow_async, show_again
+from airflow_ml_provider.jobs.follow import Follower, FollowOptions
+from airflow_ml_provider.logs.files import FileLogSource
+
+OPTIONS = FollowOptions(max_lines=4, poll_interval=0.01)
+
+
+class Died(Exception):
+    """The process stopped right after its state was saved."""
+
+
+class Shown(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def shown():
+    log = logging.getLogger(f"test_show_again.{id(object())}")
+    handler = Shown()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return log, handler.messages
+
+
+def dying_after(saves: int, saved: list[dict]):
+    """A save callback that stores each state and dies right after storing the ``saves``-th."""
+    async def save(state):
+        saved.append(state)
+        if len(saved) == saves:
+            raise Died
+    return save
+
+
+def numbers(messages: list[str], prefix: str = "") -> list[int]:
+    return [int(m.rsplit(" ", 1)[1]) for m in messages if m.startswith(f"{prefix}[rank 0] line ")]
+
+
+def test_a_death_between_saving_and_showing_loses_no_line_and_labels_the_lines_shown_again(tmp_path, shown):
+    log, messages = shown
+    path = tmp_path / "job.log"
+    path.write_text("".join(f"[rank 0] line {i}\n" for i in range(10)))
+    source = FileLogSource(path)
+
+    saved: list[dict] = []
+    with pytest.raises(Died):  # the second batch's position is saved, the process dies before showing it
+        asyncio.run(follow_async(Follower(OPTIONS), log, source=source, on_progress=dying_after(2, saved)))
+    assert numbers(messages) == [0, 1, 2, 3]
+    assert saved[-1][SHOWING]["lines"] == 4
+
+    messages.clear()
+    state = asyncio.run(show_again(saved[-1], source, log))  # the restarted trigger
+    assert SHOWING not in state
+    assert numbers(messages, AGAIN) == [4, 5, 6, 7]
+    assert "shown again" in messages[0]
+
+    messages.clear()
+    saved.clear()
+    with pytest.raises(Died):  # third save: the round without lines that confirms the last batch
+        asyncio.run(follow_async(Follower(OPTIONS, state), log, source=source, on_progress=dying_after(2, saved)))
+    assert numbers(messages) == [8, 9] and numbers(messages, AGAIN) == []
+    assert SHOWING in saved[0] and SHOWING not in saved[1], "the next round confirms the batch shown"
+
+    messages.clear()
+    assert asyncio.run(show_again(saved[-1], source, log)) == saved[-1]
+    assert messages == [], "a confirmed position shows nothing again"
+
+
+def test_a_batch_that_cannot_be_read_again_is_named_not_hidden(tmp_path, shown):
+    log, messages = shown
+
+    class Gone(FileLogSource):
+        def read(self, cursor=None, max_lines=5000):
+            from airflow_ml_provider.logs.source import LogSourceUnavailable
+            raise LogSourceUnavailable("the pods are gone")
+
+    state = {"seq": 3, "cursor": 10, SHOWING: {"cursor": 0, "lines": 2}}
+    assert asyncio.run(show_again(state, Gone(tmp_path / "x"), log)) == {"seq": 3, "cursor": 10}
+    assert messages == ["Could not show again the 2 lines being shown when the previous triggerer stopped "
+                        "(the pods are gone): some of them may be missing above"]
