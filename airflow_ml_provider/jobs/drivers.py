@@ -18,7 +18,7 @@ from typing import Any
 from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.logs.display import format_line
-from airflow_ml_provider.logs.source import LogSource, LogSourceUnavailable
+from airflow_ml_provider.logs.source import LogLine, LogSource, LogSourceUnavailable
 
 
 SHOWING = "showing"  # in a saved state: the batch being shown when it was saved (cursor before it, lines)
@@ -167,20 +167,32 @@ async def show_again(state: dict[str, Any], source: LogSource | None, log: loggi
     state without the mark."""
     state = dict(state)
     showing = state.pop(SHOWING, None)
-    if not showing or source is None:
+    if not showing:
         return state
     count = showing["lines"]
     try:
-        batch = await asyncio.to_thread(source.read, showing["cursor"], count)
+        lines = await _batch_shown(state, showing, source)
     except LogSourceUnavailable as exc:
         log.warning("Could not show again the %d lines being shown when the previous triggerer stopped (%s): "
                     "some of them may be missing above", count, exc)
         return state
     log.info("The previous triggerer stopped while showing the next %d lines: shown again, labelled %r "
              "(some may already be above)", count, AGAIN.strip())
-    for line in batch.lines[:count]:
+    for line in lines:
         log.info("%s%s", AGAIN, format_line(line))
     return state
+
+
+async def _batch_shown(state: dict[str, Any], showing: dict[str, Any], source: LogSource | None) -> list[LogLine]:
+    """A batch that fits in the saved tail (``tail_lines``, 20) comes from it: the same lines whatever the
+    source. A longer one is read again from its start: the same lines for files and pod logs (from
+    Elasticsearch, unless lines shipped late since then took places in it)."""
+    count, tail = showing["lines"], state.get("tail") or []
+    if count <= len(tail):
+        return [LogLine(name, text) for name, text in tail[-count:]]
+    if source is None:
+        raise LogSourceUnavailable("the state's tail is shorter than the batch, and there is no log source")
+    return (await asyncio.to_thread(source.read, showing["cursor"], count)).lines[:count]
 
 
 def replay(source: LogSource, options: FollowOptions | None = None) -> Follower:

@@ -15,9 +15,7 @@ import pytest
 from airflow_ml_provider.jobs.drivers import AGAIN, SHOWING, follow_async, show_again
 from airflow_ml_provider.jobs.follow import Follower, FollowOptions
 from airflow_ml_provider.logs.files import FileLogSource
-
-OPTIONS = FollowOptions(max_lines=4, poll_interval=0.01)
-
+from airflow_ml_provider.logs.source import LogSourceUnavailable
 
 class Died(Exception):
     """The process stopped right after its state was saved."""
@@ -55,7 +53,17 @@ def numbers(messages: list[str], prefix: str = "") -> list[int]:
     return [int(m.rsplit(" ", 1)[1]) for m in messages if m.startswith(f"{prefix}[rank 0] line ")]
 
 
-def test_a_death_between_saving_and_showing_loses_no_line_and_labels_the_lines_shown_again(tmp_path, shown):
+class Gone(FileLogSource):
+    """The job's log can no longer be read (its pods were deleted)."""
+
+    def read(self, cursor=None, max_lines=5000):
+        raise LogSourceUnavailable("the pods are gone")
+
+
+@pytest.mark.parametrize("tail_lines", [20, 2], ids=["from the saved tail", "read again from the source"])
+def test_a_death_between_saving_and_showing_loses_no_line_and_labels_the_lines_shown_again(tmp_path, shown,
+                                                                                          tail_lines):
+    options = FollowOptions(max_lines=4, poll_interval=0.01, tail_lines=tail_lines)
     log, messages = shown
     path = tmp_path / "job.log"
     path.write_text("".join(f"[rank 0] line {i}\n" for i in range(10)))
@@ -63,12 +71,13 @@ def test_a_death_between_saving_and_showing_loses_no_line_and_labels_the_lines_s
 
     saved: list[dict] = []
     with pytest.raises(Died):  # the second batch's position is saved, the process dies before showing it
-        asyncio.run(follow_async(Follower(OPTIONS), log, source=source, on_progress=dying_after(2, saved)))
+        asyncio.run(follow_async(Follower(options), log, source=source, on_progress=dying_after(2, saved)))
     assert numbers(messages) == [0, 1, 2, 3]
     assert saved[-1][SHOWING]["lines"] == 4
 
     messages.clear()
-    state = asyncio.run(show_again(saved[-1], source, log))  # the restarted trigger
+    # the restarted trigger; a batch that fits in the tail needs no log any more
+    state = asyncio.run(show_again(saved[-1], Gone(path) if tail_lines >= 4 else source, log))
     assert SHOWING not in state
     assert numbers(messages, AGAIN) == [4, 5, 6, 7]
     assert "shown again" in messages[0]
@@ -76,7 +85,7 @@ def test_a_death_between_saving_and_showing_loses_no_line_and_labels_the_lines_s
     messages.clear()
     saved.clear()
     with pytest.raises(Died):  # third save: the round without lines that confirms the last batch
-        asyncio.run(follow_async(Follower(OPTIONS, state), log, source=source, on_progress=dying_after(2, saved)))
+        asyncio.run(follow_async(Follower(options, state), log, source=source, on_progress=dying_after(2, saved)))
     assert numbers(messages) == [8, 9] and numbers(messages, AGAIN) == []
     assert SHOWING in saved[0] and SHOWING not in saved[1], "the next round confirms the batch shown"
 
@@ -87,13 +96,7 @@ def test_a_death_between_saving_and_showing_loses_no_line_and_labels_the_lines_s
 
 def test_a_batch_that_cannot_be_read_again_is_named_not_hidden(tmp_path, shown):
     log, messages = shown
-
-    class Gone(FileLogSource):
-        def read(self, cursor=None, max_lines=5000):
-            from airflow_ml_provider.logs.source import LogSourceUnavailable
-            raise LogSourceUnavailable("the pods are gone")
-
-    state = {"seq": 3, "cursor": 10, SHOWING: {"cursor": 0, "lines": 2}}
-    assert asyncio.run(show_again(state, Gone(tmp_path / "x"), log)) == {"seq": 3, "cursor": 10}
+    state = {"seq": 3, "cursor": 10, "tail": [["rank 0", "line 9"]], SHOWING: {"cursor": 0, "lines": 2}}
+    assert asyncio.run(show_again(state, Gone(tmp_path / "x"), log)) == {k: v for k, v in state.items() if k != SHOWING}
     assert messages == ["Could not show again the 2 lines being shown when the previous triggerer stopped "
                         "(the pods are gone): some of them may be missing above"]
