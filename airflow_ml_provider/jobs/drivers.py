@@ -99,7 +99,9 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
     follower's state before a round's lines are shown, with them marked as being shown (``SHOWING``:
     write-ahead), and again in the next round, which confirms them. The trigger makes it durable, so
     a process that dies between saving and showing can have ``show_again`` show that batch again,
-    labelled: no line is lost, and none repeats unlabelled.
+    labelled: no line is lost, and none repeats unlabelled. (A trigger cancelled while its triggerer
+    shuts down does not confirm its last batch: the triggerer's comms are closed by then, and a save
+    would block its shutdown. A restart shows that batch again, labelled.)
     """
     latest: dict[str, Any] = {}
     changed = asyncio.Event()
@@ -114,10 +116,10 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
             changed.set()
 
     pumping = asyncio.create_task(pump(), name=f"statuses of {name}") if backend is not None else None
+    unconfirmed = False  # lines shown whose saved state still says "being shown"
     try:
         if pumping is not None:
             await changed.wait()
-        unconfirmed = False  # lines shown whose state still says "being shown"
         while True:
             changed.clear()
             before = follower.cursor

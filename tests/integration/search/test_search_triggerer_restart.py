@@ -14,6 +14,7 @@ import pytest
 from airflow_stack import AirflowStack, ApiError
 from optuna.trial import TrialState
 
+from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.search.study import open_storage
 
@@ -66,14 +67,19 @@ def test_the_search_defers_and_survives_a_triggerer_crash(stack):
         except (ApiError, IndexError):
             return None
 
+    def job_running(name: str | None) -> bool:
+        try:  # the trial names its job just before submitting it
+            return name is not None and backend.status(name).state.value == "RUNNING"
+        except JobNotFound:
+            return False
+
     states = set()  # the task's states seen while a trial's job was running
     deadline = time.monotonic() + 300
     while True:
         assert time.monotonic() < deadline, stack.log_tails()
         current = trials()
         done = [t for t in current if t.state is TrialState.COMPLETE]
-        running = [t for t in current if t.state is TrialState.RUNNING and "job_name" in t.user_attrs
-                   and backend.status(t.user_attrs["job_name"]).state.value == "RUNNING"]
+        running = [t for t in current if t.state is TrialState.RUNNING and job_running(t.user_attrs.get("job_name"))]
         if running and (state := task_state()) is not None:
             states.add(state)
         if done and running:
