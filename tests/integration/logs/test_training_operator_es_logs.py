@@ -20,13 +20,19 @@ from airflow_ml_provider.logs.files import FileLogSource
 pytestmark = pytest.mark.integration
 
 
-def test_training_operators_read_their_log_from_elasticsearch(run_dag, es, es_url, index, monkeypatch, capfd):
+def test_training_operators_read_their_log_from_elasticsearch(run_dag, es, es_url, index, monkeypatch, capfd,
+                                                               tmp_path):
     # settle_s: how long after a job's end its last lines may still arrive; the shipper here is a thread of
     # this busy test process (on a loaded machine it has lagged past 2 s, and the metrics lines came too late)
     es_conn = {**json.loads(connection_env(es_url)), "extra": {"index_pattern": index, "settle_s": 8}}
     monkeypatch.setenv("AIRFLOW_CONN_ES_LOGS_DAG", json.dumps(es_conn))
+    # Both tasks' jobs under a root of their own: the shipper ships every job under it, and the root this
+    # worker's other tests share holds many (shipping those first made these lines later than settle_s).
+    root = str(tmp_path / "ml")
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps(
+        {"conn_type": "ml_training", "extra": {"local_root": root}}))
     monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_ES", json.dumps(
-        {"conn_type": "ml_training", "extra": {"elasticsearch_conn_id": "es_logs_dag"}}))
+        {"conn_type": "ml_training", "extra": {"elasticsearch_conn_id": "es_logs_dag", "local_root": root}}))
     backend = TrainingBackendHook().get_backend("local")  # where both tasks' jobs run
     stop = threading.Event()
     shipper = threading.Thread(target=ship, args=(Elasticsearch(es_url), index, backend),
