@@ -13,16 +13,30 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogLine, LogSource, LogSourceUnavailable
 
+if TYPE_CHECKING:
+    from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
 
 SHOWING = "showing"  # in a saved state: the batch being shown when it was saved (cursor before it, lines)
 AGAIN = "(again) "  # labels a line shown again after a restart: it may already be above
+
+
+def job_options(base: FollowOptions, backend: Backend, name: str, spec: TrainingJobSpec,
+                source: LogSource) -> FollowOptions:
+    """``base`` for one job just submitted (a training task's, a search trial's): the directories it may
+    report its model and checkpoints in (a path elsewhere, from a pod, is not trusted), how long its
+    log settles after it ends, and its deadline, ``spec.timeout_s`` from now."""
+    roots = tuple(path for path in (backend.default_artifact_dir(name), spec.model_dir, spec.checkpoint_dir) if path)
+    deadline = time.time() + spec.timeout_s if spec.timeout_s else None
+    return replace(base, artifact_roots=roots, settle_s=source.settle_s, deadline=deadline)
 
 
 class SyncDriver:

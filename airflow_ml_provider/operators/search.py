@@ -266,10 +266,7 @@ def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]
 
 def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:
     """A trial operator's own log rules and preemption budget apply to every trial's job."""
-    if not isinstance(trial, BaseTrainingOperator):
-        return FollowOptions()
-    return FollowOptions(rules={"fail_on": trial.fail_on, "retry_on": trial.retry_on},
-                         max_preemptions=trial.max_preemptions)
+    return trial.base_follow_options() if isinstance(trial, BaseTrainingOperator) else FollowOptions()
 
 
 def _check_trial(trial: Any, task_id: str, ml_conn_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from enum import Enum
 from functools import cached_property
@@ -15,7 +14,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobSubmissionError
-from airflow_ml_provider.jobs.drivers import SyncDriver
+from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmission
@@ -174,15 +173,13 @@ class BaseTrainingOperator(BaseOperator):
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
 
     def follow_options(self, backend: Backend, name: str, spec: TrainingJobSpec, source: LogSource) -> FollowOptions:
-        """How this task follows its job through ``source``; the deadline counts from now (the job was
-        just submitted)."""
-        roots = tuple(path for path in (backend.default_artifact_dir(name), spec.model_dir, spec.checkpoint_dir)
-                      if path)
-        return FollowOptions(
-            rules={"fail_on": self.fail_on, "retry_on": self.retry_on}, max_preemptions=self.max_preemptions,
-            poll_interval=self.poll_interval, settle_s=source.settle_s,
-            deadline=time.time() + spec.timeout_s if spec.timeout_s else None, artifact_roots=roots,
-        )
+        """How this task follows its job through ``source`` (the job was just submitted)."""
+        return job_options(self.base_follow_options(), backend, name, spec, source)
+
+    def base_follow_options(self) -> FollowOptions:
+        """This task's log rules, preemption budget and poll interval: a search applies them to its trials."""
+        return FollowOptions(rules={"fail_on": self.fail_on, "retry_on": self.retry_on},
+                             max_preemptions=self.max_preemptions, poll_interval=self.poll_interval)
 
     def _source(self, backend: Backend, name: str) -> LogSource:
         """The job's log, built once per attempt (at submission, at each resubmission): the follow

@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.drivers import SyncDriver
+from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import LABEL_PREFIX, JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmission
@@ -177,8 +177,9 @@ class TrialScheduler:
 
     def _track(self, trial: optuna.Trial, name: str, spec: TrainingJobSpec, labels: dict[str, str],
                reported: set[int]) -> None:
-        options = replace(self.follow, artifact_roots=tuple(p for p in (spec.model_dir, spec.checkpoint_dir) if p))
-        driver = SyncDriver(Follower(options), self.log, self.backend, name, self.backend.log_source(name))
+        source = self.backend.log_source(name)
+        options = job_options(self.follow, self.backend, name, spec, source)
+        driver = SyncDriver(Follower(options), self.log, self.backend, name, source)
         self.running[trial.number] = _Running(trial, name, spec, labels, driver, reported)
 
     def _poll(self, run: _Running) -> bool:

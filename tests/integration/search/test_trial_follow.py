@@ -67,3 +67,28 @@ def test_fail_on_stops_a_trial_and_cancels_its_job(tmp_path):
     assert trial.state is TrialState.FAIL
     assert "fail_on 'out of memory'" in trial.user_attrs["failure"]
     assert scheduler.backend.status(trial.user_attrs["job_name"]).state.value == "CANCELLED"
+
+
+def test_a_trial_may_report_its_model_where_a_training_task_may_and_nowhere_else(tmp_path):
+    """A trial's job is followed with the options a training task's gets (jobs.drivers.job_options): its
+    model may be in the backend's artifact directory for it even when the spec names no model_dir."""
+    jobs = search_setup.backend(tmp_path)
+    report = ("import json, sys\n"
+              "print(json.dumps({'event': 'model_saved', 'path': sys.argv[2] + '/model'}), flush=True)\n"
+              "print(json.dumps({'event': 'model_saved', 'path': '/etc/elsewhere/model'}), flush=True)\n"
+              "print(json.dumps({'event': 'result', 'score': float(sys.argv[1])}), flush=True)\n")
+
+    def template(name: str) -> TrainingJobSpec:
+        return TrainingJobSpec(framework="generic", num_workers=1,
+                               command=["python", "-c", report, "{{ params.x }}", jobs.default_artifact_dir(name)])
+
+    settings = parse_settings(sampler="random", n_trials=1, objective_metric="score", seed=3, pruner="none",
+                              poll_interval=0.2)
+    identity = JobIdentity("search_tests", "models", "run")
+    space = parse_space(SPACE)
+    study = open_study(open_storage(f"sqlite:///{tmp_path / 'optuna.db'}"), study_name(identity), settings, space)
+    scheduler = TrialScheduler(jobs, study, space, settings, template, identity)
+    scheduler.run()
+    (trial,) = scheduler.study.get_trials()
+    assert trial.state is TrialState.COMPLETE
+    assert trial.user_attrs["model_path"] == jobs.default_artifact_dir(trial.user_attrs["job_name"]) + "/model"
