@@ -71,7 +71,8 @@ class FollowOptions:
         outage_grace_s: how long the log store may stay unreadable before the task fails (retryably).
         deadline: wall-clock time (epoch seconds) after which the job is stopped and the task fails.
         artifact_roots: where the job may report its model and checkpoints; a path from a log line
-            outside all of them is ignored with a warning (a pod's output is not trusted).
+            outside all of them (any path, when there are none) is ignored with a warning: a pod's
+            output is not trusted.
         metric_goals: ``{"auc": "max"}`` where the default direction is wrong.
         tail_lines: last lines kept for failure messages.
         max_lines: lines per read; a full batch means more are ready.
@@ -209,19 +210,23 @@ class Follower:
         before = (self.tracker.model_path, self.tracker.checkpoint)
         points = self.tracker.feed(line, self.rules)
         if self.tracker.model_path != before[0] and not self._inside_roots(self.tracker.model_path):
-            warnings.append(f"ignored model path {self.tracker.model_path!r} reported by [{line.source}]: it is "
-                            f"outside the job's artifact directories {list(self.options.artifact_roots)}")
+            warnings.append(f"ignored model path {self.tracker.model_path!r} reported by [{line.source}]: "
+                            f"{self._outside()}")
             self.tracker.model_path = before[0]
         checkpoint = self.tracker.checkpoint
         if checkpoint != before[1] and not self._inside_roots(checkpoint["path"]):
-            warnings.append(f"ignored checkpoint {checkpoint['path']!r} reported by [{line.source}]: it is outside "
-                            f"the job's artifact directories {list(self.options.artifact_roots)}")
+            warnings.append(f"ignored checkpoint {checkpoint['path']!r} reported by [{line.source}]: {self._outside()}")
             self.tracker.checkpoint = before[1]
         return points
 
     def _inside_roots(self, path: str) -> bool:
-        roots = self.options.artifact_roots
-        return not roots or any(_inside(path, root) for root in roots)
+        return any(_inside(path, root) for root in self.options.artifact_roots)
+
+    def _outside(self) -> str:
+        if not self.options.artifact_roots:
+            return ("the job has no artifact directory to report one in (set the connection's artifact_root, or "
+                    "the task's model_dir/checkpoint_dir)")
+        return f"it is outside the job's artifact directories {list(self.options.artifact_roots)}"
 
     def _recovered(self, now: float) -> list[str]:
         if self.outage_since is None:

@@ -90,6 +90,16 @@ def test_paths_from_log_lines_outside_the_artifact_roots_are_ignored_with_a_warn
     assert follower.model_path == "s3://bucket/jobs/j1/model/m.txt"
 
 
+def test_a_job_without_artifact_directories_may_report_no_path_at_all():
+    """No directory of its own (a cluster backend, no artifact_root, no model_dir): a path a pod prints
+    could name anything (another team's bucket), so it is ignored, and the warning says what to set."""
+    follower = Follower(FollowOptions())
+    step = follower.observe(RUNNING, batch(event(event="model_saved", path="s3://other-team/model"),
+                                           event(event="checkpoint", path="/tmp/ckpt")), now=0)
+    assert follower.model_path is None and follower.tracker.checkpoint is None
+    assert len(step.warnings) == 2 and all("no artifact directory" in w and "artifact_root" in w for w in step.warnings)
+
+
 def test_an_outage_backs_off_then_fails_retryably_after_the_grace_period():
     follower = Follower(FollowOptions(outage_grace_s=60, poll_interval=1.0))
     delays = [follower.unavailable("503", now=t).delay for t in (0, 1, 3)]

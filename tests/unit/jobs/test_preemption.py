@@ -8,7 +8,7 @@ from pathlib import Path
 
 from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
 from airflow_ml_provider.jobs.drivers import replay
-from airflow_ml_provider.jobs.follow import ResumePoint
+from airflow_ml_provider.jobs.follow import FollowOptions, ResumePoint
 from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, PREEMPTIONS_LABEL, RESUME_ENV, resubmission
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.files import FileLogSource
@@ -24,7 +24,7 @@ def test_the_last_checkpoint_event_in_the_log_is_the_resume_point(tmp_path):
         '[rank 0] {"event": "checkpoint", "epoch": 2, "step": 44, "path": "/c/ckpt-000002.npz"}\n'
         '[rank 0] {"event": "metrics", "step": 3, "loss": 0.1}\n'
     )
-    checkpoint = replay(FileLogSource(log)).tracker.checkpoint
+    checkpoint = replay(FileLogSource(log), FollowOptions(artifact_roots=("/c",))).tracker.checkpoint
     assert checkpoint == {"path": "/c/ckpt-000002.npz", "step": 44, "epoch": 2}
     point = ResumePoint(**checkpoint)
     assert point.describe() == "checkpoint /c/ckpt-000002.npz at step 44, epoch 2"
