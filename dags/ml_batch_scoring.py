@@ -1,6 +1,8 @@
 """Batch scoring, scheduled on the training pipeline's model Asset: whenever `ml_training_pipeline`
-registers a model version, this DAG runs and scores a batch with exactly that version (named by the
-Asset event's extra), writing the predictions under the artifact root.
+registers a version of the model this DAG scores with (`model_name`), this DAG runs and scores a batch
+with exactly that version (named by the Asset event's extra), writing the predictions under the
+artifact root. A version of another model (the pipeline's form takes any model name: an experiment)
+is not scored with: the run is skipped, saying which models the events were for.
 
 Triggered by hand (no Asset event), it scores with `models:/<model_name>@champion`. The batch is
 generated here (`rows` rows with the model's input width); point `score` at your own data instead.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 
 from airflow.sdk import DAG, Param, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_ml_provider.assets import model_asset
 from airflow_ml_provider.patterns import MODEL_NAME
@@ -32,19 +35,26 @@ with DAG(
             type="string",
             pattern=MODEL_NAME,
             title="Model name",
-            description="Used when the run has no Asset event: its champion scores the batch.",
+            description="The registered model scored with: the newest version an Asset event names, "
+                        "else (a run by hand) its champion. Events for other models are not scored with.",
         ),
         "rows": Param(1000, type="integer", minimum=1, maximum=1_000_000, title="Rows to score"),
     },
 ) as dag:
 
-    @task(doc_md="The model version to score with: the triggering Asset event's, else the champion.")
+    @task(doc_md="The model version to score with: the newest triggering Asset event's for `model_name`, "
+                 "else its champion.")
     def choose_model(params: dict, triggering_asset_events=None) -> dict:
+        name = params["model_name"]
         events = list(triggering_asset_events[MODEL]) if triggering_asset_events else []
         if not events:
-            return {"model_uri": f"models:/{params['model_name']}@champion", "trigger": "manual"}
+            return {"model_uri": f"models:/{name}@champion", "trigger": "manual"}
+        ours = [event for event in events if (event.extra or {}).get("name") == name]
+        if not ours:
+            others = sorted({str((event.extra or {}).get("name")) for event in events})
+            raise AirflowSkipException(f"the Asset events of this run are for {others}, not {name!r}: nothing to score")
         # several events queued before this run (in no set order): the newest version wins
-        extra = max(events, key=lambda event: event.timestamp).extra
+        extra = max(ours, key=lambda event: event.timestamp).extra
         return {
             "model_uri": f"models:/{extra['name']}/{extra['version']}",
             "trigger": f"asset event of DAG run {extra['run_id']}",

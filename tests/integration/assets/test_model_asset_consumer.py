@@ -138,7 +138,10 @@ def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
         consumed = session.query(DagRun).filter_by(dag_id="ml_batch_scoring", run_id=run_id).one().consumed_asset_events
         assert event_id in [event.id for event in consumed]
 
-    result = _execute(load_dag(REPO / "dags" / "ml_batch_scoring.py"), run_id)
+    consumer = load_dag(REPO / "dags" / "ml_batch_scoring.py")
+    for scoring_task in consumer.tasks:  # the model this deployment scores with (the example's: the pipeline's default)
+        scoring_task.params["model_name"] = NAME
+    result = _execute(consumer, run_id)
     assert result["state"] == "success", result
     scored = result["score"]
     assert scored["model_uri"] == f"models:/{NAME}/1"
