@@ -296,3 +296,33 @@ class FakeKubelet:
 
     def stop(self) -> None:
         self.server.shutdown()
+
+
+def play_mpi_operator(cluster: KubeCluster, kubelet: FakeKubelet, namespace: str, lines: list[str],
+                      timeout: float = 120.0) -> threading.Event:
+    """In a thread, what the MPI operator and the job's launcher do for the first MPIJob to appear in
+    ``namespace``: create its launcher pod (with the job's labels), mark it Running, have the pod print
+    ``lines``, then mark it Succeeded. The returned event is set once it has."""
+    from support import wait_for
+
+    done = threading.Event()
+    listing = f"/apis/kubeflow.org/v2beta1/namespaces/{namespace}/mpijobs"
+
+    def run() -> None:
+        job = wait_for(lambda: next(iter(cluster.request("GET", listing)["items"]), None), timeout, "the MPIJob")
+        name = job["metadata"]["name"]
+        launcher = f"{name}-launcher"
+        cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": launcher, "namespace": namespace, "labels": job["metadata"]["labels"]},
+            "spec": {"nodeName": "fake-node", "containers": [{"name": "worker", "image": "img:1"}]}})
+        cluster.patch_status(f"{listing}/{name}", {"conditions": [
+            {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-21T00:00:00Z"}]})
+        for line in lines:
+            kubelet.append(namespace, launcher, "worker", line)
+        cluster.patch_status(f"{listing}/{name}", {"conditions": [
+            {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-11-21T00:01:00Z"}]})
+        done.set()
+
+    threading.Thread(target=run, daemon=True, name="mpi-operator double").start()
+    return done

@@ -62,10 +62,14 @@ _SLEEP = "import os, time\nprint('ready', flush=True)\ntime.sleep(600)"
 with DAG("ml_test_kill", schedule=None, catchup=False, tags=["test"]) as kill:
     HorovodTrainingOperator(task_id="sleeper", command=[PY, "-c", _SLEEP], num_workers=2, retries=0)
 
-with DAG("ml_test_mpijob", schedule=None, catchup=False, tags=["test"]) as mpijob:
-    # The test plays the MPI operator; the namespace comes from the kubernetes_default connection.
-    HorovodTrainingOperator(task_id="train", command=[PY, "-m", "train"], num_workers=2, backend="mpijob",
-                            image="registry.example/train:1", deferrable=True, poll_interval=0.5, retries=0)
+for _dag_id, _deferrable in (("ml_test_mpijob", True), ("ml_test_mpijob_sync", False)):
+    with DAG(_dag_id, schedule=None, catchup=False, tags=["test"]) as mpijob:
+        # The test plays the MPI operator; the namespace comes from the kubernetes_default connection.
+        # Sync: the task's own process follows the job (the shared watch in a private event loop).
+        HorovodTrainingOperator(task_id="train", command=[PY, "-m", "train"], num_workers=2, backend="mpijob",
+                                image="registry.example/train:1", deferrable=_deferrable, poll_interval=0.5,
+                                retries=0)
+    globals()[_dag_id] = mpijob
 
 _OOM = "import time\nprint('epoch 1 loss=0.9', flush=True)\nprint('RuntimeError: CUDA out of memory', flush=True)\ntime.sleep(600)"
 _RESET = "import time\nprint('socket: Connection reset by peer', flush=True)\ntime.sleep(600)"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 import yaml
-from support import wait_for
+from kube_cluster import play_mpi_operator
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends import get_backend
@@ -124,33 +123,15 @@ def test_pod_logs_come_through_the_api_server_in_time_order_and_resume_without_r
     assert source.read(second.cursor).lines == []
 
 
-def test_a_deferrable_operator_run_on_mpijob_end_to_end(mpijobs, kube_cluster, kubelet, namespace, run_dag):
-    """dag.test() of a Horovod task on the MPIJob backend while the test plays the MPI operator."""
+@pytest.mark.parametrize("dag_id", ["ml_test_mpijob", "ml_test_mpijob_sync"], ids=["deferred", "sync"])
+def test_an_operator_run_on_mpijob_end_to_end(mpijobs, kube_cluster, kubelet, namespace, run_dag, dag_id):
+    """dag.test() of a Horovod task on the MPIJob backend while the test plays the MPI operator: deferred
+    (the trigger follows the job), and sync (the task's process does, through the shared watch)."""
     mpijobs.delete(NAME)
-    done = threading.Event()
-
-    def mpi_operator():
-        listing = resource_path("kubeflow.org/v2beta1", "MPIJob", namespace)
-        job = wait_for(lambda: next(iter(kube_cluster.request("GET", listing)["items"]), None), what="the MPIJob")
-        name = job["metadata"]["name"]
-        launcher = f"{name}-launcher"
-        pod = _pod(namespace, launcher)
-        pod["metadata"]["labels"] = job["metadata"]["labels"]
-        kube_cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
-        job_path = f"{listing}/{name}"
-        kube_cluster.patch_status(job_path, {"conditions": [
-            {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-21T00:00:00Z"}]})
-        kubelet.append(namespace, launcher, "worker", '{"event": "metrics", "step": 1, "loss": 0.5}')
-        kubelet.append(namespace, launcher, "worker", '{"event": "result", "accuracy": 0.93}')
-        kube_cluster.patch_status(job_path, {"conditions": [
-            {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-11-21T00:01:00Z"}]})
-        done.set()
-
-    controller = threading.Thread(target=mpi_operator, daemon=True)
-    controller.start()
-    result = run_dag("ml_test_mpijob")
-    controller.join(5)
-    assert done.is_set() and result.state == "success", result.task_states
+    done = play_mpi_operator(kube_cluster, kubelet, namespace,
+                             ['{"event": "metrics", "step": 1, "loss": 0.5}', '{"event": "result", "accuracy": 0.93}'])
+    result = run_dag(dag_id)
+    assert done.wait(5) and result.state == "success", result.task_states
     assert result.xcom["train"]["backend"] == "mpijob"
     assert {"loss": 0.5, "accuracy": 0.93}.items() <= result.xcom["train"]["metrics"].items()
 
@@ -158,6 +139,6 @@ def test_a_deferrable_operator_run_on_mpijob_end_to_end(mpijobs, kube_cluster, k
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rendered = session.query(Rendered).filter_by(dag_id="ml_test_mpijob", run_id=result.run_id).one()
+        rendered = session.query(Rendered).filter_by(dag_id=dag_id, run_id=result.run_id).one()
         manifest = yaml.safe_load(rendered.rendered_fields["manifest"])
     assert manifest["kind"] == "MPIJob" and manifest["metadata"]["namespace"] == namespace, "the UI shows the manifest"
