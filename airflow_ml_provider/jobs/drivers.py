@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 
-SHOWING = "showing"  # in a saved state: the batch being shown when it was saved (cursor before it, lines)
+SHOWING = "showing"  # in a saved state: the batch being shown when it was saved (lines, cursor before it)
 AGAIN = "(again) "  # labels a line shown again after a restart: it may already be above
 
 
@@ -141,7 +141,7 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
             if on_progress is not None and (step.lines or unconfirmed):
                 state = follower.state
                 if step.lines:
-                    state[SHOWING] = {"cursor": before, "lines": len(step.lines)}
+                    state[SHOWING] = _showing(step.lines, follower, before)
                 await on_progress(state)
                 unconfirmed = bool(step.lines)
             if _report(step, log, on_step, backend, name, owns_job):
@@ -156,6 +156,12 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
     finally:
         if pumping is not None:
             pumping.cancel()
+
+
+def _showing(lines: list, follower: Follower, before: Any) -> dict[str, Any]:
+    """The mark of a batch being shown: its length, and where it starts only if the saved tail cannot
+    show it again (a log cursor, such as Elasticsearch's, can be the largest part of the state)."""
+    return {"lines": len(lines)} if len(lines) <= len(follower.tail) else {"lines": len(lines), "cursor": before}
 
 
 async def _round(follower: Follower, backend: Backend | None, name: str | None, source: LogSource | None,
@@ -206,8 +212,8 @@ async def _batch_shown(state: dict[str, Any], showing: dict[str, Any], source: L
     count, tail = showing["lines"], state.get("tail") or []
     if count <= len(tail):
         return [LogLine(name, text) for name, text in tail[-count:]]
-    if source is None:
-        raise LogSourceUnavailable("the state's tail is shorter than the batch, and there is no log source")
+    if source is None or "cursor" not in showing:
+        raise LogSourceUnavailable("the state's tail is shorter than the batch, and there is no log to read it from")
     return (await asyncio.to_thread(source.read, showing["cursor"], count)).lines[:count]
 
 

@@ -74,6 +74,7 @@ def test_a_death_between_saving_and_showing_loses_no_line_and_labels_the_lines_s
         asyncio.run(follow_async(Follower(options), log, source=source, on_progress=dying_after(2, saved)))
     assert numbers(messages) == [0, 1, 2, 3]
     assert saved[-1][SHOWING]["lines"] == 4
+    assert ("cursor" in saved[-1][SHOWING]) is (tail_lines < 4), "a log position only where the tail is too short"
 
     messages.clear()
     # the restarted trigger; a batch that fits in the tail needs no log any more
