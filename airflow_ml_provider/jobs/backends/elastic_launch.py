@@ -4,21 +4,31 @@
 from __future__ import annotations
 
 import shlex
+from typing import TYPE_CHECKING
 
-from airflow_ml_provider.jobs.spec import TrainingJobSpec
+if TYPE_CHECKING:
+    from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 # Written and kept current by the MPI operator (v2) in the launcher's /etc/mpi: the Running worker pods.
 MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
+# Gloo's timeout in an elastic job, on every backend. It is the longest a re-forming ring waits for a
+# joining worker's process to start and reach it (importing TensorFlow takes 4-10 s alone, 20+ s on a
+# loaded 2-core machine, more with CUDA to initialize; past the timeout every rank aborts: measured with
+# a worker delayed 40 s under Horovod's default of 30 s), and the longest a survivor may wait on a peer
+# that is gone (Horovod 0.28.1: a survivor blocked on a receive from the other survivor, which re-forms
+# without closing its old connections, learns of the loss only when it expires).
+ELASTIC_GLOO_TIMEOUT_S = 60
 
 
 def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str) -> list[str]:
     """``fixed`` (the options naming the workers) for a fixed-size job; ``--min-np/--max-np/--host-discovery-script``
-    for an elastic one."""
+    and the Gloo timeout for an elastic one."""
     if not spec.elastic:
         return list(fixed)
     slots = spec.kubernetes.slots_per_worker
     low, high = spec.min_workers or spec.num_workers, spec.max_workers or spec.num_workers
-    return ["--min-np", str(low * slots), "--max-np", str(high * slots), "--host-discovery-script", discovery]
+    return ["--min-np", str(low * slots), "--max-np", str(high * slots), "--host-discovery-script", discovery,
+            "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S)]
 
 
 def pod_discovery(selector: str, slots: int) -> str:

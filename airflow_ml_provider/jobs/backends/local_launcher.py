@@ -44,6 +44,7 @@ import traceback
 from pathlib import Path
 from typing import IO
 
+from airflow_ml_provider.jobs.backends.elastic_launch import ELASTIC_GLOO_TIMEOUT_S
 from airflow_ml_provider.jobs.backends.local_common import (
     JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, job_processes, open_private, read_json, terminate, write_json,
 )
@@ -53,10 +54,6 @@ _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$
 # horovodrun's print() writes this and its newline separately, so another thread's line can land in
 # between ("Process 1 exit with status code 7.[0]<stdout>:...") and only the start of a line is certain.
 _HOROVOD_EXIT = re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.")
-# Gloo's timeout for an elastic job: the longest a survivor may wait on a peer that is gone (see _elastic_args),
-# and the longest a re-forming ring waits for a joining worker to start (importing TensorFlow: 4-10 s alone,
-# 20+ s on a loaded 2-core machine; past the timeout every rank aborts). Horovod's default is 30 s.
-_ELASTIC_GLOO_TIMEOUT_S = 60
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
 
@@ -97,17 +94,14 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
 def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
     """horovodrun's elastic options: size bounds, and the discovery command reading the slots in etcd.
     (No ``--log-level``: horovodrun hands it to the workers too, whose C++ log lines then tear the
-    trainer's JSON lines apart; the trainer reports each membership change itself.) The Gloo timeout
-    (``_ELASTIC_GLOO_TIMEOUT_S``): a survivor blocked on a receive from the *other* survivor (which hit
-    the lost peer first and re-forms without closing its old connections, Horovod 0.28.1) only learns
-    of the loss when it expires, so it is the recovery time after about a third of the kills; it must
-    also cover a joining worker's start-up, which the re-forming ring waits for."""
+    trainer's JSON lines apart; the trainer reports each membership change itself.) The Gloo timeout is
+    every backend's (``elastic_launch.ELASTIC_GLOO_TIMEOUT_S``)."""
     if not etcd:
         raise ValueError("an elastic job needs etcd for its worker slots: set AIRFLOW_ML_ETCD or the backend's etcd")
     discovery = [sys.executable, "-m", "airflow_ml_provider.jobs.local_discovery", "--etcd", etcd,
                  "--job", job_dir.name]
     return ["--min-np", str(spec.min_workers or spec.num_workers), "--max-np", str(spec.max_workers or spec.num_workers),
-            "--host-discovery-script", shlex.join(discovery), "--gloo-timeout-seconds", str(_ELASTIC_GLOO_TIMEOUT_S)]
+            "--host-discovery-script", shlex.join(discovery), "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S)]
 
 
 def main(job_dir: Path) -> int:
