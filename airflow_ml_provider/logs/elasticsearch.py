@@ -14,6 +14,7 @@ from airflow_ml_provider.logs.ecs import EcsFields, getter
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource, LogSourceUnavailable
 
 MAX_PAGE = 10_000  # Elasticsearch's default index.max_result_window caps one page
+_DIGEST_CHARS = 8  # a document's identity digest (see _identity): 6 bytes, urlsafe base64
 
 
 class ElasticsearchLogSource(LogSource):
@@ -32,9 +33,9 @@ class ElasticsearchLogSource(LogSource):
     ids (Filebeat's ``fingerprint`` processor; tools/filebeat_shipper.py does so).
 
     The cursor (JSON) is ``{"after": <sort values of the last line read in order>, "read_at": <when
-    that read began, epoch s by this reader's clock>, "seen": {"<timestamp ms>": [<identity digest>,
-    ...]}, "floor": <ms or null>}``; "seen" holds the lines returned that the next window covers. It is
-    bounded: at most ``max_seen`` digests of 8 characters (about 30 bytes of JSON per line). Past the
+    that read began, epoch s by this reader's clock>, "seen": <identity digests by timestamp, packed:
+    see pack_seen>, "floor": <ms or null>}``; "seen" holds the lines returned that the next window
+    covers. It is bounded: at most ``max_seen`` digests of 8 characters (about 11 bytes per line). Past the
     cap, the oldest timestamps are forgotten and the window stops short of them ("floor"): above
     ``max_seen / overlap_s`` lines/s sustained, the window shrinks to the last ``max_seen`` lines, and
     a line later than that is missed, never repeated.
@@ -68,7 +69,7 @@ class ElasticsearchLogSource(LogSource):
     def read(self, cursor: dict[str, Any] | None = None, max_lines: int = 5000) -> LogBatch:
         cursor = cursor or {}
         after, read_at, floor = cursor.get("after"), cursor.get("read_at"), cursor.get("floor")
-        seen = {int(ts): set(ids) for ts, ids in (cursor.get("seen") or {}).items()}
+        seen = unpack_seen(cursor.get("seen"))
         started = time.time()
         keep_from = self._window_start(started, floor)  # the next read's window: what to remember
         kept = {ts: ids for ts, ids in seen.items() if ts >= keep_from}
@@ -99,7 +100,7 @@ class ElasticsearchLogSource(LogSource):
         if floor is not None and floor < self._window_start(started, None):
             floor = None  # the window has moved past everything forgotten
         return LogBatch(lines, {"after": after, "read_at": started, "floor": floor,
-                                "seen": {str(ts): sorted(ids) for ts, ids in kept.items()}})
+                                "seen": pack_seen(kept)})
 
     def query(self, since_ms: int | None = None, until_ms: int | None = None) -> dict[str, Any]:
         """This job's documents (in this namespace), stamped (a line without a time has no place in
@@ -200,6 +201,44 @@ class ElasticsearchLogSource(LogSource):
             total -= len(kept.pop(ts))
             floor = ts
         return floor
+
+
+def pack_seen(seen: dict[int, set[str]]) -> str:
+    """Digests by millisecond as one string, ``<ms>:<digests>`` groups joined by ``;``: each ms in base 36,
+    relative to the previous group's; the 8-character digests concatenated. About 11 bytes per line
+    against 31 as JSON lists keyed by timestamp: this is most of a following trigger's state, which it
+    saves with every batch of lines it shows (at 100 lines/s, a 60 s window: 66 KB instead of 186 KB)."""
+    groups, previous = [], 0
+    for ts in sorted(seen):
+        groups.append(f"{_base36(ts - previous)}:{''.join(sorted(seen[ts]))}")
+        previous = ts
+    return ";".join(groups)
+
+
+def unpack_seen(packed: str | dict | None) -> dict[int, set[str]]:
+    """``pack_seen`` reversed; also reads the JSON lists an earlier version saved (a task deferred
+    across an upgrade)."""
+    if isinstance(packed, dict):
+        return {int(ts): set(ids) for ts, ids in packed.items()}
+    seen, ts = {}, 0
+    for group in filter(None, (packed or "").split(";")):
+        delta, _, digests = group.partition(":")
+        ts += int(delta, 36)
+        seen[ts] = {digests[i:i + _DIGEST_CHARS] for i in range(0, len(digests), _DIGEST_CHARS)}
+    return seen
+
+
+def _base36(number: int) -> str:
+    """``number`` in base 36, as ``int(text, 36)`` reads it back (a document stamped before 1970 has a
+    negative millisecond)."""
+    if number < 0:
+        return "-" + _base36(-number)
+    digits = ""
+    while True:
+        number, digit = divmod(number, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[digit] + digits
+        if not number:
+            return digits
 
 
 def _identity(hit: dict[str, Any]) -> str:

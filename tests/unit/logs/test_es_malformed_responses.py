@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from elasticsearch import Elasticsearch
 
-from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
+from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource, pack_seen, unpack_seen
 from airflow_ml_provider.logs.source import LogSourceUnavailable
 
 HIT = {"_index": "logs", "_id": "a1", "_source": {"message": "hello", "kubernetes": {"pod": {"name": "p"}}}}
@@ -83,3 +83,14 @@ def test_a_malformed_answer_to_the_late_lines_fetch_is_unavailable():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_seen_digests_pack_small_and_read_back_in_either_form():
+    """The cursor's digests by millisecond: packed (about 11 bytes a line), and the JSON lists an earlier
+    version saved are still read (a task deferred across an upgrade continues without repeats)."""
+    seen = {1_700_000_000_000: {"AbCdEfGh", "-_0123ab"}, 1_700_000_000_010: {"zzzzzzzz"}, -5: {"aaaaaaaa"}}
+    packed = pack_seen(seen)
+    assert unpack_seen(packed) == seen
+    assert len(packed) < 12 * 4 + 12  # four digests, their groups' millisecond deltas and separators
+    assert unpack_seen({str(ts): sorted(ids) for ts, ids in seen.items()}) == seen
+    assert unpack_seen(None) == {} and unpack_seen("") == {}
