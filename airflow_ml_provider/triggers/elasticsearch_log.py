@@ -21,7 +21,8 @@ class ElasticsearchLogTrigger(DurableFollowTrigger):
     carries the follower's state: metrics (``last``/``best``/``series``) and the cursor.
 
     The job belongs to another task: this trigger never stops it. The read position is durable (see
-    DurableFollowTrigger), so a triggerer restart continues after the last line shown.
+    DurableFollowTrigger), so a triggerer restart continues after the last line shown (the batch a
+    killed triggerer was showing is shown again first, labelled ``(again)``).
     """
 
     def __init__(self, *, job: str, elasticsearch_conn_id: str, options: dict[str, Any],
