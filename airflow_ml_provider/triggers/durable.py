@@ -21,7 +21,7 @@ def task_key(context) -> dict[str, Any]:
 
 class DurableFollowTrigger(SerializedTrigger):
     """Keeps ``self.state`` (a follower's state) durable in an XCom of the task instance ``self.state_key``
-    (dag_id/task_id/run_id/map_index), written after every batch of lines shown. The triggerer stores
+    (dag_id/task_id/run_id/map_index), written with every batch of lines shown. The triggerer stores
     a trigger's arguments only when the task defers; this XCom is what lets a trigger restarted by
     another triggerer process continue after the last line shown instead of replaying the log.
 
@@ -46,7 +46,7 @@ class DurableFollowTrigger(SerializedTrigger):
         await self._save(await show_again(state, source, self.log))
 
     async def _newest_state(self) -> dict[str, Any]:
-        """The state saved after the last line shown, if newer than the one this trigger was built with."""
+        """The state saved with the last batch shown, if newer than the one this trigger was built with."""
         if not self.state_key:
             return self.state
         try:

@@ -62,14 +62,18 @@ _SLEEP = "import os, time\nprint('ready', flush=True)\ntime.sleep(600)"
 with DAG("ml_test_kill", schedule=None, catchup=False, tags=["test"]) as kill:
     HorovodTrainingOperator(task_id="sleeper", command=[PY, "-c", _SLEEP], num_workers=2, retries=0)
 
-for _dag_id, _deferrable in (("ml_test_mpijob", True), ("ml_test_mpijob_sync", False)):
-    with DAG(_dag_id, schedule=None, catchup=False, tags=["test"]) as mpijob:
+def _mpijob_dag(dag_id: str, deferrable: bool) -> DAG:
+    with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
         # The test plays the MPI operator; the namespace comes from the kubernetes_default connection.
         # Sync: the task's own process follows the job (the shared watch in a private event loop).
         HorovodTrainingOperator(task_id="train", command=[PY, "-m", "train"], num_workers=2, backend="mpijob",
-                                image="registry.example/train:1", deferrable=_deferrable, poll_interval=0.5,
+                                image="registry.example/train:1", deferrable=deferrable, poll_interval=0.5,
                                 retries=0)
-    globals()[_dag_id] = mpijob
+    return dag
+
+
+mpijob = _mpijob_dag("ml_test_mpijob", deferrable=True)
+mpijob_sync = _mpijob_dag("ml_test_mpijob_sync", deferrable=False)
 
 _OOM = "import time\nprint('epoch 1 loss=0.9', flush=True)\nprint('RuntimeError: CUDA out of memory', flush=True)\ntime.sleep(600)"
 _RESET = "import time\nprint('socket: Connection reset by peer', flush=True)\ntime.sleep(600)"
