@@ -44,11 +44,12 @@ from elasticsearch import Elasticsearch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from airflow_ml_provider import labels  # noqa: E402
 from airflow_ml_provider.jobs.follow import Follower, FollowOptions  # noqa: E402
 from airflow_ml_provider.logs import ecs  # noqa: E402
 from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource  # noqa: E402
 
-JOB_LABEL = "ml.airflow.apache.org/job-name"
+JOB_LABEL = labels.JOB_NAME
 RULES = {"succeed_on": [r"Training finished"], "fail_on": [r"CUDA out of memory", r"NCCL.*timeout"],
          "retry_on": [r"Connection reset by peer"], "metrics": [r"loss=(?P<loss>[0-9.]+)"]}
 PAGE = 5000

@@ -98,6 +98,7 @@ def main() -> int:
     cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cluster.kubeconfig), "namespace": namespace}})
+    from airflow_ml_provider import labels
     from airflow_ml_provider.jobs.backends import get_backend
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
@@ -108,7 +109,7 @@ def main() -> int:
         for size in (int(n) for n in args.sizes.split(",")):
             names = [f"bench-{size}-{i}" for i in range(size)]
             for name in names:
-                jobs.submit(name, spec, {"ml.airflow.apache.org/job-name": name})
+                jobs.submit(name, spec, {labels.JOB_NAME: name})
             setup, (reads, cpu, elapsed), total = asyncio.run(follow(names, args.wait, cluster, namespace))
             per_minute = reads / elapsed * 60
             rows.append((size, setup, reads, per_minute, size * 30, cpu / size / elapsed * 60 * 1000, total))

@@ -209,12 +209,12 @@ with DAG(
     def prepare_data(params: dict, run_id: str, ti=None) -> list[dict]:
         """Split the dataset (or a generated one) into shards and held-out sets; only paths go to XCom:
         the shards to preprocess are the return value (mapped over), the rest have their own keys."""
-        from airflow_ml_provider.hooks.artifacts import run_data_dir
+        from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
         from airflow_ml_provider.runtime.datasets import write_synthetic
         from airflow_ml_provider.runtime.splits import split_dataset
 
         check_params(params)
-        out = run_data_dir("ml_training_pipeline", run_id, params["backend"])  # under artifact_root
+        out = TrainingBackendHook().run_data_dir("ml_training_pipeline", run_id, params["backend"])  # under artifact_root
         source = params["data_path"]
         if not source:
             source = out / "source.npz"

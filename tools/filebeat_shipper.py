@@ -27,7 +27,7 @@ from typing import Any
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.naming import LABEL_PREFIX
+from airflow_ml_provider.labels import JOB_NAME
 from airflow_ml_provider.logs import ecs
 from airflow_ml_provider.logs.source import LogLine, LogSourceUnavailable
 
@@ -61,7 +61,7 @@ class JobLogShipper:
         self.cursor: Any = None
         self.uid = record["uid"]
         self.job = record["name"]
-        self.labels = {f"{LABEL_PREFIX}/job-name": self.job, **record.get("labels", {})}
+        self.labels = {JOB_NAME: self.job, **record.get("labels", {})}
         self.path = str(backend.job_dir(name) / "output.log")
         self.host = socket.gethostname()
         self._not_before = datetime.fromtimestamp(record["submitted_at"], timezone.utc)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_ml_provider.artifacts import data_dir, is_remote, join, mlflow_dir, scheme
+from airflow_ml_provider.artifacts import is_remote, join, mlflow_dir, scheme
 
 # The variables s3fs/boto3 (workers) and MLflow's S3 client read; endpoint and region are not secret.
 S3_ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"
@@ -139,29 +139,3 @@ class JobEnvironment:
         options = own.model_dump() if hasattr(own, "model_dump") else dict(own or {})
         return {**options, "secret_env": {**self.secret_env, **(options.get("secret_env") or {})}}
 
-
-def run_data_dir(dag_id: str, run_id: str, backend: str | None = None, ml_conn_id: str | None = None):
-    """Where a DAG run keeps its data shards: ``<artifact_root>/data/<dag_id>/<run key>`` as an
-    ``ObjectStoragePath`` (``[ml_training] data_root``, if set, replaces ``<artifact_root>/data``).
-
-    Raises:
-        ArtifactStoreError: a cluster backend with no artifact root (its pods cannot read this disk).
-    """
-    import hashlib
-
-    from airflow.sdk import ObjectStoragePath, conf
-
-    from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-
-    key = hashlib.sha256(run_id.encode()).hexdigest()[:12]
-    if legacy := conf.get("ml_training", "data_root", fallback=None):
-        return ObjectStoragePath(legacy) / dag_id / key
-    hook = TrainingBackendHook(ml_conn_id) if ml_conn_id else TrainingBackendHook()
-    store = hook.artifact_store(backend or None)
-    if store is None:
-        raise ArtifactStoreError(
-            f"backend {backend or hook.extras().get('backend')!r} has no artifact_root: set the "
-            f"{hook.ml_conn_id} connection's artifact_root extra (s3://..., gs://... or a path mounted in "
-            "every pod) so that its jobs can read the data this run prepares"
-        )
-    return store.locate(data_dir(store.root, dag_id, key))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
-from airflow_ml_provider.artifacts import check_root, job_artifact_dir
+from airflow_ml_provider.artifacts import check_root, data_dir, job_artifact_dir
 from airflow_ml_provider.hooks.artifacts import ArtifactStore, ArtifactStoreError, JobEnvironment
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
@@ -84,6 +85,27 @@ class TrainingBackendHook(BaseHook):
         except ValueError as exc:
             raise AirflowFailException(f"connection {self.ml_conn_id}: {exc}") from None
         return ArtifactStore(root, extras.get("artifact_conn_id") or None)
+
+    def run_data_dir(self, dag_id: str, run_id: str, backend: str | None = None) :
+        """Where a DAG run keeps its data shards: ``<artifact_root>/data/<dag_id>/<run key>``
+        (``[ml_training] data_root``, if set, replaces ``<artifact_root>/data``).
+
+        Raises:
+            ArtifactStoreError: a cluster backend with no artifact root (its pods cannot read this disk).
+        """
+        from airflow.sdk import ObjectStoragePath
+
+        key = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+        if legacy := conf.get("ml_training", "data_root", fallback=None):
+            return ObjectStoragePath(legacy) / dag_id / key
+        store = self.artifact_store(backend or None)
+        if store is None:
+            raise ArtifactStoreError(
+                f"backend {backend or self.extras().get('backend')!r} has no artifact_root: set the "
+                f"{self.ml_conn_id} connection's artifact_root extra (s3://..., gs://... or a path mounted in "
+                "every pod) so that its jobs can read the data this run prepares"
+            )
+        return store.locate(data_dir(store.root, dag_id, key))
 
     def job_artifact_dir(self, backend: Backend, name: str) -> str | None:
         """The job's directory (model/, checkpoints/ below it) under the configured artifact root, else

@@ -6,7 +6,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-LABEL_PREFIX = "ml.airflow.apache.org"
+from airflow_ml_provider import labels
+
 _NAME_BUDGET = 40  # leaves room for pod suffixes such as "-launcher-xxxxx" within DNS-1123's 63
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
@@ -34,12 +35,12 @@ class JobIdentity:
     def labels(self) -> dict[str, str]:
         """Kubernetes-safe labels (63 characters, restricted alphabet); the name's hash disambiguates."""
         return {
-            f"{LABEL_PREFIX}/job-name": self.name,
-            f"{LABEL_PREFIX}/dag-id": _label_value(self.dag_id),
-            f"{LABEL_PREFIX}/task-id": _label_value(self.task_id),
-            f"{LABEL_PREFIX}/run-id": _label_value(self.run_id),
-            f"{LABEL_PREFIX}/map-index": str(self.map_index) if self.map_index >= 0 else "unmapped",
-            f"{LABEL_PREFIX}/try-number": str(self.try_number),
+            labels.JOB_NAME: self.name,
+            labels.DAG_ID: _label_value(self.dag_id),
+            labels.TASK_ID: _label_value(self.task_id),
+            labels.RUN_ID: _label_value(self.run_id),
+            labels.MAP_INDEX: str(self.map_index) if self.map_index >= 0 else "unmapped",
+            labels.TRY_NUMBER: str(self.try_number),
         }
 
     @classmethod

@@ -10,12 +10,11 @@ lines) becomes ``AIRFLOW_ML_RESUME_FROM``.
 from __future__ import annotations
 
 from airflow_ml_provider.jobs.follow import ResumePoint
-from airflow_ml_provider.jobs.naming import LABEL_PREFIX
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
 
 RESUME_ENV = "AIRFLOW_ML_RESUME_FROM"
 PREEMPTIONS_ENV = "AIRFLOW_ML_PREEMPTIONS"
-PREEMPTIONS_LABEL = f"{LABEL_PREFIX}/preemptions"
 
 
 def resubmission(spec: TrainingJobSpec, labels: dict[str, str], preemptions: int,

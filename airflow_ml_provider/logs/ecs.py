@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_ml_provider.jobs.naming import LABEL_PREFIX
+from airflow_ml_provider.labels import JOB_NAME
 
 
 def dedot(label: str) -> str:
@@ -33,7 +33,7 @@ class EcsFields:
     message: str = "message"
     source: str = "kubernetes.pod.name"
     namespace: str = "kubernetes.namespace"
-    job: str = f"kubernetes.labels.{dedot(LABEL_PREFIX)}/job-name"
+    job: str = f"kubernetes.labels.{dedot(JOB_NAME)}"
     offset: str = "log.offset"
     tiebreaker: str = "log.file.path"
 

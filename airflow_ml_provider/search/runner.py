@@ -22,7 +22,8 @@ from optuna.trial import FrozenTrial, TrialState
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
-from airflow_ml_provider.jobs.naming import LABEL_PREFIX, JobIdentity
+from airflow_ml_provider import labels
+from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmission
 from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
 from airflow_ml_provider.search.template import render_trial
@@ -173,7 +174,7 @@ class TrialScheduler:
 
     def _labels(self, number: int) -> dict[str, str]:
         return {**trial_identity(self.identity, number).labels(),
-                f"{LABEL_PREFIX}/search": self.identity.name, f"{LABEL_PREFIX}/trial": str(number)}
+                labels.SEARCH: self.identity.name, labels.TRIAL: str(number)}
 
     def _track(self, trial: optuna.Trial, name: str, spec: TrainingJobSpec, labels: dict[str, str],
                reported: set[int]) -> None:

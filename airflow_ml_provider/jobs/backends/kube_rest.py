@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from airflow_ml_provider.jobs.naming import LABEL_PREFIX
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX
 
 if TYPE_CHECKING:  # the client itself is imported only by the backends that call the API
     from kubernetes.client.exceptions import ApiException
 
-JOB_NAME_LABEL = f"{LABEL_PREFIX}/job-name"
 OBJECT = {200: "object", 201: "object", 202: "object"}  # deserialize any success as plain dicts
 _PLURALS = {"MPIJob": "mpijobs", "Job": "jobs", "Service": "services", "PodGroup": "podgroups", "Pod": "pods"}
 _DNS_SUBDOMAIN = re.compile(rf"{DNS_LABEL.pattern}(\.{DNS_LABEL.pattern})*")

@@ -15,7 +15,8 @@ from elastic_support import events, job_dirs, last_step, rank_process
 from support import needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, PREEMPTIONS_LABEL, RESUME_ENV
+from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
+from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, RESUME_ENV
 
 pytestmark = pytest.mark.integration
 

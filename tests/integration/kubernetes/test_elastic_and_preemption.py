@@ -16,7 +16,8 @@ from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.kube_rest import JOB_NAME_LABEL, resource_path
 from airflow_ml_provider.jobs.backends.pod_template import ROLE_LABEL
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, PREEMPTIONS_LABEL, RESUME_ENV
+from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
+from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 pytestmark = pytest.mark.integration
