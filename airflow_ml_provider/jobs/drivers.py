@@ -55,23 +55,27 @@ class SyncDriver:
         self.source, self.owns_job, self.clock, self.on_step = source, owns_job, clock, on_step
 
     def poll(self) -> Step:
-        status = None
+        """One round, without sleeping."""
+        status = batch = None
         if self.backend is not None:
             if self.owns_job:
                 self.backend.heartbeat(self.name)
             try:
                 status = self.backend.status(self.name)
-            except JobNotFound as exc:
-                return self._act(self.follower.vanished(str(exc)))
-            except BackendAccessError as exc:
-                return self._act(self.follower.refused(str(exc)))
-        batch = None
-        if self.source is not None:
+            except (JobNotFound, BackendAccessError) as exc:
+                status = exc
+        if self.source is not None and not isinstance(status, Exception):
             try:
                 batch = self.source.read(self.follower.cursor, self.follower.options.max_lines)
             except LogSourceUnavailable as exc:
-                return self._act(self.follower.unavailable(str(exc), self.clock()))
-        return self._act(self.follower.observe(status, batch, self.clock()))
+                batch = exc
+        return self._act(self.follower.round(status, batch, self.clock()))
+
+    def poll_ready(self) -> Step:
+        """Rounds without sleeping while more lines are ready: the first step that waits or decides."""
+        while (step := self.poll()).action is Action.WAIT and step.delay == 0:
+            pass
+        return step
 
     def run(self) -> Step:
         """Follow until the follower decides; returns its final step (never WAIT). Not from a thread
@@ -166,21 +170,17 @@ def _showing(lines: list, follower: Follower, before: Any) -> dict[str, Any]:
 
 async def _round(follower: Follower, backend: Backend | None, name: str | None, source: LogSource | None,
                  owns_job: bool, latest: dict[str, Any], clock: Callable[[], float]) -> Step:
-    if (error := latest.get("error")) is not None:
-        if isinstance(error, JobNotFound):
-            return follower.vanished(str(error))
-        if isinstance(error, BackendAccessError):
-            return follower.refused(str(error))
-        return follower.unreachable(f"{type(error).__name__}: {error}")  # the status stream gave up retrying
+    status, batch = latest.get("error") or latest.get("status"), None
+    if isinstance(status, Exception):
+        return follower.round(status, None, clock())
     if backend is not None and owns_job:
         await asyncio.to_thread(backend.heartbeat, name)
-    batch = None
     if source is not None:
         try:
             batch = await asyncio.to_thread(source.read, follower.cursor, follower.options.max_lines)
         except LogSourceUnavailable as exc:
-            return follower.unavailable(str(exc), clock())
-    return follower.observe(latest.get("status"), batch, clock())
+            batch = exc
+    return follower.round(status, batch, clock())
 
 
 async def show_again(state: dict[str, Any], source: LogSource | None, log: logging.Logger) -> dict[str, Any]:

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.logs.rules import LogRules, RuleMatch, Verdict
-from airflow_ml_provider.logs.source import LogBatch, LogLine
+from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSourceUnavailable
 
 
 class Action(str, Enum):
@@ -57,6 +58,25 @@ class Step:
     timed_out: bool = False  # FAIL: the deadline passed
     points: list[tuple[str, int, float]] = field(default_factory=list)  # new metric observations
     warnings: list[str] = field(default_factory=list)  # to log: ignored log content, outages
+
+    def to_dict(self) -> dict[str, Any]:
+        """A final step as JSON (a trigger event carries it): what the task needs to conclude."""
+        return {"action": self.action.value, "message": self.message, "retryable": self.retryable,
+                "timed_out": self.timed_out, "status": self.status.to_dict() if self.status else None,
+                "match": self.match.to_dict() if self.match else None,
+                "resume": self.resume.__dict__ if self.resume else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Step:
+        match = data.get("match")
+        return cls(
+            Action(data["action"]), message=data.get("message", ""), retryable=data.get("retryable", True),
+            timed_out=data.get("timed_out", False),
+            status=JobStatus.from_dict(data["status"]) if data.get("status") else None,
+            match=RuleMatch(Verdict(match["verdict"]), match["pattern"], LogLine(match["source"], match["line"]))
+            if match else None,
+            resume=ResumePoint(**data["resume"]) if data.get("resume") else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -123,6 +143,21 @@ class Follower:
                 "outage_since": self.outage_since, "outage_failures": self.outage_failures, "seq": self.seq}
 
     # -- rounds -----------------------------------------------------------------------------------------
+
+    def round(self, status: JobStatus | Exception | None, batch: LogBatch | Exception | None, now: float) -> Step:
+        """One round from what a driver read: the job's status or the error reading it, then the next
+        batch of lines or the error reading it (None: not followed, or not read after a status error).
+        The one place that turns a read error into a step: a vanished job, a refusal, a backend that
+        stayed unreachable, a log store outage."""
+        if isinstance(status, JobNotFound):
+            return self.vanished(str(status))
+        if isinstance(status, BackendAccessError):
+            return self.refused(str(status))
+        if isinstance(status, Exception):  # the status stream gave up retrying
+            return self.unreachable(f"{type(status).__name__}: {status}")
+        if isinstance(batch, LogSourceUnavailable):
+            return self.unavailable(str(batch), now)
+        return self.observe(status, batch, now)
 
     def observe(self, status: JobStatus | None, batch: LogBatch | None, now: float) -> Step:
         """One round: ``status`` read first (None when following a log alone), then ``batch`` (None
@@ -201,6 +236,13 @@ class Follower:
 
     def last_lines(self) -> list[LogLine]:
         return [LogLine(source, text) for source, text in self.tail]
+
+    def failure(self, message: str, last: int | None = None) -> str:
+        """``message`` followed by the job's last log lines (the newest ``last`` of them), so that a failed
+        task or trial shows why without a trip to the job's log."""
+        lines = self.last_lines()[-last:] if last else self.last_lines()
+        shown = "\n".join(f"  [{line.source}] {line.text}" for line in lines)
+        return f"{message}. Last log lines:\n{shown}" if shown else message
 
     # -- internals --------------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ lines) becomes ``AIRFLOW_ML_RESUME_FROM``.
 
 from __future__ import annotations
 
-from airflow_ml_provider.jobs.follow import ResumePoint
+from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.jobs.follow import Follower, ResumePoint
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
 
@@ -22,3 +23,17 @@ def resubmission(spec: TrainingJobSpec, labels: dict[str, str], preemptions: int
     """The spec and labels of attempt ``preemptions + 1``: counted in env and labels, pointed at ``resume``."""
     env = {**spec.env, PREEMPTIONS_ENV: str(preemptions), **({RESUME_ENV: resume.path} if resume else {})}
     return spec.model_copy(update={"env": env}), {**labels, PREEMPTIONS_LABEL: str(preemptions)}
+
+
+def resubmit(backend: Backend, name: str, spec: TrainingJobSpec, labels: dict[str, str], follower: Follower,
+             resume: ResumePoint | None, restarts_log: bool, **submit_kwargs) -> None:
+    """Start a preempted job again under its name (a training task's, a search trial's): the next attempt's
+    spec and labels submitted, then the follower told that its end is still to come, and whether its log
+    starts over (``LogSource.restarts_with_job``).
+
+    Raises:
+        JobSubmissionError: the backend refused the new attempt.
+    """
+    spec, labels = resubmission(spec, labels, follower.preemptions, resume)
+    backend.submit(name, spec, labels, **submit_kwargs)
+    follower.resubmitted(new_log=restarts_log)

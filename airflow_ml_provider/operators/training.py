@@ -17,7 +17,7 @@ from airflow_ml_provider.jobs.backends.base import Backend, JobSubmissionError
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.preemption import resubmission
+from airflow_ml_provider.jobs.preemption import resubmit
 from airflow_ml_provider.jobs.spec import (
     Framework,
     KubernetesOptions,
@@ -32,7 +32,7 @@ from airflow_ml_provider.logs.source import LogSource
 from airflow_ml_provider.observability import job_metrics
 from airflow_ml_provider.operators.links import job_links
 from airflow_ml_provider.triggers.durable import task_key
-from airflow_ml_provider.triggers.training_job import TrainingJobTrigger, step_from_event
+from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
 
 class OnFinish(str, Enum):
@@ -216,7 +216,7 @@ class BaseTrainingOperator(BaseOperator):
         name = event["job_name"]
         self._job = (backend, name)
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
-        return self._conclude(context, backend, name, follower, step_from_event(event))
+        return self._conclude(context, backend, name, follower, Step.from_dict(event))
 
     def _follow(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> dict[str, Any]:
         """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
@@ -241,8 +241,7 @@ class BaseTrainingOperator(BaseOperator):
                 return {"job_name": name, "backend": backend.name, "state": state.value,
                         "metrics": follower.metrics,
                         "model_path": follower.model_path or self.artifact_dirs(backend, name)[0]}
-            last = "\n".join(f"  [{line.source}] {line.text}" for line in follower.last_lines())
-            message = f"{self.task_id}: job {name}: {step.message}" + (f". Last log lines:\n{last}" if last else "")
+            message = follower.failure(f"{self.task_id}: job {name}: {step.message}")
             if not step.retryable:
                 raise AirflowFailException(message)
             raise TrainingJobFailed(message)
@@ -256,20 +255,18 @@ class BaseTrainingOperator(BaseOperator):
     def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
         """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""
         base = self.build_spec(backend, name)
-        spec, labels = resubmission(base, JobIdentity.from_context(context).labels(), follower.preemptions,
-                                    step.resume)
         self.log.warning(
             "Job %s was preempted (%s). Resubmitting it (preemption %d of at most %d; not an Airflow retry), "
             "resuming from %s", name, step.message, follower.preemptions, self.max_preemptions,
             step.resume.describe() if step.resume
             else f"whatever {base.checkpoint_dir} holds (its log reported no checkpoint)",
         )
+        source = self._source(backend, name)
         try:
-            backend.submit(name, spec, labels, **self.hook.job_environment(backend.name).submit_kwargs())
+            resubmit(backend, name, base, JobIdentity.from_context(context).labels(), follower, step.resume,
+                     source.restarts_with_job, **self.hook.job_environment(backend.name).submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
-        source = self._source(backend, name)
-        follower.resubmitted(new_log=source.restarts_with_job)
         return self._follow(context, backend, name, follower, source)
 
     def on_kill(self) -> None:

@@ -24,7 +24,7 @@ from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider import labels
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.preemption import resubmission
+from airflow_ml_provider.jobs.preemption import resubmit
 from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
 from airflow_ml_provider.search.template import render_trial
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
@@ -198,25 +198,22 @@ class TrialScheduler:
             return True
         if step.action is Action.FAIL:
             self._end(run)
-            last = "\n".join(f"  [{line.source}] {line.text}" for line in run.driver.follower.last_lines()[-5:])
-            self._fail(run.trial, f"{step.message}; last lines:\n{last}" if last else step.message)
+            self._fail(run.trial, run.driver.follower.failure(step.message, last=5))
             return True
         return step.delay == 0  # more is ready now (a full batch, the end of a log); new lines alone wait
 
     def _resubmit(self, run: _Running, step: Step) -> None:
         """A preempted trial starts again under its name, from its last checkpoint (no new trial is spent)."""
         follower = run.driver.follower
-        spec, labels = resubmission(run.spec, run.labels, follower.preemptions, step.resume)
         self.log.warning("Trial %d: job %s was preempted (%s); resubmitting it (preemption %d), resuming from %s",
                          run.trial.number, run.job_name, step.message, follower.preemptions,
                          step.resume.describe() if step.resume else "its checkpoint directory")
         try:
-            self.backend.submit(run.job_name, spec, labels, **self.submit_kwargs)
+            resubmit(self.backend, run.job_name, run.spec, run.labels, follower, step.resume,
+                     run.driver.source.restarts_with_job, **self.submit_kwargs)
         except JobSubmissionError as exc:
             self._end(run)
             self._fail(run.trial, f"its preempted job was not resubmitted: {exc}")
-            return
-        follower.resubmitted(new_log=run.driver.source.restarts_with_job)
 
     def _report(self, run: _Running, step: Step) -> bool:
         """Report the new steps to the trial, then ask the pruner; True when the trial was pruned.

@@ -14,10 +14,9 @@ from airflow_ml_provider.hooks.elasticsearch_logs import ElasticsearchLogsHook
 from airflow_ml_provider.jobs.drivers import SyncDriver
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.logs.metrics import MetricsTracker
-from airflow_ml_provider.logs.rules import LogRules, Verdict
+from airflow_ml_provider.logs.rules import LogRules
 from airflow_ml_provider.triggers.durable import task_key
 from airflow_ml_provider.triggers.elasticsearch_log import ElasticsearchLogTrigger
-from airflow_ml_provider.triggers.training_job import step_from_event
 
 METRICS_XCOM_KEY = "metrics"
 
@@ -120,15 +119,14 @@ class ElasticsearchLogSensor(BaseSensorOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
-        return self._conclude(context, follower, step_from_event(event))
+        return self._conclude(context, follower, Step.from_dict(event))
 
     def poke(self, context) -> bool | PokeReturnValue:
         """Reads every line there is now; the sensor's own timeout is Airflow's (no deadline here)."""
         if self._driver is None:
             source = self.hook.log_source(self.job, self.namespace, self.index)
             self._driver = SyncDriver(Follower(self.options(None)), self.log, source=source, owns_job=False)
-        while (step := self._driver.poll()).action is Action.WAIT and step.delay == 0:
-            pass
+        step = self._driver.poll_ready()
         if step.action is Action.WAIT:
             time.sleep(max(0.0, step.delay - self.poke_interval))  # an outage's backoff outlasts a poke
             return False
@@ -145,9 +143,7 @@ class ElasticsearchLogSensor(BaseSensorOperator):
         match = step.match.to_dict()
         where = f"job {self.job}'s log matched {match['verdict']} pattern {match['pattern']!r}: " \
                 f"[{match['source']}] {match['line']}"
-        if match["verdict"] == Verdict.FAIL.value:
-            raise AirflowFailException(f"{self.task_id}: {where}")
-        if match["verdict"] == Verdict.RETRY.value:
-            raise LogRuleFailed(f"{self.task_id}: {where}")
+        if step.action is Action.FAIL:
+            raise (LogRuleFailed if step.retryable else AirflowFailException)(f"{self.task_id}: {where}")
         self.log.info("%s", where)
         return {"job": self.job, **match, "metrics": metrics}

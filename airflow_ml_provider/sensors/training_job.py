@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.drivers import SyncDriver
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
-from airflow_ml_provider.triggers.training_job import TrainingJobTrigger, step_from_event
+from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
 
 class TrainingJobSensor(BaseSensorOperator):
@@ -66,7 +66,7 @@ class TrainingJobSensor(BaseSensorOperator):
         return self._decided(step)
 
     def execute_complete(self, context, event: dict[str, Any]) -> None:
-        self._decided(step_from_event(event))
+        self._decided(Step.from_dict(event))
 
     def _decided(self, step: Step) -> bool:
         if step.action is Action.FINISH:

@@ -10,11 +10,8 @@ from airflow.triggers.base import TriggerEvent
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.drivers import follow_async
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, ResumePoint, Step
-from airflow_ml_provider.jobs.state import JobStatus
+from airflow_ml_provider.jobs.follow import Follower, FollowOptions, Step
 from airflow_ml_provider.triggers.durable import DurableFollowTrigger
-from airflow_ml_provider.logs.rules import RuleMatch, Verdict
-from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.observability import JobMetrics
 
 class TrainingJobTrigger(DurableFollowTrigger):
@@ -73,23 +70,4 @@ class TrainingJobTrigger(DurableFollowTrigger):
 
 def event(job_name: str, step: Step, follower: Follower) -> dict[str, Any]:
     """A final step as a JSON-serializable trigger event, with what the task needs to continue."""
-    return {
-        "job_name": job_name, "action": step.action.value, "message": step.message, "retryable": step.retryable,
-        "timed_out": step.timed_out, "status": step.status.to_dict() if step.status else None,
-        "match": step.match.to_dict() if step.match else None,
-        "resume": step.resume.__dict__ if step.resume else None,
-        "options": follower.options.to_dict(), "state": follower.state,
-    }
-
-
-def step_from_event(data: dict[str, Any]) -> Step:
-    """The step an ``event`` carried."""
-    match = data.get("match")
-    return Step(
-        Action(data["action"]), message=data.get("message", ""), retryable=data.get("retryable", True),
-        timed_out=data.get("timed_out", False),
-        status=JobStatus.from_dict(data["status"]) if data.get("status") else None,
-        match=RuleMatch(Verdict(match["verdict"]), match["pattern"], LogLine(match["source"], match["line"]))
-        if match else None,
-        resume=ResumePoint(**data["resume"]) if data.get("resume") else None,
-    )
+    return {"job_name": job_name, **step.to_dict(), "options": follower.options.to_dict(), "state": follower.state}
