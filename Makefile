@@ -15,12 +15,12 @@ PYTEST_ARGS ?=
 # real processes (Airflow components, training jobs), so three keep two cores busy.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd kube-apiserver clean
+.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd kube-apiserver crds clean
 
 demo: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
-test: control-env training-env kube-apiserver mlflow-env chromium sshd
+test: crds control-env training-env kube-apiserver mlflow-env chromium sshd
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The Airflow UI (standalone, this project's DAGs, embedded defaults) and the MLflow UI over the embedded
@@ -57,6 +57,12 @@ chromium:
 sshd:
 	scripts/install_sshd.sh
 kube-apiserver: .tools/kube-apiserver
+
+# The CRDs pinned in requirements/crds.lock (MPIJob, Volcano; next/: the coming backends), verified by
+# sha256 into the cache beside the kube-apiserver build; a local mirror ($$AIRFLOW_ML_CRDS_DIR) is
+# preferred, else they are downloaded ($$AIRFLOW_ML_CRDS_BASE_URL). Stops, naming the file, on any mismatch.
+crds:
+	$(PYTHON) scripts/fetch_crds.py
 
 # A real kube-apiserver (built from Debian's source package, cached by version) and etcd, for the
 # Kubernetes backend tests; the script installs Debian packages, so it needs root (as CI has).
