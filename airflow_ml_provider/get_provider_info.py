@@ -4,7 +4,7 @@ from airflow_ml_provider import __version__
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX, whole
 
-DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider#readme"  # also setup.cfg's Documentation URL
+DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider/blob/main/docs/index.md"  # setup.cfg: Documentation
 
 
 def _field(label: str, description: str, kind: str = "string", **schema) -> dict:
