@@ -9,19 +9,27 @@ UV := .tools/bin/uv
 VENV := .venv
 TRAIN_VENV := .venv-train
 MLFLOW_VENV := .venv-mlflow
+DOCS_VENV := .venv-docs
+# Where make docs writes the HTML (the docs test builds into a temporary folder).
+DOCS_OUT ?= docs/_build/html
 export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
 PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist; tests/conftest.py keeps each file on one worker): most tests wait on
 # real processes (Airflow components, training jobs), so three keep two cores busy.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd kube-apiserver clean
+.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd kube-apiserver crds docs docs-env clean
 
 demo: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
-test: control-env training-env kube-apiserver mlflow-env chromium sshd
-	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+test: crds control-env training-env kube-apiserver mlflow-env docs-env chromium sshd
+	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
+
+# The documentation (docs/, Markdown through Sphinx + MyST): every warning, a broken internal link
+# included, is an error; the docs test (tests/unit/test_docs.py) builds it the same way.
+docs: docs-env
+	$(DOCS_VENV)/bin/sphinx-build -q -W --keep-going -n -b html docs $(DOCS_OUT)
 
 # The Airflow UI (standalone, this project's DAGs, embedded defaults) and the MLflow UI over the embedded
 # registry, on make demo's AIRFLOW_HOME; prints where to log in. Ctrl-C stops both.
@@ -47,6 +55,7 @@ lint: control-env
 control-env: $(VENV)/.installed
 training-env: $(TRAIN_VENV)/.installed
 mlflow-env: $(MLFLOW_VENV)/.installed
+docs-env: $(DOCS_VENV)/.installed
 
 # Debian's chromium for the browser tests (tests/ui); does nothing when it is installed.
 chromium:
@@ -57,6 +66,12 @@ chromium:
 sshd:
 	scripts/install_sshd.sh
 kube-apiserver: .tools/kube-apiserver
+
+# The CRDs pinned in requirements/crds.lock (MPIJob, Volcano; next/: the coming backends), verified by
+# sha256 into the cache beside the kube-apiserver build; a local mirror ($$AIRFLOW_ML_CRDS_DIR) is
+# preferred, else they are downloaded ($$AIRFLOW_ML_CRDS_BASE_URL). Stops, naming the file, on any mismatch.
+crds:
+	$(PYTHON) scripts/fetch_crds.py
 
 # A real kube-apiserver (built from Debian's source package, cached by version) and etcd, for the
 # Kubernetes backend tests; the script installs Debian packages, so it needs root (as CI has).
@@ -88,5 +103,11 @@ $(MLFLOW_VENV)/.installed: requirements/mlflow.lock | $(UV)
 	$(UV) pip install --quiet --python $(MLFLOW_VENV)/bin/python -r requirements/mlflow.lock
 	touch $@
 
+# Sphinx and MyST from requirements/docs.lock, on their own (the docs import only the provider's metadata).
+$(DOCS_VENV)/.installed: requirements/docs.lock | $(UV)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(DOCS_VENV)
+	$(UV) pip install --quiet --python $(DOCS_VENV)/bin/python -r requirements/docs.lock
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(TRAIN_VENV) $(MLFLOW_VENV) .tools .airflow-demo .airflow-test .airflow-bench
+	rm -rf $(VENV) $(TRAIN_VENV) $(MLFLOW_VENV) $(DOCS_VENV) .tools .airflow-demo .airflow-test .airflow-bench

@@ -4,7 +4,7 @@ from airflow_ml_provider import __version__
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX, whole
 
-DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider#readme"  # also setup.cfg's Documentation URL
+DOCS_URL = "https://github.com/airflow-ml/airflow-ml-provider/blob/main/docs/index.md"  # setup.cfg: Documentation
 
 
 def _field(label: str, description: str, kind: str = "string", **schema) -> dict:
@@ -125,6 +125,68 @@ _REGISTRY_FIELDS = {
 }
 
 
+def _option(description: str, example: str | None = None, default: str | None = None) -> dict:
+    """An ``[ml_training]`` option as Airflow's provider schema wants it (None: unset, the code's default)."""
+    return {"description": description, "version_added": "0.1.0", "type": "string", "example": example,
+            "default": default}
+
+
+# The [ml_training] section, declared so `airflow config list` shows it; docs/configuration.md is built
+# from it. Every option the package reads is here (tests/unit/test_provider_metadata.py checks).
+CONFIG = {
+    "ml_training": {
+        "description": "Settings of the ML training provider that belong to the deployment rather than to a "
+        "connection: links to the MLflow, Kibana and Grafana UIs, the search's storage, the pipeline's "
+        "notifications and where shared files go.",
+        "options": {
+            "artifact_root": _option(
+                "Where jobs keep models, checkpoints, data and evaluation files when the ml_training "
+                "connection names no artifact_root: a path every worker sees, or s3:// / gs://. Unset: the "
+                "local jobs directory ($AIRFLOW_HOME/ml) for local jobs, none on Kubernetes.",
+                example="s3://ml-artifacts/airflow",
+            ),
+            "data_root": _option(
+                "Where the shipped pipeline writes its data shards (readable by the jobs). Unset: "
+                "<artifact_root>/data.",
+                example="/data/ml/pipeline",
+            ),
+            "mlflow_ui_url": _option(
+                "The MLflow UI that task links point to when the embedded registry (no ml_registry "
+                "connection) is used.",
+                example="http://mlflow.example.com",
+                default="http://127.0.0.1:5000",
+            ),
+            "kibana_url_template": _option(
+                "A Kibana URL for a job's logs, shown as an extra link on job tasks; {job_name}, {dag_id}, "
+                "{task_id}, {run_id}, {map_index} and {try_number} are filled in, URL-quoted. Unset: no link.",
+                example="https://kibana.example.com/app/discover#/?_a=(query:(query:'job:{job_name}'))",
+            ),
+            "grafana_url_template": _option(
+                "A Grafana dashboard URL for a job, shown as an extra link on job tasks; the same fields "
+                "as kibana_url_template. Unset: no link.",
+                example="https://grafana.example.com/d/training?var-job={job_name}",
+            ),
+            "search_storage_url": _option(
+                "The hyperparameter search's Optuna storage: journal:///path, or an SQLAlchemy URL of its own "
+                "database (never derived from Airflow's metadata database). Unset: "
+                "journal://$AIRFLOW_HOME/ml/search/optuna.journal.",
+                example="postgresql://optuna@db/optuna",
+            ),
+            "notify_http_conn_id": _option(
+                "An HTTP connection to a chat webhook (Slack, Teams, Google Chat) that the shipped pipeline "
+                "notifies of failed trainings and gate rejections. Unset: no notification.",
+                example="chat_webhook",
+            ),
+            "notify_endpoint": _option(
+                "The endpoint on notify_http_conn_id's host that receives {\"text\": message}. Unset: the "
+                "connection's own URL.",
+                example="/hooks/ml",
+            ),
+        },
+    },
+}
+
+
 def get_provider_info() -> dict:
     return {
         "package-name": "airflow-ml-provider",
@@ -156,6 +218,9 @@ def get_provider_info() -> dict:
                     "airflow_ml_provider.operators.gate",
                     "airflow_ml_provider.operators.deploy",
                     "airflow_ml_provider.operators.recipe",
+                    "airflow_ml_provider.operators.approval",
+                    "airflow_ml_provider.recipes.search",
+                    "airflow_ml_provider.recipes.dag",
                 ],
             },
         ],
@@ -174,6 +239,9 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_ml_provider.triggers.training_job",
                     "airflow_ml_provider.triggers.elasticsearch_log",
+                    "airflow_ml_provider.triggers.search",
+                    "airflow_ml_provider.triggers.durable",
+                    "airflow_ml_provider.triggers.serialized",
                 ],
             },
         ],
@@ -209,5 +277,7 @@ def get_provider_info() -> dict:
             "airflow_ml_provider.operators.links.MLflowModelVersionLink",
             "airflow_ml_provider.operators.links.KibanaJobLink",
             "airflow_ml_provider.operators.links.GrafanaJobLink",
+            "airflow_ml_provider.operators.links.MLflowEvaluationLink",
         ],
+        "config": CONFIG,
     }

@@ -35,7 +35,8 @@ class ApiError(RuntimeError):
         self.status = status
 
 
-CRDS_DIR = Path(os.environ.get("AIRFLOW_ML_CRDS_DIR", REPO.parent / "shared" / "crds"))
+# The CRDs pinned in requirements/crds.lock, verified into the cache by `make crds` (scripts/fetch_crds.py).
+CRDS_DIR = REPO / ".tools" / "crds"
 TOKEN = "airflow-ml-test-token"  # user "admin", in group system:masters
 # Users with no RBAC binding: "nobody" stays so (every request but discovery is forbidden); tests grant
 # "trainer" exactly the permissions they mean to test with Roles.

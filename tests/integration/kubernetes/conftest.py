@@ -10,11 +10,18 @@ from kube_cluster import CRDS_DIR, FakeKubelet, KubeCluster, apiserver_binary, n
 SCHEDULER_PLUGINS_CRD = Path(__file__).resolve().parents[2] / "fixtures" / "crds" / "scheduling.x-k8s.io_podgroups.yaml"
 
 
-@pytest.fixture(scope="session")
-def kube_cluster() -> KubeCluster:
+def _control_plane():
     binary = apiserver_binary()
     if binary is None:
         pytest.skip("no kube-apiserver/etcd: run `make kube-apiserver` (scripts/build_kube_apiserver.sh)")
+    if not (CRDS_DIR / "kubeflow.org_mpijobs.yaml").is_file():
+        pytest.skip(f"no verified CRDs in {CRDS_DIR}: run `make crds` (scripts/fetch_crds.py)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> KubeCluster:
+    binary = _control_plane()
     cluster = start_cluster(binary)
     yield cluster
     cluster.stop()
@@ -24,9 +31,7 @@ def kube_cluster() -> KubeCluster:
 def kubeflow_cluster() -> KubeCluster:
     """A second API server as most Kubeflow installs are: the MPIJob CRD and no Volcano; with the
     scheduler-plugins PodGroup CRD, for the MPI operator's other gang scheduler."""
-    binary = apiserver_binary()
-    if binary is None:
-        pytest.skip("no kube-apiserver/etcd: run `make kube-apiserver` (scripts/build_kube_apiserver.sh)")
+    binary = _control_plane()
     cluster = start_cluster(binary, crds=[CRDS_DIR / "kubeflow.org_mpijobs.yaml", SCHEDULER_PLUGINS_CRD])
     yield cluster
     cluster.stop()

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Get the Kubernetes CRDs pinned in requirements/crds.lock into the cache, verified by sha256.
+
+Run by `make crds` (and so by `make test`, before pytest). Each lock row names an upstream file
+(repo, ref, path) and its sha256. Where a file comes from, first that applies:
+  1. a local mirror: $AIRFLOW_ML_CRDS_DIR, else a `shared/crds` folder beside the clone where one
+     exists (a flat folder laid out by the lock's `file` column, next/ included); a mirror is read
+     and verified on every run, so a wrong mirror is always reported;
+  2. the cache, when it already holds a verified copy;
+  3. $AIRFLOW_ML_CRDS_BASE_URL/<repo>/<ref>/<path> (default https://raw.githubusercontent.com).
+Verified files are kept in <cache>/crds/<repo>/<ref>/<path> (<cache>: $AIRFLOW_ML_CACHE, else
+~/.cache/airflow-ml-provider, beside the kube-apiserver build); the tests read them through the
+symlinks in .tools/crds/<file>. A file that cannot be had or whose digest differs stops the run with
+one message naming the file and the variable to fix; nothing unverified is ever cached.
+Standard library only: it runs before any environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK = REPO / "requirements" / "crds.lock"
+DEST = REPO / ".tools" / "crds"
+DEFAULT_BASE_URL = "https://raw.githubusercontent.com"
+MIRROR_VAR, BASE_URL_VAR = "AIRFLOW_ML_CRDS_DIR", "AIRFLOW_ML_CRDS_BASE_URL"
+
+
+class CrdError(RuntimeError):
+    """A CRD that cannot be had as pinned: the message names the file and what to change."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    file: str  # the name the tests read (next/... for the coming backends)
+    repo: str
+    ref: str
+    path: str
+    sha256: str
+
+    def cached(self, cache: Path) -> Path:
+        return cache / "crds" / self.repo / self.ref / self.path
+
+
+def read_lock(lock: Path = LOCK) -> list[Pin]:
+    """The rows of the lock's table (`| file | repo | ref | path | sha256 |`)."""
+    pins = []
+    for line in lock.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or cells[0] in ("file", "") or set(cells[0]) <= {"-"}:
+            continue
+        if len(cells) != 5:
+            raise CrdError(f"{lock}: a row needs file, repo, ref, path and sha256: {line.strip()!r}")
+        pin = Pin(*cells)
+        if Path(pin.file).is_absolute() or ".." in Path(pin.file).parts or len(pin.sha256) != 64:
+            raise CrdError(f"{lock}: malformed row for {pin.file!r}")
+        pins.append(pin)
+    return pins
+
+
+def cache_root() -> Path:
+    configured = os.environ.get("AIRFLOW_ML_CACHE")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airflow-ml-provider"
+
+
+def default_mirror() -> Path | None:
+    """$AIRFLOW_ML_CRDS_DIR, else the workplace's shared/crds beside the clone where it exists."""
+    configured = os.environ.get(MIRROR_VAR)
+    if configured:
+        return Path(configured)
+    beside = REPO.parent / "shared" / "crds"
+    return beside if beside.is_dir() else None
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _from_mirror(pin: Pin, mirror: Path) -> bytes:
+    source = mirror / pin.file
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise CrdError(f"CRD {pin.file}: cannot read {source} ({exc.strerror}); {MIRROR_VAR} names the "
+                       f"local mirror ({mirror}): fix it, or unset it to download from {BASE_URL_VAR}") from None
+    if _digest(data) != pin.sha256:
+        raise CrdError(f"CRD {pin.file}: {source} has sha256 {_digest(data)}, requirements/crds.lock pins "
+                       f"{pin.sha256} ({pin.repo}@{pin.ref}:{pin.path}); the local mirror ({MIRROR_VAR}={mirror}) "
+                       f"is not the pinned file: restore it, or unset {MIRROR_VAR} to download it")
+    return data
+
+
+def _download(pin: Pin, base_url: str, timeout_s: float) -> bytes:
+    url = f"{base_url.rstrip('/')}/{pin.repo}/{pin.ref}/{pin.path}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            data = response.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise CrdError(f"CRD {pin.file}: download of {url} failed ({getattr(exc, 'reason', exc)}); set "
+                       f"{MIRROR_VAR} to a folder holding the lock's files, or {BASE_URL_VAR} to a reachable "
+                       f"mirror of raw.githubusercontent.com") from None
+    if _digest(data) != pin.sha256:
+        raise CrdError(f"CRD {pin.file}: {url} has sha256 {_digest(data)}, requirements/crds.lock pins "
+                       f"{pin.sha256}; refusing it ({BASE_URL_VAR}={base_url})")
+    return data
+
+
+def _store(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+        tmp.write(data)
+    os.replace(tmp.name, path)
+
+
+def fetch(pins: list[Pin], cache: Path, mirror: Path | None, base_url: str, timeout_s: float = 60) -> dict[str, str]:
+    """Make every pinned file present and verified in the cache; returns {file: where it came from}."""
+    origins = {}
+    for pin in pins:
+        target = pin.cached(cache)
+        if mirror is not None:
+            data, origins[pin.file] = _from_mirror(pin, mirror), "mirror"
+        elif target.is_file() and _digest(target.read_bytes()) == pin.sha256:
+            origins[pin.file] = "cache"
+            continue
+        else:
+            data, origins[pin.file] = _download(pin, base_url, timeout_s), "download"
+        if not (target.is_file() and target.read_bytes() == data):
+            _store(target, data)
+    return origins
+
+
+def link(pins: list[Pin], cache: Path, dest: Path) -> None:
+    """dest/<file> -> the verified cached copy (what tests/kube_cluster.py reads)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    for pin in pins:
+        (dest / pin.file).parent.mkdir(parents=True, exist_ok=True)
+        (dest / pin.file).symlink_to(pin.cached(cache))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lock", type=Path, default=LOCK)
+    parser.add_argument("--dest", type=Path, default=DEST, help="folder of links the tests read")
+    parser.add_argument("--no-mirror", action="store_true", help=f"ignore {MIRROR_VAR} and shared/crds")
+    args = parser.parse_args(argv)
+    cache = cache_root()
+    mirror = None if args.no_mirror else default_mirror()
+    base_url = os.environ.get(BASE_URL_VAR) or DEFAULT_BASE_URL
+    try:
+        pins = read_lock(args.lock)
+        origins = fetch(pins, cache, mirror, base_url)
+    except CrdError as exc:
+        print(f"fetch_crds: {exc}", file=sys.stderr)
+        return 1
+    link(pins, cache, args.dest)
+    counts = {origin: sum(1 for o in origins.values() if o == origin) for origin in sorted(set(origins.values()))}
+    source = f"mirror {mirror}" if mirror is not None else f"cache / {base_url}"
+    print(f"fetch_crds: {len(pins)} CRDs verified in {cache / 'crds'} ({source}: {counts})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
