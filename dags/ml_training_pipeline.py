@@ -15,12 +15,10 @@ the model version. The `evaluate` and `deploy` tasks carry the same links ("MLfl
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.assets import data_asset, model_asset
 from airflow_ml_provider.jobs.backends import BACKENDS
@@ -28,6 +26,7 @@ from airflow_ml_provider.operators.approval import ChampionApprovalOperator
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
+from airflow_ml_provider.operators.params import conf_problems, number_problems, refuse
 from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
@@ -44,6 +43,9 @@ FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
 GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
 
 
+# Number Params also take null: NaN sent through the REST API passes every JSON-schema bound and reaches
+# tasks as null, so the first task refuses it naming the Param (check_params), instead of a schema error.
+NUMBER = ["null", "number"]
 DATA_PATH = whole(r"/(?!.*\.\.)[A-Za-z0-9_./-]+\.(?:npz|csv)")
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]; never a local path.
 IMAGE_REF = whole(
@@ -52,17 +54,15 @@ IMAGE_REF = whole(
 )
 
 
-def check_params(params: dict) -> None:
-    """What the trigger form's JSON schema cannot say: the data file exists (here, where the run
-    reads it) and the learning rate is a number (JSON-schema bounds let NaN through). Fails the run
-    at its first task, for good, naming each refused Param."""
-    problems = []
-    if not math.isfinite(float(params["learning_rate"])):
-        problems.append(f"learning_rate: {params['learning_rate']!r} is not a finite number")
+def check_params(params: dict, run_conf: dict | None = None) -> None:
+    """What Airflow's Param validation lets through, checked by the first task: trigger-conf keys that
+    name no Param (and the conf's size), numbers that are NaN (null after JSON) or integers written as
+    ``5.0``, and whether the data file exists here, where the run reads it. Fails the run for good,
+    naming each refused Param."""
+    problems = conf_problems(run_conf, dag.params) + number_problems(params, dag.params)
     if params.get("data_path") and not Path(params["data_path"]).is_file():
         problems.append(f"data_path: {params['data_path']!r} is not a file the Airflow worker can read")
-    if problems:
-        raise AirflowFailException("Params refused: " + "; ".join(problems))
+    refuse(problems)
 
 
 def data_part(output_path: str) -> str:
@@ -126,7 +126,7 @@ with DAG(
         ),
         "learning_rate": Param(
             0.05,
-            type="number",
+            type=NUMBER,
             exclusiveMinimum=0,
             maximum=1,
             title="Learning rate",
@@ -165,7 +165,7 @@ with DAG(
         ),
         "min_improvement": Param(
             0.0,
-            type="number",
+            type=NUMBER,
             minimum=0,
             maximum=1,
             title="Minimum improvement",
@@ -173,7 +173,7 @@ with DAG(
         ),
         "min_accuracy": Param(
             0.7,
-            type="number",
+            type=NUMBER,
             minimum=0,
             maximum=1,
             title="Minimum accuracy",
@@ -181,7 +181,7 @@ with DAG(
         ),
         "min_auc": Param(
             0.0,
-            type="number",
+            type=NUMBER,
             minimum=0,
             maximum=1,
             title="Minimum ROC AUC",
@@ -206,14 +206,14 @@ with DAG(
     @task(
         doc_md="Checks the Params, then splits the dataset into training shards, a validation and a test set."
     )
-    def prepare_data(params: dict, run_id: str, ti=None) -> list[dict]:
+    def prepare_data(params: dict, run_id: str, ti=None, dag_run=None) -> list[dict]:
         """Split the dataset (or a generated one) into shards and held-out sets; only paths go to XCom:
         the shards to preprocess are the return value (mapped over), the rest have their own keys."""
         from airflow_ml_provider.hooks.artifacts import run_data_dir
         from airflow_ml_provider.runtime.datasets import write_synthetic
         from airflow_ml_provider.runtime.splits import split_dataset
 
-        check_params(params)
+        check_params(params, dag_run.conf)
         out = run_data_dir("ml_training_pipeline", run_id, params["backend"])  # under artifact_root
         source = params["data_path"]
         if not source:

@@ -7,6 +7,7 @@ was accepted.
 
 from __future__ import annotations
 
+import copy
 import runpy
 
 import pytest
@@ -46,11 +47,35 @@ def test_hostile_param_is_refused_by_airflows_validation(pipeline, param, value,
     assert message in str(raised.value)
 
 
-def test_nan_learning_rate_is_refused_by_the_first_task_naming_the_param(pipeline):
-    params = pipeline["dag"].params.get_param("learning_rate")
-    assert params.resolve(float("nan")) != params.resolve(float("nan"))  # JSON schema bounds let NaN through
-    with pytest.raises(AirflowFailException, match=r"^Params refused: learning_rate: nan is not a finite number"):
-        pipeline["check_params"]({"learning_rate": float("nan"), "data_path": None})
+@pytest.mark.parametrize(("values", "message"), [
+    ({"learning_rate": float("nan")}, "learning_rate: nan is not a finite number: Step size, above 0 and at most 1."),
+    ({"learning_rate": None}, "learning_rate: no number given (NaN and Infinity arrive as null through JSON)"),
+    ({"min_accuracy": float("-inf")}, "min_accuracy: -inf is not a finite number: Gate: held-out accuracy."),
+    ({"boost_rounds": 5.0}, "boost_rounds: 5.0 is not an integer (write 5 without a decimal point): LightGBM only"),
+    ({"workers": 2.5}, "workers: 2.5 is not an integer: Workers of the training job"),
+])
+def test_numbers_airflow_lets_through_are_refused_by_the_first_task_naming_the_param(pipeline, values, message):
+    """JSON-schema bounds let NaN through (it reaches tasks as null after JSON) and draft 2020-12 takes 5.0 as an
+    integer, which the trainers' integer arguments refuse much later (issue 19 L6, L9)."""
+    param = copy.copy(pipeline["dag"].params.get_param("learning_rate"))  # resolve() keeps the value it checked
+    assert param.resolve(float("nan")) != param.resolve(float("nan"))  # Airflow's validation lets NaN through
+    assert copy.copy(pipeline["dag"].params.get_param("boost_rounds")).resolve(5.0) == 5.0  # and 5.0 for an integer
+    with pytest.raises(AirflowFailException, match=r"^Params refused: ") as raised:
+        pipeline["check_params"](values)
+    assert message in str(raised.value)
+
+
+def test_trigger_conf_keys_that_name_no_param_are_refused_without_echoing_them_in_full(pipeline):
+    """Airflow passes extra conf keys to every task unvalidated (issue 19 L6)."""
+    with pytest.raises(AirflowFailException) as raised:
+        pipeline["check_params"]({}, {"../../evil key": 1, "x" * 100_000: 2, "workers": 2})
+    message = str(raised.value)
+    assert message.startswith("Params refused: ") and "'../../evil key'" in message
+    assert "'" + "x" * 40 + "...'" in message and "x" * 41 not in message
+    assert "the trigger conf is 100" in message and "[ml_training] max_conf_bytes" in message
+    with pytest.raises(AirflowFailException, match=r"has 65 keys, more than the 64 allowed"):
+        pipeline["check_params"]({}, {name: 1 for name in [*pipeline["dag"].params, *map(str, range(65))][:65]})
+    pipeline["check_params"](dict(pipeline["dag"].params), dict(pipeline["dag"].params))  # the defaults pass
 
 
 @pytest.mark.parametrize("notes", ["{{ var.value.secret }}", "{% for x in range(10**9) %}x{% endfor %}",

@@ -1,0 +1,89 @@
+"""The checks a DAG's first task makes on its trigger conf and Params: what Airflow's own Param
+validation lets through. Airflow passes conf keys that name no Param to every task unvalidated, accepts
+``5.0`` for an ``integer`` Param (JSON-schema draft 2020-12) and lets NaN through every number bound,
+after which it reaches tasks as null. Each refusal names the Param (with its own description), never
+echoes more than a short prefix of the offending key, and fails the run for good at its first task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from airflow.sdk import conf
+from airflow.sdk.exceptions import AirflowFailException
+
+MAX_CONF_KEYS = 64  # [ml_training] max_conf_keys
+MAX_CONF_BYTES = 64 * 1024  # [ml_training] max_conf_bytes: the conf as JSON
+_SHOWN_KEYS = 5
+_SHOWN_CHARS = 40
+
+
+class ParamsRefused(AirflowFailException):
+    """The run's Params cannot run; the message starts with ``Params refused:`` and names each one."""
+
+
+def refuse(problems: list[str]) -> None:
+    """Fail the run naming every refused Param, or do nothing when there is no problem."""
+    if problems:
+        raise ParamsRefused("Params refused: " + "; ".join(problems))
+
+
+def conf_problems(run_conf: Mapping[str, Any] | None, declared: Mapping[str, Any]) -> list[str]:
+    """The trigger conf's keys must name the DAG's Params, within a bounded count and size."""
+    run_conf = run_conf or {}
+    problems = []
+    max_keys = conf.getint("ml_training", "max_conf_keys", fallback=MAX_CONF_KEYS)
+    max_bytes = conf.getint("ml_training", "max_conf_bytes", fallback=MAX_CONF_BYTES)
+    if len(run_conf) > max_keys:
+        problems.append(f"the trigger conf has {len(run_conf)} keys, more than the {max_keys} allowed "
+                        "([ml_training] max_conf_keys)")
+    size = len(json.dumps(run_conf, default=str))
+    if size > max_bytes:
+        problems.append(f"the trigger conf is {size} bytes as JSON, more than the {max_bytes} allowed "
+                        "([ml_training] max_conf_bytes)")
+    unknown = sorted(key for key in run_conf if key not in declared)
+    if unknown:
+        shown = ", ".join(_short(key) for key in unknown[:_SHOWN_KEYS])
+        more = f" and {len(unknown) - _SHOWN_KEYS} more" if len(unknown) > _SHOWN_KEYS else ""
+        problems.append(f"{shown}{more}: not a Param of this DAG (its Params: {', '.join(sorted(declared))})")
+    return problems
+
+
+def number_problems(values: Mapping[str, Any], params: Mapping[str, Any],
+                    optional: Collection[str] = ()) -> list[str]:
+    """Every ``number`` Param holds a finite number, every ``integer`` Param an integer (``5``, not ``5.0``:
+    the trainers take it as an integer argument); null only for the names in ``optional``. ``params`` is
+    the DAG's ParamsDict (Param objects, for their schema and description)."""
+    problems = []
+    for name in params:
+        param = params.get_param(name) if hasattr(params, "get_param") else params[name]
+        types = _types(getattr(param, "schema", {}))
+        if name not in values or not types & {"number", "integer"}:
+            continue
+        value, words = values[name], _words(param)
+        if value is None and name not in optional:
+            problems.append(f"{name}: no number given (NaN and Infinity arrive as null through JSON): {words}")
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{name}: {value!r} is not a finite number: {words}")
+        elif "integer" in types and "number" not in types and isinstance(value, float):
+            problems.append(f"{name}: {value!r} is not an integer (write {int(value)!r} without a decimal "
+                            f"point): {words}" if value.is_integer() else f"{name}: {value!r} is not an integer: {words}")
+    return problems
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    return set(kind) if isinstance(kind, list) else {kind} if kind else set()
+
+
+def _words(param) -> str:
+    """How the Param describes itself to a person (its description, else its title)."""
+    schema = getattr(param, "schema", {}) or {}
+    return (getattr(param, "description", None) or schema.get("title") or "").strip() or "see the DAG's Params"
+
+
+def _short(key: str) -> str:
+    return repr(key if len(key) <= _SHOWN_CHARS else key[:_SHOWN_CHARS] + "...")
