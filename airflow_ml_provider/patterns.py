@@ -17,3 +17,8 @@ def whole(pattern: str) -> str:
 
 
 MODEL_NAME = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a registered model's name, as the example DAGs take it
+# A container image reference: [registry[:port]/]path[:tag][@sha256:digest]; never a local path.
+IMAGE_REF = whole(
+    r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)

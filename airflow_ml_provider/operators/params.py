@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Mapping
+import os
+import re
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_ml_provider.patterns import IMAGE_REF
+
 MAX_CONF_KEYS = 64  # [ml_training] max_conf_keys
 MAX_CONF_BYTES = 64 * 1024  # [ml_training] max_conf_bytes: the conf as JSON
 _SHOWN_KEYS = 5
 _SHOWN_CHARS = 40
+DATA_SUFFIXES = (".npz", ".csv")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ParamsRefused(AirflowFailException):
@@ -63,7 +69,7 @@ def number_problems(values: Mapping[str, Any], params: Mapping[str, Any],
         types = _types(getattr(param, "schema", {}))
         if name not in values or not types & {"number", "integer"}:
             continue
-        value, words = values[name], _words(param)
+        value, words = values[name], describe(param)
         if value is None and name not in optional:
             problems.append(f"{name}: no number given (NaN and Infinity arrive as null through JSON): {words}")
         elif isinstance(value, float) and not math.isfinite(value):
@@ -74,15 +80,51 @@ def number_problems(values: Mapping[str, Any], params: Mapping[str, Any],
     return problems
 
 
-def _types(schema: Mapping[str, Any]) -> set[str]:
-    kind = schema.get("type")
-    return set(kind) if isinstance(kind, list) else {kind} if kind else set()
+def data_file(name: str, value: str, roots: Sequence[str], words: str) -> tuple[str | None, list[str]]:
+    """A data file a Param names, confined to ``roots``: returns its resolved path (symlinks and ``..``
+    resolved before the check, so neither leads out of a root), or the problems. Confinement is checked
+    before existence, so the answer tells nothing about files outside the roots, and nothing quotes the
+    file's content. Spaces and non-ASCII letters are fine; control characters are not."""
+    if _CONTROL.search(value) or not os.path.isabs(value) or not value.lower().endswith(DATA_SUFFIXES):
+        return None, [f"{name}: {_short(value)} is not an absolute path of an .npz or .csv file: {words}"]
+    resolved = os.path.realpath(value)
+    if not any(_inside(resolved, os.path.realpath(root)) for root in roots):
+        return None, [f"{name}: {value!r} is outside the data roots ({', '.join(roots)}); more roots are set by "
+                      "[ml_training] data_roots or the ml_training connection's data_roots extra"]
+    if not os.path.isfile(resolved) or not os.access(resolved, os.R_OK):
+        return None, [f"{name}: {value!r} is not a file the Airflow worker can read"]
+    return resolved, []
 
 
-def _words(param) -> str:
+def image_problems(name: str, value: str | None, backend: str, words: str) -> list[str]:
+    """An image Param is an absolute path on the local backend (a Python environment's prefix) and a
+    registry reference on the Kubernetes backends; a relative path is neither."""
+    if not value:
+        return []
+    if backend == "local":
+        if os.path.isabs(value) and not _CONTROL.search(value):
+            return []
+        return [f"{name}: {_short(value)} is not an absolute path; the local backend runs a Python "
+                f"environment's prefix: {words}"]
+    if re.search(IMAGE_REF, value):
+        return []
+    return [f"{name}: {_short(value)} is not a registry reference such as registry.example.com/team/train:1.2 "
+            f"(backend {backend}): {words}"]
+
+
+def describe(param) -> str:
     """How the Param describes itself to a person (its description, else its title)."""
     schema = getattr(param, "schema", {}) or {}
     return (getattr(param, "description", None) or schema.get("title") or "").strip() or "see the DAG's Params"
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    return set(kind) if isinstance(kind, list) else {kind} if kind else set()
 
 
 def _short(key: str) -> str:

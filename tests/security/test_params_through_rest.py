@@ -19,11 +19,27 @@ pytestmark = pytest.mark.integration
 DAG_ID = "ml_training_pipeline"
 
 
+FAKE_SECRET = "ghp_FAKE_TOKEN_0123456789abcdef,prod-db-password-hunter2"
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def folders(tmp_path_factory) -> dict[str, str]:
+    """The deployment's data root (``[ml_training] data_roots``) and a folder outside it, each holding a CSV
+    whose first line is a secret."""
+    base = tmp_path_factory.mktemp("data")
+    root, outside = base / "data root", base / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.csv").write_text(FAKE_SECRET + ",label\n1,2,0\n")
+    (root / "secret-header.csv").write_text(FAKE_SECRET + "\n1,2\n")
+    return {"root": str(root), "outside": str(outside)}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, folders):
     dags = tmp_path_factory.mktemp("dags")
     shutil.copy(REPO / "dags" / "ml_training_pipeline.py", dags)
-    env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
+    env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE), "AIRFLOW__ML_TRAINING__DATA_ROOTS": folders["root"]}
     with AirflowStack(tmp_path_factory.mktemp("airflow"), dags_folder=dags, env=env) as deployment:
         deployment.wait_for_dag(DAG_ID)
         yield deployment
@@ -49,13 +65,17 @@ REFUSED = [
     ("nan_learning_rate", {"learning_rate": math.nan},
      "Params refused: learning_rate: no number given (NaN and Infinity arrive as null through JSON): "
      "Step size, above 0 and at most 1."),
+    ("csv_outside_the_roots", {"data_path": "{outside}/secret.csv"}, "/secret.csv' is outside the data roots"),
+    ("csv_whose_header_is_a_token", {"data_path": "{root}/secret-header.csv"},
+     "no 'label' column in its header line (2 comma-separated names, not shown)"),
+    ("relative_image", {"image": "venv"}, "Params refused: image: 'venv' is not an absolute path"),
 ]
 
 
 @pytest.fixture(scope="module")
-def refused_runs(stack) -> dict[str, str]:
+def refused_runs(stack, folders) -> dict[str, str]:
     """Every hostile conf triggered at once (they run side by side), then each run's refusal."""
-    run_ids = {case: stack.trigger_dag(DAG_ID, conf) for case, conf, _ in REFUSED}
+    run_ids = {case: stack.trigger_dag(DAG_ID, _filled(conf, folders)) for case, conf, _ in REFUSED}
     return {case: first_task_refusal(stack, run_id) for case, run_id in run_ids.items()}
 
 
@@ -63,6 +83,16 @@ def refused_runs(stack) -> dict[str, str]:
                          ids=[case for case, _, _ in REFUSED])
 def test_what_airflow_lets_through_is_refused_by_the_first_task_naming_it(refused_runs, case, message):
     assert message in refused_runs[case]
+
+
+def test_no_refusal_echoes_a_files_content(refused_runs):
+    """Issue 19 L1: the refusal of a CSV printed its first line (``['ghp_FAKE_TOKEN_...', ...]``)."""
+    for case, log in refused_runs.items():
+        assert "ghp_FAKE" not in log and "hunter2" not in log, case
+
+
+def _filled(run_conf: dict, folders: dict[str, str]) -> dict:
+    return {key: value.format(**folders) if isinstance(value, str) else value for key, value in run_conf.items()}
 
 
 def test_a_huge_key_is_not_echoed_in_full(refused_runs):

@@ -339,6 +339,9 @@ def _is_elastic_horovod(spec: TrainingJobSpec) -> bool:
 
 def _check_image(spec: TrainingJobSpec, image: str) -> None:
     """Fail at submit, with the fix in the message, when the environment cannot run the job."""
+    if not os.path.isabs(image):  # else it would be found (or not) relative to whatever directory submits
+        raise JobSubmissionError(f"image: {image!r} is not an absolute path; the local backend's image is the "
+                                 "prefix of a Python environment, e.g. /opt/venvs/train")
     bin_dir = Path(image) / "bin"
     if not bin_dir.is_dir():
         raise JobSubmissionError(f"image: {image!r} is not a Python environment (no bin/ directory)")
