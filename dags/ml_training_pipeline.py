@@ -66,7 +66,8 @@ def check_params(params: dict, run_conf: dict | None = None) -> str | None:
     declared = dag.params
     problems = conf_problems(run_conf, declared) + number_problems(params, declared)
     backend = hook.backend_name(params.get("backend"))
-    problems += image_problems("image", params.get("image"), backend, describe(declared.get_param("image")))
+    problems += image_problems("image", params.get("image"), backend, describe(declared.get_param("image")),
+                               hook.local_images() if backend == "local" else ())
     data = None
     if params.get("data_path"):
         data, found = data_file("data_path", params["data_path"], hook.data_roots(),
@@ -113,7 +114,8 @@ with DAG(
             maxLength=512,
             title="Training image",
             description="Kubernetes backends: the container image of every job, a registry reference such as "
-            "registry.example.com/team/train:1.2; local backend: the absolute path of a Python environment. "
+            "registry.example.com/team/train:1.2; local backend: the absolute path of one of the deployment's "
+            "Python environments ([ml_training] local_images). "
             "Empty: the ml_training connection's image_<framework> or image extra (local: its own environment).",
         ),
         "workers": Param(

@@ -69,6 +69,14 @@ class TrainingBackendHook(BaseHook):
         airflow_home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
         return [os.path.join(airflow_home, "data"), os.path.join(self._local_root(extras), "data")]
 
+    def local_images(self) -> list[str]:
+        """The Python environments a Param may pick on the local backend: the ``local_image`` extra,
+        ``$AIRFLOW_ML_LOCAL_IMAGE`` and ``[ml_training] local_images`` (comma-separated)."""
+        extras = self.extras()
+        listed = conf.get("ml_training", "local_images", fallback="").split(",")
+        return [image.strip() for image in (extras.get("local_image"), os.environ.get("AIRFLOW_ML_LOCAL_IMAGE"),
+                                            *listed) if image and image.strip()]
+
     def get_backend(self, name: str | None = None) -> Backend:
         extras = self.extras()
         name = self.backend_name(name, extras)

@@ -96,16 +96,22 @@ def data_file(name: str, value: str, roots: Sequence[str], words: str) -> tuple[
     return resolved, []
 
 
-def image_problems(name: str, value: str | None, backend: str, words: str) -> list[str]:
-    """An image Param is an absolute path on the local backend (a Python environment's prefix) and a
-    registry reference on the Kubernetes backends; a relative path is neither."""
+def image_problems(name: str, value: str | None, backend: str, words: str,
+                   local_images: Sequence[str] = ()) -> list[str]:
+    """An image Param is, on the local backend, the absolute path of one of the deployment's Python
+    environments (``local_images``: a UI user never picks an arbitrary program to run), and a registry
+    reference on the Kubernetes backends; a relative path is neither."""
     if not value:
         return []
     if backend == "local":
-        if os.path.isabs(value) and not _CONTROL.search(value):
-            return []
-        return [f"{name}: {_short(value)} is not an absolute path; the local backend runs a Python "
-                f"environment's prefix: {words}"]
+        if not os.path.isabs(value) or _CONTROL.search(value):
+            return [f"{name}: {_short(value)} is not an absolute path; the local backend runs a Python "
+                    f"environment's prefix: {words}"]
+        if os.path.realpath(value) not in {os.path.realpath(image) for image in local_images}:
+            allowed = ", ".join(local_images) or "none configured"
+            return [f"{name}: {_short(value)} is not one of the local environments this deployment allows "
+                    f"({allowed}; [ml_training] local_images adds more): {words}"]
+        return []
     if re.search(IMAGE_REF, value):
         return []
     return [f"{name}: {_short(value)} is not a registry reference such as registry.example.com/team/train:1.2 "

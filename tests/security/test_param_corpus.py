@@ -175,7 +175,8 @@ def test_paths_with_spaces_or_non_ascii_letters_inside_a_root_are_accepted(pipel
 @pytest.mark.parametrize(("image", "backend"), [("/opt/venvs/train", None), ("/opt/venvs/train", "local"),
                                                 ("registry.example.com:5000/team/train:1.2", "mpijob"),
                                                 ("ubuntu", "indexed-job")])
-def test_an_absolute_environment_or_a_registry_reference_is_accepted(pipeline, image, backend):
+def test_an_allowed_environment_or_a_registry_reference_is_accepted(pipeline, monkeypatch, image, backend):
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__LOCAL_IMAGES", "/opt/venvs/train")
     assert pipeline["check_params"]({"backend": backend, "image": image}) is None
 
 
