@@ -87,6 +87,7 @@ class TrainingBackendHook(BaseHook):
                 image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
                 etcd=extras.get("etcd"),
                 **({"orphan_grace_s": float(extras["orphan_grace_s"])} if extras.get("orphan_grace_s") else {}),
+                max_workers=conf.getint("ml_training", "local_max_workers", fallback=0) or None,
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
