@@ -321,7 +321,7 @@ with DAG(
         evaluation=evaluate.output,
         model_name="{{ params.model_name }}",
         require_approval="{{ params.require_approval }}",
-        response_timeout=timedelta(days=7),  # then the default, Reject: the model stays challenger
+        response_timeout=timedelta(days=7),  # then, unanswered: not approved (the model stays challenger)
         doc_md="With `require_approval`: a person approves (or rejects) the promotion; otherwise returns at once.",
     )
     deploy = DeployModelOperator(
