@@ -39,7 +39,7 @@ from airflow_ml_provider.operators.params import (
 )
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
-from airflow_ml_provider.patterns import MODEL_NAME
+from airflow_ml_provider.patterns import MODEL_NAME, bounded
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
@@ -121,27 +121,28 @@ with DAG(
         "workers": Param(
             2,
             type="integer",
-            minimum=1,
-            maximum=64,
+            allOf=bounded("Workers: a whole number from 1 to 64.", minimum=1, maximum=64),
             title="Workers",
-            description="Workers of the training job.",
+            description="Workers of the training job: a whole number from 1 to 64.",
         ),
         "epochs": Param(
-            3, type="integer", minimum=1, maximum=500, title="Epochs", description="Horovod only: epochs."
+            3,
+            type="integer",
+            allOf=bounded("Epochs: a whole number from 1 to 500.", minimum=1, maximum=500),
+            title="Epochs",
+            description="Horovod only: epochs, a whole number from 1 to 500.",
         ),
         "boost_rounds": Param(
             60,
             type="integer",
-            minimum=1,
-            maximum=10_000,
+            allOf=bounded("Boosting rounds: a whole number from 1 to 10000.", minimum=1, maximum=10_000),
             title="Boosting rounds",
-            description="LightGBM only: boosting rounds.",
+            description="LightGBM only: boosting rounds, a whole number from 1 to 10000.",
         ),
         "learning_rate": Param(
             0.05,
             type=NUMBER,
-            exclusiveMinimum=0,
-            maximum=1,
+            allOf=bounded("Learning rate: above 0 and at most 1.", exclusiveMinimum=0, maximum=1),
             title="Learning rate",
             description="Step size, above 0 and at most 1.",
         ),
@@ -157,10 +158,9 @@ with DAG(
         "shards": Param(
             2,
             type="integer",
-            minimum=1,
-            maximum=64,
+            allOf=bounded("Shards: a whole number from 1 to 64.", minimum=1, maximum=64),
             title="Shards",
-            description="Preprocessing jobs for the training data.",
+            description="Preprocessing jobs for the training data: a whole number from 1 to 64.",
         ),
         "model_name": Param(
             "ml_training_pipeline",
@@ -179,24 +179,21 @@ with DAG(
         "min_improvement": Param(
             0.0,
             type=NUMBER,
-            minimum=0,
-            maximum=1,
+            allOf=bounded("Minimum improvement: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum improvement",
             description="How much better than the champion the gate metric must be (0: at least as good).",
         ),
         "min_accuracy": Param(
             0.7,
             type=NUMBER,
-            minimum=0,
-            maximum=1,
+            allOf=bounded("Minimum accuracy: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum accuracy",
             description="Gate: held-out accuracy.",
         ),
         "min_auc": Param(
             0.0,
             type=NUMBER,
-            minimum=0,
-            maximum=1,
+            allOf=bounded("Minimum ROC AUC: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum ROC AUC",
             description="Gate: held-out ROC AUC.",
         ),

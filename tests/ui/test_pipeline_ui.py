@@ -142,7 +142,7 @@ def test_the_mlflow_links_open_what_they_name(
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("data_path", "; rm -rf /"), ("learning_rate", "-1")],
+    [("model_name", "; rm -rf /"), ("learning_rate", "-1")],
 )
 def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value):
     runs_before = stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"]
