@@ -4,8 +4,8 @@ gate -> deploy to the model marketplace (MLflow Model Registry) -> summary.
 **Trigger it** with the defaults (a generated dataset, LightGBM on the connection's default backend,
 the local one unless configured), or pick the Params: framework (LightGBM or Horovod), backend,
 workers, epochs/rounds, learning rate, your own data, gate thresholds. The trigger form checks
-types, ranges and choices; names are checked by the server when you trigger (the refusal names the
-Param); the first task, `prepare_data`, checks what a form cannot: `data_path` must be a file inside
+types and choices; ranges and names are checked by the server when you press Trigger (the refusal
+names the Param and its range); the first task, `prepare_data`, checks what a form cannot: `data_path` must be a file inside
 the data roots, `image` an absolute path (local backend) or a registry reference (Kubernetes), and
 trigger-conf keys must name Params ("Params refused: <Param>: ...").
 Values reach jobs as argv data only (no shell, no second template pass).

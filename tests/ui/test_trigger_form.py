@@ -9,18 +9,9 @@ a number (``abc`` pasted into the learning rate) to the last valid value when th
 from __future__ import annotations
 
 import pytest
+from test_pipeline_ui import DAG_ID, open_trigger_form  # the same form, opened the same way
 
 pytestmark = pytest.mark.integration
-
-DAG_ID = "ml_training_pipeline"
-
-
-def open_trigger_form(page, stack):
-    page.goto(f"{stack.url}/dags/{DAG_ID}")
-    page.get_by_role("button", name="Trigger").first.click()
-    dialog = page.get_by_role("dialog")
-    dialog.get_by_text("Run Parameters").wait_for()
-    return dialog
 
 
 def runs(stack) -> int:
