@@ -69,7 +69,7 @@ experiments:
     depends_on: [prepare]
     framework: lightgbm
     samples: {trials}
-    parallel: 64
+    parallel: 16
     search: {{sampler: random, objective: auc}}
     parameters:
       learning_rate: {{min: 0.01, max: 0.3, scale: log}}

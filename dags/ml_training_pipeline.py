@@ -4,8 +4,10 @@ gate -> deploy to the model marketplace (MLflow Model Registry) -> summary.
 **Trigger it** with the defaults (a generated dataset, LightGBM on the connection's default backend,
 the local one unless configured), or pick the Params: framework (LightGBM or Horovod), backend,
 workers, epochs/rounds, learning rate, your own data, gate thresholds. The trigger form checks
-types, ranges and choices; paths and names are checked by the server when you trigger (the
-refusal names the Param), and whether `data_path` exists by the first task, `prepare_data`.
+types and choices; ranges and names are checked by the server when you press Trigger (the refusal
+names the Param and its range); the first task, `prepare_data`, checks what a form cannot: `data_path` must be a file inside
+the data roots, `image` an absolute path (local backend) or a registry reference (Kubernetes), and
+trigger-conf keys must name Params ("Params refused: <Param>: ...").
 Values reach jobs as argv data only (no shell, no second template pass).
 
 **What comes out**: the `summary` task's log and XCom say it in one place: held-out metrics, the
@@ -15,23 +17,29 @@ the model version. The `evaluate` and `deploy` tasks carry the same links ("MLfl
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
-from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.assets import data_asset, model_asset
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.operators.approval import ChampionApprovalOperator
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
 from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
+from airflow_ml_provider.operators.params import (
+    conf_problems,
+    data_file,
+    describe,
+    image_problems,
+    number_problems,
+    refuse,
+)
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
-from airflow_ml_provider.patterns import MODEL_NAME, whole
+from airflow_ml_provider.patterns import MODEL_NAME, bounded
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
@@ -44,25 +52,29 @@ FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
 GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
 
 
-DATA_PATH = whole(r"/(?!.*\.\.)[A-Za-z0-9_./-]+\.(?:npz|csv)")
-# A container image reference: [registry[:port]/]path[:tag][@sha256:digest]; never a local path.
-IMAGE_REF = whole(
-    r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
-)
+# Number Params also take null: NaN sent through the REST API passes every JSON-schema bound and reaches
+# tasks as null, so the first task refuses it naming the Param (check_params), instead of a schema error.
+NUMBER = ["null", "number"]
 
 
-def check_params(params: dict) -> None:
-    """What the trigger form's JSON schema cannot say: the data file exists (here, where the run
-    reads it) and the learning rate is a number (JSON-schema bounds let NaN through). Fails the run
-    at its first task, for good, naming each refused Param."""
-    problems = []
-    if not math.isfinite(float(params["learning_rate"])):
-        problems.append(f"learning_rate: {params['learning_rate']!r} is not a finite number")
-    if params.get("data_path") and not Path(params["data_path"]).is_file():
-        problems.append(f"data_path: {params['data_path']!r} is not a file the Airflow worker can read")
-    if problems:
-        raise AirflowFailException("Params refused: " + "; ".join(problems))
+def check_params(params: dict, run_conf: dict | None = None) -> str | None:
+    """What Airflow's Param validation lets through, checked by the first task: trigger-conf keys that
+    name no Param (and the conf's size), numbers that are NaN (null after JSON) or integers written as
+    ``5.0``, an image that is a relative path, a data file outside the data roots or missing. Fails the
+    run for good, naming each refused Param; returns the data file's resolved path (None: generate)."""
+    hook = TrainingBackendHook()
+    declared = dag.params
+    problems = conf_problems(run_conf, declared) + number_problems(params, declared)
+    backend = hook.backend_name(params.get("backend"))
+    problems += image_problems("image", params.get("image"), backend, describe(declared.get_param("image")),
+                               hook.local_images() if backend == "local" else ())
+    data = None
+    if params.get("data_path"):
+        data, found = data_file("data_path", params["data_path"], hook.data_roots(),
+                                describe(declared.get_param("data_path")))
+        problems += found
+    refuse(problems)
+    return data
 
 
 def data_part(output_path: str) -> str:
@@ -99,55 +111,56 @@ with DAG(
         "image": Param(
             None,
             type=["null", "string"],
-            pattern=IMAGE_REF,
             maxLength=512,
             title="Training image",
-            description="Kubernetes backends: the container image of every job; empty: the ml_training "
-            "connection's image_<framework> or image extra. The local backend uses its own environment.",
+            description="Kubernetes backends: the container image of every job, a registry reference such as "
+            "registry.example.com/team/train:1.2; local backend: the absolute path of one of the deployment's "
+            "Python environments ([ml_training] local_images). "
+            "Empty: the ml_training connection's image_<framework> or image extra (local: its own environment).",
         ),
         "workers": Param(
             2,
             type="integer",
-            minimum=1,
-            maximum=64,
+            allOf=bounded("Workers: a whole number from 1 to 64.", minimum=1, maximum=64),
             title="Workers",
-            description="Workers of the training job.",
+            description="Workers of the training job: a whole number from 1 to 64.",
         ),
         "epochs": Param(
-            3, type="integer", minimum=1, maximum=500, title="Epochs", description="Horovod only: epochs."
+            3,
+            type="integer",
+            allOf=bounded("Epochs: a whole number from 1 to 500.", minimum=1, maximum=500),
+            title="Epochs",
+            description="Horovod only: epochs, a whole number from 1 to 500.",
         ),
         "boost_rounds": Param(
             60,
             type="integer",
-            minimum=1,
-            maximum=10_000,
+            allOf=bounded("Boosting rounds: a whole number from 1 to 10000.", minimum=1, maximum=10_000),
             title="Boosting rounds",
-            description="LightGBM only: boosting rounds.",
+            description="LightGBM only: boosting rounds, a whole number from 1 to 10000.",
         ),
         "learning_rate": Param(
             0.05,
-            type="number",
-            exclusiveMinimum=0,
-            maximum=1,
+            type=NUMBER,
+            allOf=bounded("Learning rate: above 0 and at most 1.", exclusiveMinimum=0, maximum=1),
             title="Learning rate",
             description="Step size, above 0 and at most 1.",
         ),
         "data_path": Param(
             None,
             type=["null", "string"],
-            pattern=DATA_PATH,
             maxLength=4096,
             title="Dataset",
-            description="Absolute path of an .npz (X, y) or .csv (a label column) file on the Airflow worker; "
-            "empty: a generated binary classification set.",
+            description="Absolute path of an .npz (X, y) or .csv (a label column) file on the Airflow worker, "
+            "inside the data roots ([ml_training] data_roots; by default $AIRFLOW_HOME/data and the runs' "
+            "data folder); empty: a generated binary classification set.",
         ),
         "shards": Param(
             2,
             type="integer",
-            minimum=1,
-            maximum=64,
+            allOf=bounded("Shards: a whole number from 1 to 64.", minimum=1, maximum=64),
             title="Shards",
-            description="Preprocessing jobs for the training data.",
+            description="Preprocessing jobs for the training data: a whole number from 1 to 64.",
         ),
         "model_name": Param(
             "ml_training_pipeline",
@@ -165,25 +178,22 @@ with DAG(
         ),
         "min_improvement": Param(
             0.0,
-            type="number",
-            minimum=0,
-            maximum=1,
+            type=NUMBER,
+            allOf=bounded("Minimum improvement: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum improvement",
             description="How much better than the champion the gate metric must be (0: at least as good).",
         ),
         "min_accuracy": Param(
             0.7,
-            type="number",
-            minimum=0,
-            maximum=1,
+            type=NUMBER,
+            allOf=bounded("Minimum accuracy: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum accuracy",
             description="Gate: held-out accuracy.",
         ),
         "min_auc": Param(
             0.0,
-            type="number",
-            minimum=0,
-            maximum=1,
+            type=NUMBER,
+            allOf=bounded("Minimum ROC AUC: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum ROC AUC",
             description="Gate: held-out ROC AUC.",
         ),
@@ -206,16 +216,15 @@ with DAG(
     @task(
         doc_md="Checks the Params, then splits the dataset into training shards, a validation and a test set."
     )
-    def prepare_data(params: dict, run_id: str, ti=None) -> list[dict]:
+    def prepare_data(params: dict, run_id: str, ti=None, dag_run=None) -> list[dict]:
         """Split the dataset (or a generated one) into shards and held-out sets; only paths go to XCom:
         the shards to preprocess are the return value (mapped over), the rest have their own keys."""
         from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
         from airflow_ml_provider.runtime.datasets import write_synthetic
         from airflow_ml_provider.runtime.splits import split_dataset
 
-        check_params(params)
+        source = check_params(params, dag_run.conf)  # the data file, resolved inside the data roots
         out = TrainingBackendHook().run_data_dir("ml_training_pipeline", run_id, params["backend"])  # under artifact_root
-        source = params["data_path"]
         if not source:
             source = out / "source.npz"
             write_synthetic(source, rows=20_000, features=20, seed=0)
@@ -309,7 +318,7 @@ with DAG(
         evaluation=evaluate.output,
         model_name="{{ params.model_name }}",
         require_approval="{{ params.require_approval }}",
-        response_timeout=timedelta(days=7),  # then the default, Reject: the model stays challenger
+        response_timeout=timedelta(days=7),  # then, unanswered: not approved (the model stays challenger)
         doc_md="With `require_approval`: a person approves (or rejects) the promotion; otherwise returns at once.",
     )
     deploy = DeployModelOperator(

@@ -34,7 +34,7 @@ class TrainingBackendHook(BaseHook):
     ``artifact_conn_id`` names the aws/google connection for it; ``artifact_secret_env`` maps worker
     variables to Kubernetes Secret keys (``{"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}``).
     Images for the Kubernetes backends: ``image_<framework>`` (``image_horovod``, ``image_lightgbm``,
-    ``image_generic``), else ``image``.
+    ``image_generic``), else ``image``. ``data_roots``: see :meth:`data_roots`.
     """
 
     conn_name_attr = "ml_conn_id"
@@ -52,9 +52,35 @@ class TrainingBackendHook(BaseHook):
         except AirflowNotFoundException:
             return {}
 
+    def backend_name(self, name: str | None = None, extras: dict[str, Any] | None = None) -> str:
+        """``name``, else the connection's default backend, else ``local``."""
+        extras = self.extras() if extras is None else extras
+        return name or extras.get("backend") or "local"
+
+    def data_roots(self) -> list[str]:
+        """The folders a Param may read data from (``data_path``): the ``data_roots`` extra (a list, or
+        comma-separated), else ``[ml_training] data_roots`` (comma-separated), else ``$AIRFLOW_HOME/data``
+        and the local root's ``data`` folder (where runs keep their prepared data)."""
+        extras = self.extras()
+        value = extras.get("data_roots") or conf.get("ml_training", "data_roots", fallback="")
+        roots = value if isinstance(value, list) else str(value).split(",")
+        roots = [str(root).strip() for root in roots if str(root).strip()]
+        if roots:
+            return roots
+        airflow_home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
+        return [os.path.join(airflow_home, "data"), os.path.join(self._local_root(extras), "data")]
+
+    def local_images(self) -> list[str]:
+        """The Python environments a Param may pick on the local backend: the ``local_image`` extra,
+        ``$AIRFLOW_ML_LOCAL_IMAGE`` and ``[ml_training] local_images`` (comma-separated)."""
+        extras = self.extras()
+        listed = conf.get("ml_training", "local_images", fallback="").split(",")
+        return [image.strip() for image in (extras.get("local_image"), os.environ.get("AIRFLOW_ML_LOCAL_IMAGE"),
+                                            *listed) if image and image.strip()]
+
     def get_backend(self, name: str | None = None) -> Backend:
         extras = self.extras()
-        name = name or extras.get("backend") or "local"
+        name = self.backend_name(name, extras)
         if name == "local":
             return get_backend(
                 "local",
@@ -62,6 +88,7 @@ class TrainingBackendHook(BaseHook):
                 image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
                 etcd=extras.get("etcd"),
                 **({"orphan_grace_s": float(extras["orphan_grace_s"])} if extras.get("orphan_grace_s") else {}),
+                max_workers=conf.getint("ml_training", "local_max_workers", fallback=0) or None,
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 

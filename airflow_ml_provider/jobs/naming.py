@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from airflow_ml_provider import labels
 
 _NAME_BUDGET = 40  # leaves room for pod suffixes such as "-launcher-xxxxx" within DNS-1123's 63
+DIGEST_CHARS = 13  # base32: 65 bits, so two valid identities never share a name by chance (birthday bound 2**32)
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -16,20 +18,27 @@ _NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
 @dataclass(frozen=True)
 class JobIdentity:
     """The task instance a job belongs to. The try number is a label, not part of the name:
-    every try of one task instance addresses the same job."""
+    every try of one task instance addresses the same job. ``trial`` numbers the jobs of one search
+    task; it is its own part of the digested key, so trial 1 of task ``tune`` never shares a name with
+    a task whose id is ``tune.trial-1``."""
 
     dag_id: str
     task_id: str
     run_id: str
     map_index: int = -1
     try_number: int = 1
+    trial: int | None = None
 
     @property
     def name(self) -> str:
-        key = "\x1f".join((self.dag_id, self.task_id, self.run_id, str(self.map_index)))
-        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-        readable = _NOT_DNS.sub("-", self.task_id.lower()).strip("-") or "job"
-        readable = readable[: _NAME_BUDGET - len(digest) - 5].rstrip("-")
+        parts = (self.dag_id, self.task_id, self.run_id, str(self.map_index))
+        if self.trial is not None:
+            parts += ("trial", str(self.trial))
+        digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+        digest = base64.b32encode(digest).decode().lower()[:DIGEST_CHARS]
+        task = self.task_id if self.trial is None else f"{self.task_id}-trial-{self.trial}"
+        readable = _NOT_DNS.sub("-", task.lower()).strip("-") or "job"
+        readable = readable[: _NAME_BUDGET - DIGEST_CHARS - 5].rstrip("-")
         return f"aml-{readable}-{digest}"
 
     def labels(self) -> dict[str, str]:

@@ -26,9 +26,10 @@ class ChampionApprovalOperator(ApprovalOperator):
             so a DAG Param can decide per run.
 
     Waiting is Airflow's: on 3.3 the task parks in ``awaiting_input`` (no worker slot, no trigger)
-    until someone answers in the UI or through the API, or ``response_timeout`` passes (then the
-    ``defaults``, ``Reject`` unless given, apply). A rejection does not skip the deploy: the model is
-    still registered, as challenger only.
+    until someone answers in the UI or through the API, or ``response_timeout`` passes. ``Approve`` is
+    the request's default, so the form highlights it (it only asks when the gate passed), but a
+    promotion needs a person: when the timeout applies the default, the answer counts as not approved.
+    A rejection does not skip the deploy: the model is still registered, as challenger only.
 
     Returns (XCom): ``{"required", "approved", "by", "at", "reason"}``; ``approved`` is None when
     nobody was asked.
@@ -41,7 +42,7 @@ class ChampionApprovalOperator(ApprovalOperator):
     def __init__(self, *, gate: dict[str, Any], model_name: str, evaluation: dict[str, Any] | None = None,
                  require_approval: bool | str = True, **kwargs: Any):
         kwargs.setdefault("subject", f"Promote the new version of {model_name} to champion?")
-        kwargs.setdefault("defaults", ApprovalOperator.REJECT)
+        kwargs.setdefault("defaults", ApprovalOperator.APPROVE)  # the highlighted choice in the HITL form
         super().__init__(**kwargs)
         self.gate = gate
         self.model_name = model_name
@@ -59,11 +60,16 @@ class ChampionApprovalOperator(ApprovalOperator):
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         # HITLOperator's: validates the answer; ApprovalOperator's would skip the deploy on "Reject"
         answer = HITLOperator.execute_complete(self, context, event)
+        person = (answer.get("responded_by_user") or {}).get("name")
+        if event.get("timedout") or not person:  # the timeout applied the defaults: nobody decided
+            self.log.info("Promotion of %s not approved: nobody answered within %s", self.model_name,
+                          self.response_timeout)
+            return {"required": True, "approved": False, "by": None, "at": answer["responded_at"].isoformat(),
+                    "reason": f"not approved: nobody answered within {self.response_timeout}"}
         approved = answer["chosen_options"] == [self.APPROVE]
-        by = (answer.get("responded_by_user") or {}).get("name") or "the timeout default"
-        self.log.info("Promotion of %s %s by %s", self.model_name, "approved" if approved else "rejected", by)
-        return {"required": True, "approved": approved, "by": by, "at": answer["responded_at"].isoformat(),
-                "reason": f"{'approved' if approved else 'rejected'} by {by}"}
+        self.log.info("Promotion of %s %s by %s", self.model_name, "approved" if approved else "rejected", person)
+        return {"required": True, "approved": approved, "by": person, "at": answer["responded_at"].isoformat(),
+                "reason": f"{'approved' if approved else 'rejected'} by {person}"}
 
     def _body(self) -> str:
         lines = [f"The gate passed the new version of **{self.model_name}**:", ""]

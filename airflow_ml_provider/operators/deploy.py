@@ -153,7 +153,8 @@ class DeployModelOperator(BaseOperator):
         if not (self.gate and self.gate["passed"]):
             return "; ".join((self.gate or {}).get("reasons", ["no gate given"]))
         if self.approval and self.approval.get("approved") is False:
-            return f"the promotion was rejected by {self.approval.get('by') or 'a reviewer'}"
+            reason = self.approval.get("reason") or f"rejected by {self.approval.get('by') or 'a reviewer'}"
+            return f"the promotion was {reason}"  # "rejected by ana", "not approved: nobody answered ..."
         return None
 
     def _kserve(self, number: int, evaluation: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,15 @@ from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.follow import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError, parse_settings, parse_space
+from airflow_ml_provider.search.space import (
+    MAX_PARALLEL,
+    MAX_TRIALS,
+    SearchSpace,
+    SearchSpaceError,
+    check_budget,
+    parse_settings,
+    parse_space,
+)
 from airflow_ml_provider.search.template import check_template, placeholder, portable_template, spec_template
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.training import BaseTrainingOperator
@@ -118,10 +126,11 @@ class HyperparameterSearchOperator(BaseOperator):
         self.deferrable = deferrable
         self._scheduler = None
         try:  # static values fail when the DAG is parsed, naming the field
-            if not _templated(search_space):
-                parse_space(search_space)
+            space = None if _templated(search_space) else parse_space(search_space)
             if not _templated([getattr(self, name) for name in _SETTINGS]):
-                self._settings()
+                settings = self._settings()
+                if space is not None:
+                    self._check_budget(settings, space)
         except SearchSpaceError as exc:
             raise SearchSpaceError(f"{self.task_id}: {exc}") from None
 
@@ -137,6 +146,7 @@ class HyperparameterSearchOperator(BaseOperator):
         identity = JobIdentity.from_context(context)
         space = _user_error(self.task_id, lambda: parse_space(self.search_space))
         settings = _user_error(self.task_id, self._settings)
+        _user_error(self.task_id, lambda: self._check_budget(settings, space))  # before any trial is created
         trial = self._render_trial(context, space)
         backend = self.hook.get_backend(self.backend or getattr(trial, "backend", None))
         artifact_dirs = self.hook.job_artifact_dirs(backend)
@@ -223,6 +233,12 @@ class HyperparameterSearchOperator(BaseOperator):
 
     def _settings(self):
         return parse_settings(**{name: getattr(self, name) for name in _SETTINGS})
+
+    @staticmethod
+    def _check_budget(settings, space: SearchSpace) -> None:
+        """Trials at once and in all, bounded by ``[ml_training] search_max_parallel``/``search_max_trials``."""
+        check_budget(settings, space, conf.getint("ml_training", "search_max_parallel", fallback=MAX_PARALLEL),
+                     conf.getint("ml_training", "search_max_trials", fallback=MAX_TRIALS), "[ml_training] search_")
 
     def _render_trial(self, context, space: SearchSpace) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:
         """Render the trial's Airflow templates once, leaving each search parameter's placeholder in place."""

@@ -40,9 +40,16 @@ def load_npz_or_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
                     return data["X"], data["y"]
             text = io.TextIOWrapper(f, encoding="utf-8")
             header = [c.strip() for c in text.readline().split(",")]
-            if LABEL_COLUMN not in header:
-                raise ValueError(f"{path}: no {LABEL_COLUMN!r} column in header {header}")
-            table = np.loadtxt(text, delimiter=",", ndmin=2)
+            if LABEL_COLUMN not in header:  # the file's content is never quoted: it may be anything
+                raise ValueError(f"{path}: no {LABEL_COLUMN!r} column in its header line "
+                                 f"({len(header)} comma-separated names, not shown)")
+            try:
+                table = np.loadtxt(text, delimiter=",", ndmin=2)
+            except ValueError:
+                raise ValueError(f"{path}: the rows below the header are not all numbers "
+                                 "(the values are not shown)") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text (the content is not shown)") from None
     except FileNotFoundError:
         raise FileNotFoundError(f"data file not found: {path}") from None
     label = header.index(LABEL_COLUMN)

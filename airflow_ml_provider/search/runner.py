@@ -42,7 +42,7 @@ class SearchFailed(RuntimeError):
 
 def trial_identity(search: JobIdentity, number: int) -> JobIdentity:
     """The identity of one trial's job, derived from the search task's, so its name is stable."""
-    return replace(search, task_id=f"{search.task_id}.trial-{number}")
+    return replace(search, trial=number)
 
 
 @dataclass

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 METRIC_NAME = r"^[A-Za-z_][A-Za-z0-9_./-]{0,99}$"  # as MLflow accepts, and short
 GRID_LIMIT = 100_000  # a grid is enumerated up front; beyond this, use a sampler that does not need to
+MAX_PARALLEL = 16  # trial jobs at once per search, unless configured ([ml_training] search_max_parallel)
+MAX_TRIALS = 10_000  # trials per search, unless configured ([ml_training] search_max_trials)
 
 
 class SearchSpaceError(ValueError):
@@ -248,6 +250,26 @@ def trial_budget(settings: SearchSettings, space: SearchSpace) -> int:
     if settings.n_trials is not None and settings.n_trials > size:
         raise SearchSpaceError(f"n_trials: {settings.n_trials} exceeds the grid's {size} combinations")
     return settings.n_trials or size
+
+
+def check_budget(settings: SearchSettings, space: SearchSpace, max_parallel: int = MAX_PARALLEL,
+                 max_trials: int = MAX_TRIALS, configured_as: str = "") -> None:
+    """Bound what one search creates: trial jobs at once and trials in all (a grid's default budget is its
+    size). Raises SearchSpaceError naming the setting, the bound and (``configured_as``: a prefix such as
+    ``[ml_training] search_``) where the bound is set."""
+    where = f" ({configured_as}max_parallel)" if configured_as else ""
+    if settings.max_parallel > max_parallel:
+        raise SearchSpaceError(f"max_parallel: {settings.max_parallel} trial jobs at once is more than the "
+                               f"{max_parallel} allowed per search{where}")
+    where = f" ({configured_as}max_trials)" if configured_as else ""
+    if settings.sampler == "grid" and settings.n_trials is None:
+        size = math.prod(len(values) for values in space.grid().values())
+        if size > max_trials:
+            raise SearchSpaceError(f"n_trials: the whole grid, {size} trials, is more than the {max_trials} "
+                                   f"allowed per search{where}; set n_trials or use a smaller grid")
+    elif settings.n_trials is not None and settings.n_trials > max_trials:
+        raise SearchSpaceError(f"n_trials: {settings.n_trials} trials is more than the {max_trials} allowed "
+                               f"per search{where}")
 
 
 @cache

@@ -142,7 +142,7 @@ def test_the_mlflow_links_open_what_they_name(
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("data_path", "; rm -rf /"), ("learning_rate", "-1")],
+    [("model_name", "; rm -rf /"), ("learning_rate", "-1")],
 )
 def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value):
     runs_before = stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"]
@@ -160,13 +160,13 @@ def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value)
 def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
     """What the trigger-time schema check cannot catch fails the run at once, in prepare_data, saying
     which Param and why: a file that does not exist where the run reads it (the DAG's check), and a
-    NaN learning rate sent through the API (it passes every JSON-schema bound on trigger, reaches the
-    task as null, and the task's own Param validation refuses it)."""
+    NaN learning rate sent through the API (it passes every JSON-schema bound on trigger and reaches the
+    task as null, which the DAG's check refuses)."""
     runs = {
         "data_path: '/nonexistent/ml/data.npz' is not a file the Airflow worker can read": {
             "data_path": "/nonexistent/ml/data.npz"
         },
-        "Invalid input for param learning_rate": {"learning_rate": math.nan},
+        "Params refused: learning_rate: no number given": {"learning_rate": math.nan},
     }
     run_ids = {message: stack.trigger_dag(DAG_ID, conf) for message, conf in runs.items()}
     for message, run_id in run_ids.items():

@@ -53,6 +53,9 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FAST_POLL_S = 0.05  # how often statuses() looks for the end of a job between full status reads
 
 
+WORKERS_PER_CPU = 4  # the default bound of one local job's worker processes, per CPU of the machine
+
+
 class LocalBackend(Backend):
     """Runs jobs as local process groups: ``horovodrun`` on localhost, or N socket-connected workers.
 
@@ -66,14 +69,20 @@ class LocalBackend(Backend):
         orphan_grace_s: the launcher stops (CANCELLED) a job whose followers have not called
             ``heartbeat`` for this long: long enough for Airflow to notice a dead task and a retry to
             attach. None: never.
+        max_workers: the most worker processes one job may start on this machine (an elastic job: its
+            ``max_workers``); default ``WORKERS_PER_CPU`` x the CPU count. A job asking for more is refused
+            before any process starts.
     """
 
     name = "local"
 
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
-                 etcd: str | None = None, orphan_grace_s: float | None = 600.0):
+                 etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None):
         if orphan_grace_s is not None and not orphan_grace_s > 0:
             raise ValueError(f"orphan_grace_s: must be a positive number of seconds (got {orphan_grace_s!r})")
+        if max_workers is not None and not max_workers >= 1:
+            raise ValueError(f"max_workers: must be at least 1 (got {max_workers!r})")
+        self.max_workers = max_workers or WORKERS_PER_CPU * (os.cpu_count() or 1)
         self.root = Path(root)
         self.image = image
         self.cancel_grace_s = cancel_grace_s
@@ -98,6 +107,7 @@ class LocalBackend(Backend):
                secrets: dict[str, str] | None = None) -> bool:
         """Also takes ``secrets``: variables for the workers' environment that are never written to
         disk (handed to the launcher on its stdin; not in ``job.json``, not in ``render``)."""
+        self._check_workers(spec)
         image = self._image_for(spec)
         _check_image(spec, image)
         secrets = _checked_secrets(secrets)
@@ -269,6 +279,17 @@ class LocalBackend(Backend):
         except EtcdError as exc:
             raise JobSubmissionError(f"min_workers/max_workers: could not write the worker slots: {exc}") from None
 
+    def _check_workers(self, spec: TrainingJobSpec) -> None:
+        """A job never starts more processes than this machine's bound (checked before anything starts)."""
+        asked = max(spec.num_workers, spec.max_workers or 0)
+        if asked > self.max_workers:
+            field = "max_workers" if spec.max_workers and spec.max_workers > spec.num_workers else "num_workers"
+            raise JobSubmissionError(
+                f"{field}: {asked} workers is more than the {self.max_workers} one local job may start on this "
+                f"machine ({os.cpu_count()} CPUs; the bound is [ml_training] local_max_workers, by default "
+                f"{WORKERS_PER_CPU} x the CPU count)"
+            )
+
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix
 
@@ -339,6 +360,9 @@ def _is_elastic_horovod(spec: TrainingJobSpec) -> bool:
 
 def _check_image(spec: TrainingJobSpec, image: str) -> None:
     """Fail at submit, with the fix in the message, when the environment cannot run the job."""
+    if not os.path.isabs(image):  # else it would be found (or not) relative to whatever directory submits
+        raise JobSubmissionError(f"image: {image!r} is not an absolute path; the local backend's image is the "
+                                 "prefix of a Python environment, e.g. /opt/venvs/train")
     bin_dir = Path(image) / "bin"
     if not bin_dir.is_dir():
         raise JobSubmissionError(f"image: {image!r} is not a Python environment (no bin/ directory)")

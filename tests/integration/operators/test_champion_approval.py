@@ -37,17 +37,18 @@ def api(monkeypatch):
         yield client
 
 
-def _awaiting(run_id: str):
+def _awaiting(run_id: str, defaults: bool = False, dag_id: str = "ml_approval_test"):
     from airflow.models.hitl import HITLDetail
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id="ml_approval_test", run_id=run_id, task_id="approve").one()
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id, task_id="approve").one()
         if str(ti.state) != "awaiting_input":
             return None
         detail = session.query(HITLDetail).filter_by(ti_id=ti.id).one()
-        return {"subject": detail.subject, "body": detail.body, "options": detail.options}
+        request = {"subject": detail.subject, "body": detail.body, "options": detail.options}
+        return {**request, "defaults": detail.defaults} if defaults else request
 
 
 def test_a_reviewer_rejects_through_the_hitl_api(approval_dag, api):
@@ -78,10 +79,42 @@ def test_a_reviewer_rejects_through_the_hitl_api(approval_dag, api):
     assert answer["by"] and answer["at"]
 
 
-def _running_approval_run():
+def _running_approval_run(dag_id: str = "ml_approval_test"):
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        dag_run = session.query(DagRun).filter_by(dag_id="ml_approval_test").order_by(DagRun.id.desc()).first()
+        dag_run = session.query(DagRun).filter_by(dag_id=dag_id).order_by(DagRun.id.desc()).first()
         return dag_run and dag_run.conf.get("require_approval") and str(dag_run.state) == "running" and dag_run.run_id
+
+
+def test_approve_is_the_highlighted_default_but_a_timeout_never_approves(airflow_db):
+    """Issue 25 D8: the HITL form highlighted Reject (the request's ``defaults``). Approve is now the default
+    the form highlights (the task asks only when the gate passed); when the response timeout passes, the
+    scheduler's own sweep (run here on the real code) applies that default, and it counts as not approved."""
+    import logging
+    from types import SimpleNamespace
+
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+
+    dag = load_dag(TEST_DAGS / "ml_approval_test_dags.py", "approval_timeout_dag")
+    seen = {}
+
+    def scheduler_sweep():
+        run_id = wait_for(lambda: _running_approval_run(dag.dag_id), what="the approval run")
+        seen["request"] = wait_for(lambda: _awaiting(run_id, defaults=True, dag_id=dag.dag_id), timeout=300,
+                                   what="the approval task awaiting input")
+        sweeper = SimpleNamespace(log=logging.getLogger("sweep"))
+        wait_for(lambda: SchedulerJobRunner.check_awaiting_input_timeouts(sweeper)
+                 or not _awaiting(run_id, dag_id=dag.dag_id),
+                 timeout=120, what="the timeout sweep to resume the task")
+
+    thread = threading.Thread(target=scheduler_sweep, daemon=True)
+    thread.start()
+    dag_run = dag.test(run_conf={"require_approval": True})
+    thread.join(timeout=10)
+
+    assert seen["request"]["defaults"] == ["Approve"]  # what the Required Actions form highlights
+    answer = record(dag.dag_id, dag_run.run_id, str(dag_run.state)).value("deploy")
+    assert (answer["required"], answer["approved"], answer["by"]) == (True, False, None)
+    assert answer["reason"] == "not approved: nobody answered within 0:00:01"

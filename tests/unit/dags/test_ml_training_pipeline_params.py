@@ -54,16 +54,7 @@ def test_every_param_has_a_title_and_a_description_and_optional_ones_allow_null(
         ("learning_rate", -1),
         ("learning_rate", math.inf),
         ("learning_rate", "$(id)"),
-        ("data_path", "relative/data.npz"),
-        ("data_path", "/data/../etc/passwd.npz"),
-        ("data_path", "/data/x.npz; rm -rf /"),
-        ("data_path", "; rm -rf /"),
-        ("data_path", "/data/$(touch x).npz"),
-        ("data_path", "/data/`id`.npz"),
-        ("data_path", "/data/{{ 7 * 7 }}.npz"),
-        ("data_path", "/data/train.parquet"),
-        ("data_path", "/data/train.npz\n"),
-        ("data_path", "/data/train.npz\n/etc/passwd.npz"),
+        ("data_path", "x" * 4097),
         ("shards", 0),
         ("model_name", "model`id`"),
         ("model_name", "{{ conf }}"),
@@ -89,7 +80,6 @@ def test_free_text_is_accepted_as_data(dag):
 
 
 PATTERN_CASES = {
-    "data_path": ["/data/train.npz", "/d/x.csv", "/data/train.npz\n", "/a/../b.npz", "x.npz", "/data/t.npz\nx"],
     "model_name": ["m", "my_model-1.2", "model\n", "-m", "a" * 100, "a" * 101, "m\nn"],
 }
 
@@ -108,15 +98,15 @@ def test_patterns_mean_the_same_in_the_browser_and_on_the_server(dag):
         )
         python = [_accepted(dag, name, value) for value in values]
         assert ecmascript == python, (name, values)
-    assert not _accepted(dag, "data_path", "/data/train.npz\n")
 
 
-def test_check_params_refuses_what_the_schema_cannot_naming_each_param(tmp_path):
+def test_check_params_refuses_what_the_schema_cannot_naming_each_param(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__DATA_ROOTS", str(tmp_path))
     check = PIPELINE["check_params"]
     data = tmp_path / "train.npz"
     data.write_bytes(b"")
-    check({"learning_rate": 0.1, "data_path": None})
-    check({"learning_rate": 0.1, "data_path": str(data)})
+    assert check({"learning_rate": 0.1, "data_path": None}) is None
+    assert check({"learning_rate": 0.1, "data_path": str(data)}) == str(data)
     with pytest.raises(AirflowFailException) as refused:
         check({"learning_rate": math.nan, "data_path": str(tmp_path / "missing.npz")})
     message = str(refused.value)

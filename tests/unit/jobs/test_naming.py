@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from airflow_ml_provider.jobs.naming import JobIdentity
 
@@ -29,3 +30,38 @@ def test_name_and_labels_are_valid_kubernetes_values():
         for key, value in ident.labels().items():
             assert len(value) <= 63 and LABEL_VALUE.match(value), (key, value)
     assert identity(try_number=2).labels()["ml.airflow.apache.org/try-number"] == "2"
+
+
+def test_name_carries_at_least_64_bits_of_digest():
+    """Issue 19 L7: a 40-bit digest let two valid run ids collide after 25 s of CPU."""
+    digest = identity().name.rsplit("-", 1)[1]
+    assert len(digest) * 5 >= 64 and re.fullmatch(r"[a-z2-7]+", digest), digest  # base32 digits
+
+
+def test_a_trial_job_never_shares_a_name_with_a_task_named_like_it():
+    """Issue 19 L7: trial #1 of search task ``tune`` and a task ``tune.trial-1`` (a task ``trial-1`` in a
+    TaskGroup ``tune``) got the same job name; the trial number is now its own part of the key."""
+    from airflow_ml_provider.search.runner import trial_identity
+
+    search = identity(task_id="tune")
+    trial = trial_identity(search, 1)
+    task = identity(task_id="tune.trial-1")
+    assert trial.name != task.name
+    assert trial.name.startswith("aml-tune-trial-1-") and task.name.startswith("aml-tune-trial-1-")  # same text
+    assert trial_identity(search, 1).name == trial.name  # a restarted search re-attaches to the same job
+    assert trial_identity(replace(search, try_number=2), 1).name == trial.name
+    assert len({trial_identity(search, n).name for n in range(100)} | {search.name}) == 101
+    for ident in (trial, task, trial_identity(identity(task_id="t" * 300, run_id="r" * 250), 10**6)):
+        assert DNS_LABEL.match(ident.name) and len(ident.name) <= 40, ident.name
+        for key, value in ident.labels().items():
+            assert len(value) <= 63 and LABEL_VALUE.match(value), (key, value)
+
+
+def test_a_trial_identity_round_trips_through_the_search_triggers_serialized_form():
+    """SearchTrigger rebuilds the search's identity with JobIdentity(**asdict(identity))."""
+    from dataclasses import asdict
+
+    from airflow_ml_provider.search.runner import trial_identity
+
+    trial = trial_identity(identity(task_id="tune"), 3)
+    assert JobIdentity(**asdict(trial)).name == trial.name

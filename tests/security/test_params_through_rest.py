@@ -1,0 +1,100 @@
+"""Hostile trigger conf sent the way the issue's adversary sent it: through the REST API of a real Airflow
+deployment (tests/airflow_stack.py: api-server, scheduler, dag-processor, triggerer) serving the shipped
+ml_training_pipeline. Whatever Airflow lets through at trigger time, the first task, ``prepare_data``,
+refuses with "Params refused: <field>: ..." before any job starts (issue 19 L1, L6, L9).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+from airflow_stack import AirflowStack
+from support import REPO, TRAINING_IMAGE
+
+pytestmark = pytest.mark.integration
+
+DAG_ID = "ml_training_pipeline"
+
+
+FAKE_SECRET = "ghp_FAKE_TOKEN_0123456789abcdef,prod-db-password-hunter2"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, str]:
+    """The deployment's data root (``[ml_training] data_roots``) and a folder outside it, each holding a CSV
+    whose first line is a secret."""
+    base = tmp_path_factory.mktemp("data")
+    root, outside = base / "data root", base / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.csv").write_text(FAKE_SECRET + ",label\n1,2,0\n")
+    (root / "secret-header.csv").write_text(FAKE_SECRET + "\n1,2\n")
+    return {"root": str(root), "outside": str(outside)}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, folders):
+    dags = tmp_path_factory.mktemp("dags")
+    shutil.copy(REPO / "dags" / "ml_training_pipeline.py", dags)
+    env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE), "AIRFLOW__ML_TRAINING__DATA_ROOTS": folders["root"]}
+    with AirflowStack(tmp_path_factory.mktemp("airflow"), dags_folder=dags, env=env) as deployment:
+        deployment.wait_for_dag(DAG_ID)
+        yield deployment
+
+
+def first_task_refusal(stack: AirflowStack, run_id: str) -> str:
+    """The run failed at prepare_data, nothing after it ran; returns prepare_data's log (with the error)."""
+    assert stack.wait_for_run(DAG_ID, run_id, timeout=600) == "failed"
+    states = {t["task_id"]: t["state"] for t in stack.task_instances(DAG_ID, run_id)}
+    assert states["prepare_data"] == "failed", states
+    assert states["train_lightgbm"] in ("upstream_failed", None) and states["deploy"] == "upstream_failed", states
+    return "\n".join(json.dumps(entry) for entry in stack.task_log(DAG_ID, run_id, "prepare_data"))
+
+
+# (case, trigger conf, what prepare_data's refusal says)
+REFUSED = [
+    ("unknown_key", {"../../evil key": "x"}, "Params refused: '../../evil key': not a Param of this DAG"),
+    ("200_unknown_keys", {f"k{i:03d}": i for i in range(200)},
+     "the trigger conf has 200 keys, more than the 64 allowed ([ml_training] max_conf_keys)"),
+    ("a_2_mb_key", {"k" * 2_000_000: 1}, "more than the 65536 allowed ([ml_training] max_conf_bytes)"),
+    ("integer_as_float", {"boost_rounds": 5.0},
+     "Params refused: boost_rounds: 5.0 is not an integer (write 5 without a decimal point)"),
+    ("nan_learning_rate", {"learning_rate": math.nan},
+     "Params refused: learning_rate: no number given (NaN and Infinity arrive as null through JSON): "
+     "Step size, above 0 and at most 1."),
+    ("csv_outside_the_roots", {"data_path": "{outside}/secret.csv"}, "/secret.csv' is outside the data roots"),
+    ("csv_whose_header_is_a_token", {"data_path": "{root}/secret-header.csv"},
+     "no 'label' column in its header line (2 comma-separated names, not shown)"),
+    ("relative_image", {"image": "venv"}, "Params refused: image: 'venv' is not an absolute path"),
+]
+
+
+@pytest.fixture(scope="module")
+def refused_runs(stack, folders) -> dict[str, str]:
+    """Every hostile conf triggered at once (they run side by side), then each run's refusal."""
+    run_ids = {case: stack.trigger_dag(DAG_ID, _filled(conf, folders)) for case, conf, _ in REFUSED}
+    return {case: first_task_refusal(stack, run_id) for case, run_id in run_ids.items()}
+
+
+@pytest.mark.parametrize(("case", "message"), [(case, message) for case, _, message in REFUSED],
+                         ids=[case for case, _, _ in REFUSED])
+def test_what_airflow_lets_through_is_refused_by_the_first_task_naming_it(refused_runs, case, message):
+    assert message in refused_runs[case]
+
+
+def test_no_refusal_echoes_a_files_content(refused_runs):
+    """Issue 19 L1: the refusal of a CSV printed its first line (``['ghp_FAKE_TOKEN_...', ...]``)."""
+    for case, log in refused_runs.items():
+        assert "ghp_FAKE" not in log and "hunter2" not in log, case
+
+
+def _filled(run_conf: dict, folders: dict[str, str]) -> dict:
+    return {key: value.format(**folders) if isinstance(value, str) else value for key, value in run_conf.items()}
+
+
+def test_a_huge_key_is_not_echoed_in_full(refused_runs):
+    log = refused_runs["a_2_mb_key"]
+    assert "'" + "k" * 40 + "...'" in log and "k" * 1000 not in log
