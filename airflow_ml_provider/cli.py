@@ -42,7 +42,7 @@ def _validate(args: argparse.Namespace) -> int:
             failed += 1
             continue
         trials = sum(experiment.num_samples for experiment in recipe.experiments.values())
-        print(f"{path}: ok (DAG {recipe.name}: {len(recipe.experiments)} tasks, {trials} jobs)")
+        print(f"{path}: ok (DAG {recipe.dag_id}: {len(recipe.experiments)} tasks, {trials} jobs)")
     return 1 if failed else 0
 
 

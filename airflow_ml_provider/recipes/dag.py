@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import re
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
 from airflow_ml_provider.recipes.loader import Issue, RecipeError, load_recipe
-from airflow_ml_provider.recipes.model import Recipe
+from airflow_ml_provider.recipes.model import INVALID_DAG_ID_PREFIX, Recipe
 from airflow_ml_provider.recipes.search import search_operator
 
 
@@ -34,7 +35,7 @@ def dag_from_recipe(path: str | Path, **dag_kwargs: Any) -> DAG:
 
 def build_dag(recipe: Recipe, source: str = "<recipe>", **dag_kwargs: Any) -> DAG:
     settings = {
-        "dag_id": recipe.name,
+        "dag_id": recipe.dag_id,
         "description": recipe.description or f"Recipe {source}",
         "schedule": recipe.schedule,
         "catchup": False,
@@ -98,31 +99,38 @@ class InvalidRecipeOperator(BaseOperator):
 
 
 def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
-    """One DAG per ``*.yaml`` recipe in ``folder``, keyed by DAG id.
+    """One DAG per ``*.yaml`` recipe in ``folder``, keyed by DAG id (``recipe_<name>``).
 
     A file that fails to load (invalid, unreadable, or reusing another recipe's name) never takes the
     others down: it becomes a DAG ``invalid_recipe_<file stem>`` whose one task fails with the file's
-    errors (also raised as a RecipeWarning, which the DAG processor records for the DAG file).
+    errors (also raised as a RecipeWarning, which the DAG processor records for the DAG file). The two
+    prefixes keep recipe DAGs apart from every other DAG file's ids and from each other: a placeholder
+    never replaces a recipe's DAG, and of two recipes with one name the first file (by name) keeps it.
     """
     dags: dict[str, DAG] = {}
-    files: dict[str, Path] = {}
+    files: dict[str, Path] = {}  # DAG id -> the recipe file that holds it
     for path in sorted(Path(folder).glob("*.yaml")):
         try:
-            dag = build_dag(load_recipe(path), str(path), **dag_kwargs)
-            if dag.dag_id in files:
-                raise RecipeError(str(path), [Issue(1, "name", f"DAG id {dag.dag_id!r} is already the recipe "
-                                                                f"{files[dag.dag_id].name}'s")])
+            recipe = load_recipe(path)
+            if recipe.dag_id in files:
+                raise RecipeError(str(path), [Issue(1, "name", f"the DAG id {recipe.dag_id!r} is already the "
+                                                                f"recipe {files[recipe.dag_id].name}'s")])
+            dag = build_dag(recipe, str(path), **dag_kwargs)
         except Exception as exc:  # noqa: BLE001 (one bad file must not hide every other recipe's DAG)
             errors = str(exc) if isinstance(exc, RecipeError) else f"{path}: {type(exc).__name__}: {exc}"
             warnings.warn(f"recipe not loaded: {errors}", RecipeWarning, stacklevel=2)
-            dag = invalid_recipe_dag(path, errors)
+            dag = invalid_recipe_dag(path, errors, taken=files)
         dags[dag.dag_id], files[dag.dag_id] = dag, path
     return dags
 
 
-def invalid_recipe_dag(path: Path, errors: str) -> DAG:
-    """A DAG named after the file, that fails at once with its errors (shown as code, never as markup)."""
-    dag_id = "invalid_recipe_" + re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)[:180]
+def invalid_recipe_dag(path: Path, errors: str, taken: Container[str] = ()) -> DAG:
+    """A DAG named after the file, that fails at once with its errors (shown as code, never as markup).
+    Its id is never one in ``taken``: two stems that read the same (``a b``, ``a_b``) get the file
+    name's digest appended."""
+    dag_id = INVALID_DAG_ID_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)[:180]
+    if dag_id in taken:
+        dag_id += "_" + hashlib.sha256(path.name.encode(errors="surrogateescape")).hexdigest()[:12]
     shown = "\n".join(f"    {line}" for line in errors.splitlines())
     with DAG(dag_id, schedule=None, catchup=False, tags=["ml", "recipe", "invalid"],
              description=f"INVALID RECIPE {path.name}: fix it (airflow-ml validate) to get its DAG",

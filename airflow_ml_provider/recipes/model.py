@@ -30,6 +30,8 @@ from airflow_ml_provider.recipes.space import Range, Scalar, product_size, sampl
 
 MAX_SAMPLES = 10_000
 MAX_WORKERS = 512
+DAG_ID_PREFIX = "recipe_"  # every recipe DAG id: recipes never take the id of another DAG file
+INVALID_DAG_ID_PREFIX = "invalid_recipe_"  # the placeholder DAG of a recipe file that does not load
 BUILTINS = ("sample", "experiment")  # placeholders every command may use besides its parameters
 
 
@@ -74,7 +76,7 @@ def _unique(values: list) -> list:
 
 ExperimentName = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}", "experiment name")]
 ParameterName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "parameter name")]
-DagId = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}", "recipe name (it becomes the DAG id)")]
+DagId = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}", "recipe name (the DAG id is recipe_<name>)")]
 EnvName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*", "environment variable name")]
 Number = Annotated[float, BeforeValidator(_number)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
@@ -243,6 +245,11 @@ class Recipe(_Strict):
     seed: Annotated[int, Field(strict=True)] = 0
     backend: Literal[tuple(BACKENDS)] | None = None  # type: ignore[valid-type]
     experiments: Annotated[dict[ExperimentName, Experiment], Field(min_length=1)]
+
+    @property
+    def dag_id(self) -> str:
+        """``recipe_<name>``: recipe DAGs live in their own namespace, apart from DAG files' ids."""
+        return DAG_ID_PREFIX + self.name
 
     def trials(self, name: str) -> list[Trial]:
         """The experiment's trials; seeded by recipe seed and experiment name, so they never change."""
