@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 import re
 import sys
 import warnings
@@ -20,6 +21,8 @@ from airflow_ml_provider.operators.recipe import RecipeTrialOperator
 from airflow_ml_provider.recipes.loader import Issue, RecipeError, load_recipe
 from airflow_ml_provider.recipes.model import INVALID_DAG_ID_PREFIX, Recipe
 from airflow_ml_provider.recipes.search import search_operator
+
+log = logging.getLogger(__name__)
 
 
 def dag_from_recipe(path: str | Path, **dag_kwargs: Any) -> DAG:
@@ -117,11 +120,21 @@ def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
                                                                 f"recipe {files[recipe.dag_id].name}'s")])
             dag = build_dag(recipe, str(path), **dag_kwargs)
         except Exception as exc:  # noqa: BLE001 (one bad file must not hide every other recipe's DAG)
-            errors = str(exc) if isinstance(exc, RecipeError) else f"{path}: {type(exc).__name__}: {exc}"
+            errors = _refusal(path, exc)
             warnings.warn(f"recipe not loaded: {errors}", RecipeWarning, stacklevel=2)
             dag = invalid_recipe_dag(path, errors, taken=files)
         dags[dag.dag_id], files[dag.dag_id] = dag, path
     return dags
+
+
+def _refusal(path: Path, exc: Exception) -> str:
+    """What the placeholder DAG and the warning say: paths and rules, never the file's content."""
+    if isinstance(exc, RecipeError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{path}: cannot be read: {exc.strerror or type(exc).__name__}"
+    log.warning("recipe %s: building its DAG failed", path, exc_info=True)  # the DAG processor's log only
+    return f"{path}: {type(exc).__name__} while building its DAG (details in the DAG processor's log)"
 
 
 def invalid_recipe_dag(path: Path, errors: str, taken: Container[str] = ()) -> DAG:

@@ -40,7 +40,7 @@ def _matching(pattern: str, what: str):
 
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
-            raise ValueError(f"{value!r} is not a valid {what} (allowed: {pattern})")
+            raise ValueError(f"is not a valid {what} (allowed: {pattern})")
         return value
 
     return AfterValidator(check)
@@ -50,27 +50,28 @@ def _scalar(value: Any) -> Scalar:
     if not isinstance(value, str | int | float | bool):
         raise ValueError(f"must be a string, number or boolean, not {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"must be a finite number (got {value!r})")
+        raise ValueError("must be a finite number")
     return value
 
 
 def _number(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"must be a number (got {value!r})")
+        raise ValueError(f"must be a number, not {type(value).__name__}")
     if not math.isfinite(value):
-        raise ValueError(f"must be a finite number (got {value!r})")
+        raise ValueError("must be a finite number")
     return value
 
 
 def _unique(values: list) -> list:
-    seen, repeated = set(), []
-    for value in values:
+    first: dict[tuple[str, Any], int] = {}
+    repeated = []
+    for index, value in enumerate(values):
         key = (type(value).__name__, value)
-        if key in seen:
-            repeated.append(repr(value))
-        seen.add(key)
+        if key in first:
+            repeated.append(f"[{index}] repeats [{first[key]}]")
+        first.setdefault(key, index)
     if repeated:
-        raise ValueError(f"values must be distinct; repeated: {', '.join(repeated)}")
+        raise ValueError(f"values must be distinct: {', '.join(repeated)}")
     return values
 
 
@@ -194,8 +195,8 @@ class Experiment(_Strict):
     def _command_is_argv(cls, value: Any) -> Any:
         if isinstance(value, str):
             raise ValueError(
-                "must be an argv list such as ['python', 'train.py', '--lr', '{{lr}}'], not a shell string: "
-                "commands never run through a shell"
+                "must be an argv list, one element per argument (e.g. [python, train.py, --lr, '{{lr}}']), "
+                "not a shell string: commands never run through a shell"
             )
         return value
 
