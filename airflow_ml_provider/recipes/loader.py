@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
+from airflow_ml_provider.recipes.budgets import Budgets
 from airflow_ml_provider.recipes.argv import IDENTIFIER, JINJA_SYNTAX, placeholders
 from airflow_ml_provider.recipes.model import BUILTINS, Experiment, Gpu, Hardware, RangeSpec, Recipe, Search
 from airflow_ml_provider.recipes.safe_yaml import RecipeFileError, compose_and_load, format_path, read_text
@@ -49,17 +50,19 @@ class RecipeError(ValueError):
         super().__init__("\n".join(f"{source}:{issue}" for issue in self.issues))
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Read and validate a recipe file. Raises RecipeError (or OSError if it cannot be read)."""
+def load_recipe(path: str | Path, budgets: Budgets | None = None) -> Recipe:
+    """Read and validate a recipe file (within ``budgets``, by default the configured ones).
+    Raises RecipeError (or OSError if it cannot be opened)."""
     try:
         text = read_text(Path(path))
     except RecipeFileError as exc:
         raise RecipeError(str(path), [Issue(exc.line, exc.path, str(exc))]) from None
-    return parse_recipe(text, str(path))
+    return parse_recipe(text, str(path), budgets)
 
 
-def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
-    """Validate recipe text. Raises RecipeError listing every problem with its path and line."""
+def parse_recipe(text: str, source: str = "<recipe>", budgets: Budgets | None = None) -> Recipe:
+    """Validate recipe text (within ``budgets``, by default the configured ones). Raises RecipeError listing
+    every problem with its path and line."""
     try:
         root, data = compose_and_load(text)
     except RecipeFileError as exc:
@@ -73,6 +76,9 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
     except ValidationError as exc:
         issues += [_issue(root, error["loc"], _message(error)) for error in exc.errors()]
     issues += [_issue(root, loc, message) for loc, message in cross_field_problems(data)]
+    if recipe is not None:  # arithmetic on the validated counts: nothing is expanded yet
+        issues += [_issue(root, loc, message)
+                   for loc, message in budget_problems(recipe, budgets or Budgets.from_config())]
     if recipe is not None and not issues:
         issues += [_issue(root, loc, message) for loc, message in _spec_problems(recipe)]
     if issues:
@@ -102,6 +108,22 @@ def redacted(issues: list[Issue], data: Any) -> list[Issue]:
                 message = message.replace(repr(value), "<value>")
         result.append(Issue(issue.line, issue.path, message))
     return result
+
+
+def budget_problems(recipe: Recipe, budgets: Budgets) -> list[tuple[Loc, str]]:
+    """Trials per search and jobs per file over their budgets, counted from ``samples`` and the sizes of the
+    parameter values (a product, never materialized), so a recipe of millions of jobs is refused at once."""
+    problems = []
+    for name, experiment in recipe.experiments.items():
+        if experiment.search is not None and experiment.num_samples > budgets.max_search_trials:
+            problems.append((("experiments", name, "samples"),
+                             f"a search of {experiment.num_samples} trials is over the budget of "
+                             f"{budgets.max_search_trials} ({Budgets.key('max_search_trials')})"))
+    if recipe.num_jobs > budgets.max_jobs_per_file:
+        problems.append((("experiments",), f"the recipe creates {recipe.num_jobs} jobs, over the budget of "
+                                           f"{budgets.max_jobs_per_file} per recipe file "
+                                           f"({Budgets.key('max_jobs_per_file')})"))
+    return problems
 
 
 def cross_field_problems(data: dict) -> list[tuple[Loc, str]]:

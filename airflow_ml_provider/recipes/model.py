@@ -248,6 +248,11 @@ class Recipe(_Strict):
     experiments: Annotated[dict[ExperimentName, Experiment], Field(min_length=1)]
 
     @property
+    def num_jobs(self) -> int:
+        """Every experiment's trials (a search's trial budget included): the jobs one run may create."""
+        return sum(experiment.num_samples for experiment in self.experiments.values())
+
+    @property
     def dag_id(self) -> str:
         """``recipe_<name>``: recipe DAGs live in their own namespace, apart from DAG files' ids."""
         return DAG_ID_PREFIX + self.name
