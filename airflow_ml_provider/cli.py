@@ -32,17 +32,17 @@ def _backend(name: str, args: argparse.Namespace):
 def _validate(args: argparse.Namespace) -> int:
     """Check recipes: every error with its file, line and YAML path; exit 1 if any recipe is invalid."""
     from airflow_ml_provider.recipes import RecipeError, load_recipe
+    from airflow_ml_provider.recipes.budgets import Budgets
 
-    failed = 0
+    failed, budgets = 0, Budgets.from_config()
     for path in args.recipes:
         try:
-            recipe = load_recipe(path)
+            recipe = load_recipe(path, budgets)
         except (RecipeError, OSError) as exc:
             print(exc, file=sys.stderr)
             failed += 1
             continue
-        trials = sum(experiment.num_samples for experiment in recipe.experiments.values())
-        print(f"{path}: ok (DAG {recipe.name}: {len(recipe.experiments)} tasks, {trials} jobs)")
+        print(f"{path}: ok (DAG {recipe.dag_id}: {len(recipe.experiments)} tasks, {recipe.num_jobs} jobs)")
     return 1 if failed else 0
 
 

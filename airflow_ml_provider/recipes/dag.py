@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
+import logging
 import re
 import sys
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,9 +19,13 @@ from airflow.sdk import DAG, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
-from airflow_ml_provider.recipes.loader import Issue, RecipeError, load_recipe
-from airflow_ml_provider.recipes.model import Recipe
+from airflow_ml_provider.recipes.budgets import Budgets, Clock
+from airflow_ml_provider.recipes.loader import Issue, RecipeError, budget_problems, load_recipe
+from airflow_ml_provider.recipes.model import INVALID_DAG_ID_PREFIX, Recipe
+from airflow_ml_provider.recipes.safe_yaml import format_path
 from airflow_ml_provider.recipes.search import search_operator
+
+log = logging.getLogger(__name__)
 
 
 def dag_from_recipe(path: str | Path, **dag_kwargs: Any) -> DAG:
@@ -29,12 +36,20 @@ def dag_from_recipe(path: str | Path, **dag_kwargs: Any) -> DAG:
     ``DAG`` (for example ``default_args``) and override what the recipe sets.
     """
     recipe_path = _resolve(Path(path), Path(sys._getframe(1).f_globals.get("__file__", ".")).resolve().parent)
-    return build_dag(load_recipe(recipe_path), str(recipe_path), **dag_kwargs)
+    budgets = Budgets.from_config()
+    clock = Clock(budgets)
+    return build_dag(load_recipe(recipe_path, budgets), str(recipe_path), budgets=budgets, clock=clock, **dag_kwargs)
 
 
-def build_dag(recipe: Recipe, source: str = "<recipe>", **dag_kwargs: Any) -> DAG:
+def build_dag(recipe: Recipe, source: str = "<recipe>", *, budgets: Budgets | None = None, clock: Clock | None = None,
+              **dag_kwargs: Any) -> DAG:
+    """The recipe's DAG, refused (RecipeError) before any trial is expanded if the recipe is over a job budget,
+    and between experiments once ``clock`` says the file's parse time is spent."""
+    over = budget_problems(recipe, budgets or Budgets.from_config())
+    if over:
+        raise RecipeError(source, [Issue(1, format_path(list(loc)), message) for loc, message in over])
     settings = {
-        "dag_id": recipe.name,
+        "dag_id": recipe.dag_id,
         "description": recipe.description or f"Recipe {source}",
         "schedule": recipe.schedule,
         "catchup": False,
@@ -43,27 +58,38 @@ def build_dag(recipe: Recipe, source: str = "<recipe>", **dag_kwargs: Any) -> DA
         **dag_kwargs,
     }
     with DAG(**settings) as dag, _collector_paused():
-        tasks = {}
-        for name, experiment in recipe.experiments.items():
-            if experiment.search is not None:
-                tasks[name] = search_operator(recipe, name, experiment)
-                continue
-            tasks[name] = RecipeTrialOperator.partial(
-                task_id=name,
-                framework=experiment.job_framework.value,
-                num_workers=experiment.workers,
-                image=experiment.image,
-                hardware=experiment.hardware.resources().model_dump(exclude_defaults=True),
-                env=experiment.env,
-                backend=experiment.backend or recipe.backend,
-                retries=experiment.retries,
-                max_active_tis_per_dagrun=experiment.parallel,
-                map_index_template="{{ task.trial_label }}",
-            ).expand(trial=[json.dumps({"params": t.params, "argv": t.argv}) for t in recipe.trials(name)])
-        for name, experiment in recipe.experiments.items():
-            for dependency in experiment.depends_on:
-                tasks[dependency] >> tasks[name]
+        try:
+            _add_tasks(recipe, source, clock)
+        except BaseException:
+            dag.auto_register = False  # half built: Airflow must not pick it up beside the file's placeholder
+            raise
     return dag
+
+
+def _add_tasks(recipe: Recipe, source: str, clock: Clock | None) -> None:
+    """The experiments as tasks of the DAG being defined, stopped between experiments once ``clock`` is spent."""
+    tasks = {}
+    for name, experiment in recipe.experiments.items():
+        if clock is not None and (spent := clock.over()):
+            raise RecipeError(source, [Issue(1, f"experiments.{name}", spent)])
+        if experiment.search is not None:
+            tasks[name] = search_operator(recipe, name, experiment)
+            continue
+        tasks[name] = RecipeTrialOperator.partial(
+            task_id=name,
+            framework=experiment.job_framework.value,
+            num_workers=experiment.workers,
+            image=experiment.image,
+            hardware=experiment.hardware.resources().model_dump(exclude_defaults=True),
+            env=experiment.env,
+            backend=experiment.backend or recipe.backend,
+            retries=experiment.retries,
+            max_active_tis_per_dagrun=experiment.parallel,
+            map_index_template="{{ task.trial_label }}",
+        ).expand(trial=[json.dumps({"params": t.params, "argv": t.argv}) for t in recipe.trials(name)])
+    for name, experiment in recipe.experiments.items():
+        for dependency in experiment.depends_on:
+            tasks[dependency] >> tasks[name]
 
 
 @contextmanager
@@ -98,31 +124,59 @@ class InvalidRecipeOperator(BaseOperator):
 
 
 def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
-    """One DAG per ``*.yaml`` recipe in ``folder``, keyed by DAG id.
+    """One DAG per ``*.yaml`` recipe in ``folder``, keyed by DAG id (``recipe_<name>``).
 
     A file that fails to load (invalid, unreadable, or reusing another recipe's name) never takes the
     others down: it becomes a DAG ``invalid_recipe_<file stem>`` whose one task fails with the file's
-    errors (also raised as a RecipeWarning, which the DAG processor records for the DAG file).
+    errors (also raised as a RecipeWarning, which the DAG processor records for the DAG file). The two
+    prefixes keep recipe DAGs apart from every other DAG file's ids and from each other: a placeholder
+    never replaces a recipe's DAG, and of two recipes with one name the first file (by name) keeps it.
     """
     dags: dict[str, DAG] = {}
-    files: dict[str, Path] = {}
+    files: dict[str, Path] = {}  # DAG id -> the recipe file that holds it
+    budgets = Budgets.from_config()
+    deadline = time.monotonic() + budgets.folder_parse_seconds if budgets.folder_parse_seconds else None
+    jobs = 0  # in the recipes loaded so far
     for path in sorted(Path(folder).glob("*.yaml")):
+        clock = Clock(budgets, deadline)
         try:
-            dag = build_dag(load_recipe(path), str(path), **dag_kwargs)
-            if dag.dag_id in files:
-                raise RecipeError(str(path), [Issue(1, "name", f"DAG id {dag.dag_id!r} is already the recipe "
-                                                                f"{files[dag.dag_id].name}'s")])
+            if spent := clock.over():
+                raise RecipeError(str(path), [Issue(1, "", spent)])
+            recipe = load_recipe(path, budgets)
+            if recipe.dag_id in files:
+                raise RecipeError(str(path), [Issue(1, "name", f"the DAG id {recipe.dag_id!r} is already the "
+                                                                f"recipe {files[recipe.dag_id].name}'s")])
+            if jobs + recipe.num_jobs > budgets.max_jobs_per_folder:
+                raise RecipeError(str(path), [Issue(1, "experiments", (
+                    f"its {recipe.num_jobs} jobs would bring the recipes folder to {jobs + recipe.num_jobs}, over "
+                    f"the budget of {budgets.max_jobs_per_folder} ({Budgets.key('max_jobs_per_folder')})"))])
+            dag = build_dag(recipe, str(path), budgets=budgets, clock=clock, **dag_kwargs)
+            jobs += recipe.num_jobs
         except Exception as exc:  # noqa: BLE001 (one bad file must not hide every other recipe's DAG)
-            errors = str(exc) if isinstance(exc, RecipeError) else f"{path}: {type(exc).__name__}: {exc}"
+            errors = _refusal(path, exc)
             warnings.warn(f"recipe not loaded: {errors}", RecipeWarning, stacklevel=2)
-            dag = invalid_recipe_dag(path, errors)
+            dag = invalid_recipe_dag(path, errors, taken=files)
         dags[dag.dag_id], files[dag.dag_id] = dag, path
     return dags
 
 
-def invalid_recipe_dag(path: Path, errors: str) -> DAG:
-    """A DAG named after the file, that fails at once with its errors (shown as code, never as markup)."""
-    dag_id = "invalid_recipe_" + re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)[:180]
+def _refusal(path: Path, exc: Exception) -> str:
+    """What the placeholder DAG and the warning say: paths and rules, never the file's content."""
+    if isinstance(exc, RecipeError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{path}: cannot be read: {exc.strerror or type(exc).__name__}"
+    log.warning("recipe %s: building its DAG failed", path, exc_info=True)  # the DAG processor's log only
+    return f"{path}: {type(exc).__name__} while building its DAG (details in the DAG processor's log)"
+
+
+def invalid_recipe_dag(path: Path, errors: str, taken: Container[str] = ()) -> DAG:
+    """A DAG named after the file, that fails at once with its errors (shown as code, never as markup).
+    Its id is never one in ``taken``: two stems that read the same (``a b``, ``a_b``) get the file
+    name's digest appended."""
+    dag_id = INVALID_DAG_ID_PREFIX + re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)[:180]
+    if dag_id in taken:
+        dag_id += "_" + hashlib.sha256(path.name.encode(errors="surrogateescape")).hexdigest()[:12]
     shown = "\n".join(f"    {line}" for line in errors.splitlines())
     with DAG(dag_id, schedule=None, catchup=False, tags=["ml", "recipe", "invalid"],
              description=f"INVALID RECIPE {path.name}: fix it (airflow-ml validate) to get its DAG",

@@ -11,11 +11,13 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
+from airflow_ml_provider.recipes.budgets import Budgets
 from airflow_ml_provider.recipes.argv import IDENTIFIER, JINJA_SYNTAX, placeholders
 from airflow_ml_provider.recipes.model import BUILTINS, Experiment, Gpu, Hardware, RangeSpec, Recipe, Search
 from airflow_ml_provider.recipes.safe_yaml import RecipeFileError, compose_and_load, format_path, read_text
@@ -48,17 +50,19 @@ class RecipeError(ValueError):
         super().__init__("\n".join(f"{source}:{issue}" for issue in self.issues))
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Read and validate a recipe file. Raises RecipeError (or OSError if it cannot be read)."""
+def load_recipe(path: str | Path, budgets: Budgets | None = None) -> Recipe:
+    """Read and validate a recipe file (within ``budgets``, by default the configured ones).
+    Raises RecipeError (or OSError if it cannot be opened)."""
     try:
         text = read_text(Path(path))
     except RecipeFileError as exc:
         raise RecipeError(str(path), [Issue(exc.line, exc.path, str(exc))]) from None
-    return parse_recipe(text, str(path))
+    return parse_recipe(text, str(path), budgets)
 
 
-def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
-    """Validate recipe text. Raises RecipeError listing every problem with its path and line."""
+def parse_recipe(text: str, source: str = "<recipe>", budgets: Budgets | None = None) -> Recipe:
+    """Validate recipe text (within ``budgets``, by default the configured ones). Raises RecipeError listing
+    every problem with its path and line."""
     try:
         root, data = compose_and_load(text)
     except RecipeFileError as exc:
@@ -72,11 +76,54 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
     except ValidationError as exc:
         issues += [_issue(root, error["loc"], _message(error)) for error in exc.errors()]
     issues += [_issue(root, loc, message) for loc, message in cross_field_problems(data)]
+    if recipe is not None:  # arithmetic on the validated counts: nothing is expanded yet
+        issues += [_issue(root, loc, message)
+                   for loc, message in budget_problems(recipe, budgets or Budgets.from_config())]
     if recipe is not None and not issues:
         issues += [_issue(root, loc, message) for loc, message in _spec_problems(recipe)]
     if issues:
-        raise RecipeError(source, issues)
+        raise RecipeError(source, redacted(issues, data))
     return recipe
+
+
+def redacted(issues: list[Issue], data: Any) -> list[Issue]:
+    """The issues with every string value of the document that a message quotes (its repr) replaced by ``<value>``:
+    error texts (task logs, the placeholder DAG's docs) carry YAML paths and rules, never the file's
+    content, whichever check (ours, pydantic's, the job spec's) wrote the message."""
+    values, stack = set(), [data]
+    while stack:  # iterative: composition bounded the document's size and depth
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+        elif isinstance(item, str) and item:
+            values.add(item)
+    quoted = sorted(values, key=len, reverse=True)
+    result = []
+    for issue in issues:
+        message = issue.message
+        for value in quoted:
+            if value in message:  # checks quote a value as its repr
+                message = message.replace(repr(value), "<value>")
+        result.append(Issue(issue.line, issue.path, message))
+    return result
+
+
+def budget_problems(recipe: Recipe, budgets: Budgets) -> list[tuple[Loc, str]]:
+    """Trials per search and jobs per file over their budgets, counted from ``samples`` and the sizes of the
+    parameter values (a product, never materialized), so a recipe of millions of jobs is refused at once."""
+    problems = []
+    for name, experiment in recipe.experiments.items():
+        if experiment.search is not None and experiment.num_samples > budgets.max_search_trials:
+            problems.append((("experiments", name, "samples"),
+                             f"a search of {experiment.num_samples} trials is over the budget of "
+                             f"{budgets.max_search_trials} ({Budgets.key('max_search_trials')})"))
+    if recipe.num_jobs > budgets.max_jobs_per_file:
+        problems.append((("experiments",), f"the recipe creates {recipe.num_jobs} jobs, over the budget of "
+                                           f"{budgets.max_jobs_per_file} per recipe file "
+                                           f"({Budgets.key('max_jobs_per_file')})"))
+    return problems
 
 
 def cross_field_problems(data: dict) -> list[tuple[Loc, str]]:
@@ -113,12 +160,11 @@ def _placeholder_problems(at: Loc, experiment: dict) -> list[tuple[Loc, str]]:
             if index == 0:
                 problems.append((where, "the program (first element) cannot be a placeholder"))
             elif not IDENTIFIER.match(ref):
-                problems.append((where, f"{{{{{ref}}}}} is not a placeholder: only {{{{name}}}} of a "
-                                        "parameter is substituted; expressions are never evaluated"))
+                problems.append((where, "a {{...}} that is not a placeholder: only {{name}} of a parameter is "
+                                        "substituted; expressions are never evaluated"))
             elif ref not in declared and ref not in BUILTINS:
                 known = ", ".join(sorted(declared | set(BUILTINS)))
-                problems.append((where, f"{{{{{ref}}}}} names no parameter of this experiment "
-                                        f"(known: {known})"))
+                problems.append((where, f"a placeholder names no parameter of this experiment (known: {known})"))
     problems += [((*at, "parameters", name), f"parameter {name!r} is never used in the command")
                  for name in sorted(declared - used - set(BUILTINS))]
     return problems
@@ -134,7 +180,7 @@ def _dependency_problems(at: Loc, experiment: dict, experiments: dict) -> list[t
             problems.append(((*at, "depends_on", index), "an experiment cannot depend on itself"))
         elif isinstance(dependency, str) and dependency not in experiments:
             known = ", ".join(map(str, experiments))
-            message = f"no experiment named {dependency!r} (known: {known})"
+            message = f"names no experiment of this recipe (known: {known})"
             problems.append(((*at, "depends_on", index), message))
     return problems
 
@@ -207,10 +253,7 @@ def _message(error: dict) -> str:
         field = error["loc"][-1]
         close = difflib.get_close_matches(str(field), _FIELDS, n=1)
         return f"unknown field {field!r}" + (f"; did you mean {close[0]!r}?" if close else "")
-    value = error.get("input")
-    if isinstance(value, str | int | float | bool) and value != "" and repr(value) not in message:
-        message += f" (got {value!r:.60})"
-    return message
+    return message  # never the input: error texts quote the YAML path and the rule, not the file's content
 
 
 def _issue(root: yaml.Node, loc: Loc, message: str) -> Issue:

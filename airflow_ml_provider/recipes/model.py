@@ -30,6 +30,8 @@ from airflow_ml_provider.recipes.space import Range, Scalar, product_size, sampl
 
 MAX_SAMPLES = 10_000
 MAX_WORKERS = 512
+DAG_ID_PREFIX = "recipe_"  # every recipe DAG id: recipes never take the id of another DAG file
+INVALID_DAG_ID_PREFIX = "invalid_recipe_"  # the placeholder DAG of a recipe file that does not load
 BUILTINS = ("sample", "experiment")  # placeholders every command may use besides its parameters
 
 
@@ -38,7 +40,7 @@ def _matching(pattern: str, what: str):
 
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
-            raise ValueError(f"{value!r} is not a valid {what} (allowed: {pattern})")
+            raise ValueError(f"is not a valid {what} (allowed: {pattern})")
         return value
 
     return AfterValidator(check)
@@ -48,33 +50,34 @@ def _scalar(value: Any) -> Scalar:
     if not isinstance(value, str | int | float | bool):
         raise ValueError(f"must be a string, number or boolean, not {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"must be a finite number (got {value!r})")
+        raise ValueError("must be a finite number")
     return value
 
 
 def _number(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"must be a number (got {value!r})")
+        raise ValueError(f"must be a number, not {type(value).__name__}")
     if not math.isfinite(value):
-        raise ValueError(f"must be a finite number (got {value!r})")
+        raise ValueError("must be a finite number")
     return value
 
 
 def _unique(values: list) -> list:
-    seen, repeated = set(), []
-    for value in values:
+    first: dict[tuple[str, Any], int] = {}
+    repeated = []
+    for index, value in enumerate(values):
         key = (type(value).__name__, value)
-        if key in seen:
-            repeated.append(repr(value))
-        seen.add(key)
+        if key in first:
+            repeated.append(f"[{index}] repeats [{first[key]}]")
+        first.setdefault(key, index)
     if repeated:
-        raise ValueError(f"values must be distinct; repeated: {', '.join(repeated)}")
+        raise ValueError(f"values must be distinct: {', '.join(repeated)}")
     return values
 
 
 ExperimentName = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}", "experiment name")]
 ParameterName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "parameter name")]
-DagId = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}", "recipe name (it becomes the DAG id)")]
+DagId = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}", "recipe name (the DAG id is recipe_<name>)")]
 EnvName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*", "environment variable name")]
 Number = Annotated[float, BeforeValidator(_number)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
@@ -192,8 +195,8 @@ class Experiment(_Strict):
     def _command_is_argv(cls, value: Any) -> Any:
         if isinstance(value, str):
             raise ValueError(
-                "must be an argv list such as ['python', 'train.py', '--lr', '{{lr}}'], not a shell string: "
-                "commands never run through a shell"
+                "must be an argv list, one element per argument (e.g. [python, train.py, --lr, '{{lr}}']), "
+                "not a shell string: commands never run through a shell"
             )
         return value
 
@@ -243,6 +246,16 @@ class Recipe(_Strict):
     seed: Annotated[int, Field(strict=True)] = 0
     backend: Literal[tuple(BACKENDS)] | None = None  # type: ignore[valid-type]
     experiments: Annotated[dict[ExperimentName, Experiment], Field(min_length=1)]
+
+    @property
+    def num_jobs(self) -> int:
+        """Every experiment's trials (a search's trial budget included): the jobs one run may create."""
+        return sum(experiment.num_samples for experiment in self.experiments.values())
+
+    @property
+    def dag_id(self) -> str:
+        """``recipe_<name>``: recipe DAGs live in their own namespace, apart from DAG files' ids."""
+        return DAG_ID_PREFIX + self.name
 
     def trials(self, name: str) -> list[Trial]:
         """The experiment's trials; seeded by recipe seed and experiment name, so they never change."""

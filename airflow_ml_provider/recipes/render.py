@@ -27,11 +27,11 @@ def render_recipe(recipe: Recipe, backend_for: Callable[[str | None], Backend], 
                   limit: int | None = None) -> str:
     """The summary, then for each trial (up to ``limit`` per task) its parameters and the backend's
     manifest, as a ``---``-separated stream. ``backend_for`` maps a recipe's backend name to a backend."""
-    parts = ["\n".join(f"# {line}" for line in [f"DAG {recipe.name}", *summary(recipe).splitlines()])]
+    parts = ["\n".join(f"# {line}" for line in [f"DAG {recipe.dag_id}", *summary(recipe).splitlines()])]
     for name, experiment in recipe.experiments.items():
         backend = backend_for(experiment.backend or recipe.backend)
         for trial in recipe.trials(name)[:limit]:
-            identity = JobIdentity(recipe.name, name, run_id, map_index=trial.index)
+            identity = JobIdentity(recipe.dag_id, name, run_id, map_index=trial.index)
             artifacts = backend.default_artifact_dir(identity.name)
             spec = TrainingJobSpec(
                 framework=experiment.job_framework, command=trial.argv, num_workers=experiment.workers,

@@ -6,6 +6,9 @@ a mark, so it is reported as ``file:line`` like any syntax error.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +91,28 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def read_text(path: Path) -> str:
-    """The file as text: at most MAX_BYTES of UTF-8. Raises RecipeFileError (or OSError)."""
-    with open(path, "rb") as stream:
-        data = stream.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
+    """The file as text: at most MAX_BYTES of UTF-8, read only if it is a regular file reached without a
+    symbolic link at its last step (opened with O_NOFOLLOW | O_NONBLOCK: a symlink is refused unread, a
+    FIFO or device never blocks). Raises RecipeFileError (or OSError if it cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RecipeFileError(1, "is a symbolic link: recipe files are read only as regular files") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecipeFileError(1, "is not a regular file (a FIFO, device or folder): recipe files are read "
+                                     "only as regular files")
+        if info.st_size > MAX_BYTES:
+            raise RecipeFileError(1, f"the file is larger than {MAX_BYTES} bytes")
+        data = b""
+        while len(data) <= MAX_BYTES and (chunk := os.read(fd, MAX_BYTES + 1 - len(data))):
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:  # it grew after fstat
         raise RecipeFileError(1, f"the file is larger than {MAX_BYTES} bytes")
     try:
         return data.decode("utf-8-sig")

@@ -75,7 +75,7 @@ REFUSED = [
      7, "experiments.a.samples", "less than or equal to 10000"),
     ("objective_is_jinja", _experiment("framework: generic\ncommand: [python, '{{p}}']\nsamples: 2\n"
                                        "parameters: {p: [1, 2]}\nsearch: {objective: '{{ 7*7 }}'}\n"),
-     9, "experiments.a.search.objective", "'{{ 7*7 }}' is not a valid metric name"),
+     9, "experiments.a.search.objective", "is not a valid metric name"),
     ("nan_range_bound", _experiment("framework: generic\ncommand: [python, '{{p}}']\nparameters: "
                                     "{p: {min: .nan, max: 1}}\n"), 7, "experiments.a.parameters.p.min",
      "must be a finite number"),
@@ -94,7 +94,7 @@ REFUSED = [
                                                  "parameters: {lr: [1, 2]}\n"), 6, "experiments.a.command[1]",
      "expressions are never evaluated"),
     ("airflow_context_placeholder", _experiment("framework: generic\ncommand: [python, '{{ var.value.x }}']\n"), 6,
-     "experiments.a.command[1]", "{{var.value.x}} is not a placeholder"),
+     "experiments.a.command[1]", "a {{...}} that is not a placeholder"),
     ("env_name_with_equals", _experiment("framework: generic\ncommand: [python]\nenv: {'A=B': x}\n"), 7,
      "experiments.a.env.A=B", "not a valid environment variable name"),
     ("recipe_name_with_a_path", HEAD.replace("hostile", "../../dags/x") + "experiments: {}\n", 2, "name",
@@ -176,3 +176,103 @@ def _yaml_string(value: str) -> str:
     import json
 
     return "[" + json.dumps(value) + "]"  # a JSON string is a YAML double-quoted scalar
+
+
+# Issue 19 L2: symlinked recipe files were followed and their content echoed in the placeholder DAG's docs
+# (every /etc/shadow line, a kubeconfig token); a FIFO hung `airflow-ml validate`.
+SECRET = "ghp_FAKEtoken0123456789abcdefXYZ"
+GOOD = HEAD.replace("hostile", "outside") + "experiments: {a: {framework: generic, command: [python]}}\n"
+
+
+@pytest.fixture
+def recipes_with_links(tmp_path):
+    """A recipes folder whose files point elsewhere: a valid recipe outside holding a secret, /etc/shadow,
+    a FIFO (directly, and through a link), a folder named like a recipe."""
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.yaml").write_text(f"# {SECRET}\n" + GOOD)
+    os.mkfifo(outside / "pipe")
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "outside.yaml").symlink_to(outside / "secret.yaml")
+    (folder / "relative.yaml").symlink_to("../outside/secret.yaml")
+    (folder / "shadow.yaml").symlink_to("/etc/shadow")
+    (folder / "pipe_link.yaml").symlink_to(outside / "pipe")
+    os.mkfifo(folder / "pipe.yaml")
+    (folder / "folder.yaml").mkdir()
+    return folder
+
+
+@pytest.mark.timeout(60)  # stops the old hang on a FIFO; the assertions are about outcomes
+def test_symlinks_fifos_and_folders_are_refused_unread(recipes_with_links):
+    from airflow_ml_provider.recipes.dag import dags_from_folder
+
+    with pytest.warns(UserWarning) as warned:
+        dags = dags_from_folder(recipes_with_links)
+
+    link, not_regular = "is a symbolic link", "is not a regular file"
+    expected = {"outside": link, "relative": link, "shadow": link, "pipe_link": link, "pipe": not_regular,
+                "folder": not_regular}
+    assert set(dags) == {f"invalid_recipe_{stem}" for stem in expected}
+    shadow = Path("/etc/shadow").read_text().splitlines() if Path("/etc/shadow").is_file() else []
+    for stem, rule in expected.items():
+        dag = dags[f"invalid_recipe_{stem}"]
+        assert f"{recipes_with_links / stem}.yaml:1: <document>: {rule}" in dag.doc_md
+        assert SECRET not in dag.doc_md and not any(line and line in dag.doc_md for line in shadow)
+    assert not any(SECRET in str(w.message) for w in warned)
+
+
+@pytest.mark.timeout(60)
+def test_airflow_ml_validate_refuses_a_symlink_and_a_fifo_without_hanging(recipes_with_links, capsys):
+    files = [str(recipes_with_links / name) for name in ("outside.yaml", "pipe.yaml", "pipe_link.yaml")]
+    assert main(["validate", *files]) == 1
+    err = capsys.readouterr().err
+    assert f"{files[0]}:1: <document>: is a symbolic link" in err and SECRET not in err
+    assert f"{files[1]}:1: <document>: is not a regular file" in err
+
+
+# A bad value that looks like a secret, in each kind of field: refused naming the YAML path and the rule,
+# and the value appears neither in the error, the warning, nor the placeholder DAG's docs.
+SECRET_VALUES = [
+    ("recipe_name", HEAD.replace("hostile", f"{SECRET}!") + "experiments: {a: {framework: generic, command: [x]}}\n",
+     "name"),
+    ("workers_text", _experiment(f"framework: generic\ncommand: [python]\nworkers: {SECRET}\n"),
+     "experiments.a.workers"),
+    ("framework", _experiment(f"framework: {SECRET}\ncommand: [python]\n"), "experiments.a.framework"),
+    ("memory", _experiment(f"framework: generic\ncommand: [python]\nhardware: {{memory: {SECRET}}}\n"),
+     "experiments.a.hardware.memory"),
+    ("dependency", _experiment(f"framework: generic\ncommand: [python]\ndepends_on: [{SECRET}]\n"),
+     "experiments.a.depends_on[0]"),
+    ("repeated_values", _experiment(f"framework: generic\ncommand: [python, '{{{{p}}}}']\n"
+                                    f"parameters: {{p: [{SECRET}, {SECRET}]}}\n"), "experiments.a.parameters.p"),
+    ("range_bound", _experiment(f"framework: generic\ncommand: [python, '{{{{p}}}}']\n"
+                                f"parameters: {{p: {{min: {SECRET}, max: 1}}}}\n"), "experiments.a.parameters.p.min"),
+    ("shell_string_command", _experiment(f"framework: generic\ncommand: 'python --token {SECRET}'\n"),
+     "experiments.a.command"),
+    ("program_with_shell_syntax", _experiment(f"framework: generic\ncommand: ['{SECRET};id']\n"), "experiments.a"),
+    ("expression_placeholder", _experiment(f"framework: generic\ncommand: [python, '{{{{ {SECRET}.x }}}}']\n"),
+     "experiments.a.command[1]"),
+    ("objective", _experiment(f"framework: generic\ncommand: [python, '{{{{p}}}}']\nsamples: 2\n"
+                              f"parameters: {{p: [1, 2]}}\nsearch: {{objective: '{SECRET}!'}}\n"),
+     "experiments.a.search.objective"),
+    ("schedule", HEAD + f"schedule: '{SECRET}'\nexperiments: {{a: {{framework: generic, command: [x]}}}}\n",
+     "schedule"),
+]
+
+
+@pytest.mark.parametrize(("content", "path"), [case[1:] for case in SECRET_VALUES],
+                         ids=[case[0] for case in SECRET_VALUES])
+def test_a_refusal_names_the_path_and_rule_never_the_value(tmp_path, content, path):
+    from airflow_ml_provider.recipes.dag import dags_from_folder
+
+    (tmp_path / "leaky.yaml").write_text(content)
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(tmp_path / "leaky.yaml")
+    assert any(issue.path == path for issue in raised.value.issues), str(raised.value)
+    assert SECRET not in str(raised.value)
+    with pytest.warns(UserWarning) as warned:
+        (dag,) = dags_from_folder(tmp_path).values()
+    assert f": {path}: " in dag.doc_md and SECRET not in dag.doc_md
+    assert all(SECRET not in str(w.message) for w in warned)

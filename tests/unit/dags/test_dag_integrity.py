@@ -26,7 +26,7 @@ def test_every_dag_file_loads_without_import_errors(airflow_db):  # DagBag reads
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    recipes = {load_recipe(path).name for path in (REPO / "recipes").glob("*.yaml")}
+    recipes = {load_recipe(path).dag_id for path in (REPO / "recipes").glob("*.yaml")}
     assert {"ml_quickstart", "ml_training_pipeline"} | recipes <= set(bag.dag_ids)
     for dag_id in bag.dag_ids:
         assert bag.get_dag(dag_id).tags, f"{dag_id} has no tags"

@@ -44,7 +44,7 @@ def recipe_file(tmp_path):
 
 def test_experiments_become_mapped_tasks_with_dependencies(recipe_file):
     dag = dag_from_recipe(recipe_file)
-    assert dag.dag_id == "unit_recipe_dag" and {"ml", "recipe"} <= set(dag.tags)
+    assert dag.dag_id == "recipe_unit_recipe_dag" and {"ml", "recipe"} <= set(dag.tags)
     prepare, train = dag.task_dict["prepare"], dag.task_dict["train"]
     assert train.upstream_task_ids == {"prepare"}
     trials = [json.loads(t) for t in train.expand_input.value["trial"]]
@@ -90,7 +90,7 @@ def test_relative_paths_resolve_from_the_calling_dag_files_parent(recipe_file):
     )
     import runpy
 
-    assert runpy.run_path(str(dags / "recipe_dag.py"))["dag"].dag_id == "unit_recipe_dag"
+    assert runpy.run_path(str(dags / "recipe_dag.py"))["dag"].dag_id == "recipe_unit_recipe_dag"
 
 
 def test_a_missing_or_invalid_recipe_fails_the_dag_file_with_the_reason(recipe_file):

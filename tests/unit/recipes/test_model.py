@@ -127,5 +127,5 @@ def test_all_errors_are_reported_together_in_file_order():
     assert (
         str(raised.value)
         .splitlines()[0]
-        .startswith("r.yaml:9: experiments.train.depends_on[0]: no experiment")
+        .startswith("r.yaml:9: experiments.train.depends_on[0]: names no experiment")
     )

@@ -40,7 +40,7 @@ def test_a_bad_recipe_is_its_own_failing_dag_and_the_others_load(dag_folder, air
     bag = DagBag(dag_folder=str(dag_folder / "dags"))
 
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"folder_good_recipe", "invalid_recipe_bomb", "invalid_recipe_same_name"}
+    assert set(bag.dag_ids) == {"recipe_folder_good_recipe", "invalid_recipe_bomb", "invalid_recipe_same_name"}
     warnings = "\n".join(bag.captured_warnings[str(dag_folder / "dags" / "ml_recipes.py")])
     assert f"{dag_folder / 'recipes' / 'bomb.yaml'}:" in warnings and "same_name.yaml" in warnings
 
@@ -50,8 +50,8 @@ def test_a_bad_recipe_is_its_own_failing_dag_and_the_others_load(dag_folder, air
         bomb.get_task("invalid_recipe").execute({})
     assert str(failed.value).startswith(f"{dag_folder / 'recipes' / 'bomb.yaml'}:7: e: not valid YAML: expands "
                                         "to more than 100000 values")
-    with pytest.raises(AirflowFailException, match=r"same_name.yaml:1: name: DAG id 'folder_good_recipe' is "
-                                                   r"already the recipe good.yaml's"):
+    with pytest.raises(AirflowFailException, match=r"same_name.yaml:1: name: the DAG id 'recipe_folder_good_recipe' "
+                                                   r"is already the recipe good.yaml's"):
         bag.get_dag("invalid_recipe_same_name").get_task("invalid_recipe").execute({})
 
 
