@@ -23,6 +23,10 @@ from airflow_ml_provider.logs.rules import LogRules, RuleMatch, Verdict
 from airflow_ml_provider.logs.source import LogBatch, LogLine
 
 
+TAIL_LINE_CHARS = 4096  # of a line kept in the tail (the saved state): a pod's lines can be any length
+TAIL_SOURCE_CHARS = 256
+
+
 class Action(str, Enum):
     WAIT = "wait"  # read again after ``Step.delay`` seconds
     FINISH = "finish"  # the job succeeded (or a succeed_on rule matched) and its log is complete
@@ -74,7 +78,7 @@ class FollowOptions:
             outside all of them (any path, when there are none) is ignored with a warning: a pod's
             output is not trusted.
         metric_goals: ``{"auc": "max"}`` where the default direction is wrong.
-        tail_lines: last lines kept for failure messages.
+        tail_lines: last lines kept for failure messages (each cut to TAIL_LINE_CHARS characters).
         max_lines: lines per read; a full batch means more are ready.
     """
 
@@ -205,10 +209,12 @@ class Follower:
     # -- internals --------------------------------------------------------------------------------------
 
     def _feed(self, line: LogLine, warnings: list[str]) -> list[tuple[str, int, float]]:
-        self.tail.append([line.source, line.text])
+        self.tail.append([_cut(line.source, TAIL_SOURCE_CHARS), _cut(line.text, TAIL_LINE_CHARS)])
         del self.tail[: -self.options.tail_lines]
         before = (self.tracker.model_path, self.tracker.checkpoint)
         points = self.tracker.feed(line, self.rules)
+        warnings.extend(self.tracker.warnings)
+        self.tracker.warnings.clear()
         if self.tracker.model_path != before[0] and not self._inside_roots(self.tracker.model_path):
             warnings.append(f"ignored model path {self.tracker.model_path!r} reported by [{line.source}]: "
                             f"{self._outside()}")
@@ -254,6 +260,11 @@ class Follower:
         if status.state is JobState.PREEMPTED:
             reason += f"; preempted {self.preemptions + 1} time(s), the most max_preemptions allows"
         return Step(Action.FAIL, **progress, message=reason)
+
+
+def _cut(text: str, chars: int) -> str:
+    """``text``, or its first ``chars`` characters marked as cut."""
+    return text if len(text) <= chars else f"{text[:chars]} [... {len(text) - chars} more characters]"
 
 
 def _inside(path: str, root: str) -> bool:
