@@ -8,6 +8,7 @@ from datetime import timedelta
 from airflow.sdk import DAG
 
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
+from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.operators.training import TrainingJobOperator
 
 PY = "python"
@@ -60,3 +61,33 @@ with DAG("ml_test_metric_volume", schedule=None, catchup=False, tags=["test"],
          default_args={"retries": 0, "retry_delay": timedelta(seconds=0)}) as metric_volume:
     TrainingJobOperator(task_id="chatty", command=[PY, "-c", VOLUME], num_workers=1, poll_interval=0.5,
                         deferrable=True)
+
+# Issue 19, M2: a trial's "step": -1 raised in Optuna and failed the whole search, leaving the other
+# trials' jobs running. Each trial prints the hostile lines, then its objective at steps 1 and 2.
+HOSTILE_TRIAL = r"""
+import json, sys
+x = float(sys.argv[1])
+def say(**fields): print(json.dumps({"event": "metrics", **fields}), flush=True)
+print('{"event": "metrics", "step": 1, "auc": ' + "[" * 2000 + "]" * 2000 + "}", flush=True)
+say(step=-1, auc=0.9)
+say(step=10**30, auc=0.9)
+say(step=1, auc=x / 2)
+say(step=2, auc=x)
+print(json.dumps({"event": "result", "auc": x}), flush=True)
+"""
+
+with DAG("ml_test_search_hostile_line", schedule=None, catchup=False, tags=["test"],
+         default_args={"retries": 0}) as search_hostile_line:
+    for deferrable in (False, True):
+        HyperparameterSearchOperator(
+            task_id="search_deferred" if deferrable else "search",
+            trial={"framework": "generic", "num_workers": 1,
+                   "command": ["python", "-c", HOSTILE_TRIAL, "{{ params.x }}"]},
+            search_space={"x": [0.2, 0.4, 0.6]},
+            sampler="grid",
+            max_parallel=3,
+            pruner="none",
+            poll_interval=0.2,
+            backend="local",
+            deferrable=deferrable,
+        )
