@@ -91,3 +91,27 @@ with DAG("ml_test_search_hostile_line", schedule=None, catchup=False, tags=["tes
             backend="local",
             deferrable=deferrable,
         )
+
+# Issue 18, Paths: a job makes a symlink inside its own model directory pointing at /etc/passwd and
+# reports it as its model (the lexical check accepted it); evaluation prints the model it was given.
+SYMLINK_MODEL = r"""
+import json, os
+model_dir = os.environ["AIRFLOW_ML_MODEL_DIR"]
+os.makedirs(model_dir, exist_ok=True)
+os.symlink("/etc/passwd", os.path.join(model_dir, "model.txt"))
+print(json.dumps({"event": "model_saved", "path": os.path.join(model_dir, "model.txt")}), flush=True)
+print(json.dumps({"event": "result", "auc": 0.9}), flush=True)
+"""
+
+SHOW_MODEL = r"""
+import json, sys
+print("evaluating" + " model " + sys.argv[sys.argv.index("--model") + 1], flush=True)  # split: not in the argv shown
+print(json.dumps({"event": "result", "model_sha256": "0" * 64, "n_features": 3, "n_classes": 2, "auc": 0.7}))
+"""
+
+with DAG("ml_test_symlink_model", schedule=None, catchup=False, tags=["test"],
+         default_args={"retries": 0}) as symlink_model:
+    symlink_train = TrainingJobOperator(task_id="train", command=[PY, "-c", SYMLINK_MODEL], num_workers=1,
+                                        poll_interval=0.5)
+    symlink_train >> EvaluateModelOperator(task_id="evaluate", training="train", test_data="unused.npz",
+                                           command=[PY, "-c", SHOW_MODEL], poll_interval=0.5)

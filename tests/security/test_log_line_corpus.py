@@ -30,19 +30,20 @@ def _follow(*texts: str, roots: tuple[str, ...] = (ROOT,)):
     "relative/model",
     "s3://other-bucket/model",
     "file:///etc/passwd",
-], ids=["absolute_elsewhere", "dot_dot_escape", "sibling_prefix", "relative", "other_scheme", "file_url"])
+    "s3://",
+], ids=["absolute_elsewhere", "dot_dot_escape", "sibling_prefix", "relative", "other_scheme", "file_url", "no_bucket"])
 def test_a_model_path_outside_the_artifact_root_is_ignored_with_a_warning(path):
     follower, step = _follow(json.dumps({"event": "model_saved", "path": path}))
     assert follower.model_path is None
     assert step.warnings == [f"ignored model path {path!r} reported by [rank 0]: it is outside the job's artifact "
-                             f"directories {[ROOT]}"]
+                             f"directories {[ROOT]} once resolved (symlinks, '..')"]
 
 
 def test_a_checkpoint_outside_the_artifact_root_is_ignored_with_a_warning():
     follower, step = _follow(json.dumps({"event": "checkpoint", "path": "/root/.ssh/id_rsa", "step": 3}))
     assert follower.tracker.checkpoint is None
     assert step.warnings == ["ignored checkpoint '/root/.ssh/id_rsa' reported by [rank 0]: it is outside the job's "
-                             f"artifact directories {[ROOT]}"]
+                             f"artifact directories {[ROOT]} once resolved (symlinks, '..')"]
 
 
 def test_a_model_path_inside_the_artifact_root_is_kept():
@@ -145,6 +146,51 @@ def test_a_model_path_that_is_no_bounded_string_is_ignored_with_a_warning(path):
 def test_a_checkpoint_step_out_of_range_is_dropped():
     follower, _ = _follow(json.dumps({"event": "checkpoint", "path": f"{ROOT}/ckpt", "step": 10**30, "epoch": 3}))
     assert follower.tracker.checkpoint == {"path": f"{ROOT}/ckpt", "epoch": 3}
+
+
+# Issue 18, Paths: a reported path is resolved (symlinks, '..') before the confinement check, and the
+# resolved path is what goes on.
+
+def test_a_symlink_inside_the_artifact_root_pointing_outside_is_ignored(tmp_path):
+    root = tmp_path / "artifacts" / "job"
+    (root / "model").mkdir(parents=True)
+    (root / "model" / "model.txt").symlink_to("/etc/passwd")
+    (root / "escape").symlink_to("/etc")
+    for reported in (root / "model" / "model.txt", root / "escape" / "passwd", root / "escape" / ".." / "root"):
+        follower, step = _follow(json.dumps({"event": "model_saved", "path": str(reported)}), roots=(str(root),))
+        assert follower.model_path is None
+        assert step.warnings == [f"ignored model path {str(reported)!r} reported by [rank 0]: it is outside the "
+                                 f"job's artifact directories {[str(root)]} once resolved (symlinks, '..')"]
+    follower, step = _follow(json.dumps({"event": "checkpoint", "path": str(root / "escape"), "step": 1}),
+                             roots=(str(root),))
+    assert follower.tracker.checkpoint is None and "ignored checkpoint" in step.warnings[0]
+
+
+def test_a_path_inside_the_artifact_root_is_kept_resolved(tmp_path):
+    root = tmp_path / "artifacts" / "job"
+    (root / "model" / "v2").mkdir(parents=True)
+    (root / "latest").symlink_to(root / "model" / "v2")  # a symlink that stays inside is fine
+    follower, step = _follow(json.dumps({"event": "model_saved", "path": f"{root}/latest/../model/./m.txt"}),
+                             json.dumps({"event": "checkpoint", "path": f"{root}/latest/ckpt", "step": 4}),
+                             roots=(str(root),))
+    assert step.warnings == []
+    assert follower.model_path == f"{root}/model/model/m.txt"  # as the OS opens it: latest/.. is model/
+    assert follower.tracker.checkpoint == {"path": f"{root}/model/v2/ckpt", "step": 4}
+
+
+@pytest.mark.parametrize("path, kept", [
+    ("s3://bucket/jobs/j1/model/../model/m.txt", "s3://bucket/jobs/j1/model/m.txt"),
+    ("S3://bucket/jobs/j1//model.txt", "s3://bucket/jobs/j1/model.txt"),
+    ("s3://bucket/jobs/j1/../j2/model.txt", None),
+    ("s3://bucket/jobs/j1/../../../other-bucket/jobs/j1/m", None),
+    ("s3://other-bucket/jobs/j1/m", None),
+    ("gs://bucket/jobs/j1/m", None),
+], ids=["dot_dot_inside", "scheme_case_and_double_slash", "sibling_job", "dot_dot_out_of_bucket", "other_bucket",
+        "other_scheme"])
+def test_an_object_store_key_is_normalized_before_the_check(path, kept):
+    follower, step = _follow(json.dumps({"event": "model_saved", "path": path}), roots=("s3://bucket/jobs/j1",))
+    assert follower.model_path == kept
+    assert bool(step.warnings) is (kept is None)
 
 
 def test_the_follower_state_stays_under_1_mib_at_every_bound():

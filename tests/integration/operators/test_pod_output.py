@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from pathlib import Path
 
 import pytest
 from dag_runs import load_dag, run
@@ -79,3 +81,17 @@ def test_metric_history_keeps_the_follower_state_and_the_xcom_row_under_1_mib(ai
     assert all(tracked[name]["series"][0][0] == 2**63 - 2001 for name in fixed)  # the curve from its start
     assert result.value("chatty")["model_path"].endswith("/model.txt")
 
+
+def test_a_symlinked_model_path_pointing_outside_is_never_sent_to_evaluation(airflow_db, capfd):
+    """Issue 18: the job's own model directory holds model.txt -> /etc/passwd, reported as its model."""
+    result = run(load_dag(DAGS, "symlink_model"))
+    assert result.state == "success", result.states
+    trained = result.value("train")
+    job_dir = trained["model_path"]  # the task's own model directory, not the reported symlink
+    assert Path(job_dir).name == "model" and Path(job_dir, "model.txt").is_symlink()
+    log = capfd.readouterr().out
+    reported = str(Path(job_dir, "model.txt"))
+    assert (f"ignored model path {reported!r} reported by [rank 0]: it is outside the job's artifact directories"
+            in log)
+    assert re.findall(r"evaluating model (\S+)", log) == [job_dir]  # what the evaluation job was given
+    assert result.value("evaluate")["model_path"] == job_dir
