@@ -44,6 +44,7 @@ class TrainingBackendHook(BaseHook):
     def __init__(self, ml_conn_id: str = default_conn_name):
         super().__init__()
         self.ml_conn_id = ml_conn_id
+        self._checked: set[str] = set()  # artifact roots found usable (ArtifactStore.check) by this hook
 
     def extras(self) -> dict[str, Any]:
         try:
@@ -107,11 +108,16 @@ class TrainingBackendHook(BaseHook):
         return extras.get(f"image_{framework}") or extras.get("image") or None
 
     def job_environment(self, backend: str) -> JobEnvironment:
-        """What a job's workers need to reach the artifact root (see JobEnvironment)."""
+        """What a job's workers need to reach the artifact root (see JobEnvironment), once the root was
+        found usable through its connection (``ArtifactStore.check``: a wrong bucket, refused credentials
+        or a down endpoint fail the task before any job starts, naming the root and the connection)."""
         store = self.artifact_store(backend)
         if store is None:
             return JobEnvironment()
         try:
+            if store.conn_id and store.root not in self._checked:  # once per task: a search builds many specs
+                store.check()
+                self._checked.add(store.root)
             if backend == "local":
                 return JobEnvironment(env=store.worker_settings(), secrets=store.worker_credentials())
             return JobEnvironment(env=store.worker_settings(),

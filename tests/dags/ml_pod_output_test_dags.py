@@ -115,3 +115,9 @@ with DAG("ml_test_symlink_model", schedule=None, catchup=False, tags=["test"],
                                         poll_interval=0.5)
     symlink_train >> EvaluateModelOperator(task_id="evaluate", training="train", test_data="unused.npz",
                                            command=[PY, "-c", SHOW_MODEL], poll_interval=0.5)
+
+# Issue 19: a wrong S3 artifact root fails the task before any job starts, naming the root and the
+# connection (tests/integration/storage/test_storage_errors.py sets the connections).
+with DAG("ml_test_wrong_artifact_root", schedule=None, catchup=False, tags=["test"],
+         default_args={"retries": 0}) as wrong_artifact_root:
+    TrainingJobOperator(task_id="train", command=[PY, "-c", "print('never runs')"], num_workers=1)
