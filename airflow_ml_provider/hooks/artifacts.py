@@ -61,6 +61,34 @@ class ArtifactStore:
             return ObjectStoragePath(location, conn_id=self.conn_id)
         return ObjectStoragePath(location)
 
+    def describe(self) -> str:
+        """The root and the connection it is reached through, for messages (no credential in either)."""
+        through = f"connection {self.conn_id!r}" if self.conn_id else "the storage library's default credentials"
+        return f"artifact_root {self.root!r} (through {through})"
+
+    def check(self) -> None:
+        """Fail early, naming the root and the connection, when an object-store root cannot be used: its
+        bucket is missing, the credentials are refused, or the endpoint is down. Reads the bucket's
+        metadata only; a local root is left to the job (it may be a volume only the pods mount).
+
+        Raises:
+            ArtifactStoreError: naming the root, the connection and the store's answer.
+        """
+        if not self.remote:
+            return
+        from airflow_ml_provider.runtime import storage
+
+        fs, path = storage.resolve(self.path())
+        bucket = path.split("/", 1)[0]
+        try:
+            fs.info(bucket)
+        except Exception as exc:  # noqa: BLE001 - every store's errors differ; each is reported the same way
+            raise ArtifactStoreError(
+                f"{self.describe()} cannot be used: {type(exc).__name__}: {_first_line(exc)}. Check that bucket "
+                f"{bucket!r} exists, that the connection's credentials may read it, and that its endpoint "
+                "(endpoint_url) is reachable"
+            ) from None
+
     def worker_settings(self) -> dict[str, str]:
         """Non-secret variables the workers need: the S3 endpoint and region from the connection."""
         if scheme(self.root) != "s3" or not self.conn_id:
@@ -139,3 +167,8 @@ class JobEnvironment:
         options = own.model_dump() if hasattr(own, "model_dump") else dict(own or {})
         return {**options, "secret_env": {**self.secret_env, **(options.get("secret_env") or {})}}
 
+
+def _first_line(exc: BaseException) -> str:
+    """An error's message cut to its first line and 500 characters (a store's answer can be long)."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else "no message")[:500]

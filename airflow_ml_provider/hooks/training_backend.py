@@ -45,6 +45,7 @@ class TrainingBackendHook(BaseHook):
     def __init__(self, ml_conn_id: str = default_conn_name):
         super().__init__()
         self.ml_conn_id = ml_conn_id
+        self._checked: set[str] = set()  # artifact roots found usable (ArtifactStore.check) by this hook
 
     def extras(self) -> dict[str, Any]:
         try:
@@ -118,7 +119,8 @@ class TrainingBackendHook(BaseHook):
         (``[ml_training] data_root``, if set, replaces ``<artifact_root>/data``).
 
         Raises:
-            ArtifactStoreError: a cluster backend with no artifact root (its pods cannot read this disk).
+            ArtifactStoreError: a cluster backend with no artifact root (its pods cannot read this disk), or
+                an object-store root that cannot be used (``ArtifactStore.check``).
         """
         from airflow.sdk import ObjectStoragePath
 
@@ -132,6 +134,7 @@ class TrainingBackendHook(BaseHook):
                 f"{self.ml_conn_id} connection's artifact_root extra (s3://..., gs://... or a path mounted in "
                 "every pod) so that its jobs can read the data this run prepares"
             )
+        store.check()
         return store.locate(data_dir(store.root, dag_id, key))
 
     def job_artifact_dir(self, backend: Backend, name: str) -> str | None:
@@ -156,11 +159,16 @@ class TrainingBackendHook(BaseHook):
         return extras.get(f"image_{framework}") or extras.get("image") or None
 
     def job_environment(self, backend: str) -> JobEnvironment:
-        """What a job's workers need to reach the artifact root (see JobEnvironment)."""
+        """What a job's workers need to reach the artifact root (see JobEnvironment), once the root was
+        found usable through its connection (``ArtifactStore.check``: a wrong bucket, refused credentials
+        or a down endpoint fail the task before any job starts, naming the root and the connection)."""
         store = self.artifact_store(backend)
         if store is None:
             return JobEnvironment()
         try:
+            if store.conn_id and store.root not in self._checked:  # once per task: a search builds many specs
+                store.check()
+                self._checked.add(store.root)
             if backend == "local":
                 return JobEnvironment(env=store.worker_settings(), secrets=store.worker_credentials())
             return JobEnvironment(env=store.worker_settings(),

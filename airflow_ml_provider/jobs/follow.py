@@ -1,4 +1,5 @@
-"""The one place that decides how following a job goes: pure, no I/O, no clock of its own.
+"""The one place that decides how following a job goes: no clock of its own, and no I/O but resolving a
+reported local model/checkpoint path (``os.path.realpath``) before checking that it is the job's.
 
 Given the job's status and the next batch of its log lines, ``Follower.observe`` returns the lines to
 show, a log rule's verdict, metric/checkpoint progress and the next action: keep waiting, finish,
@@ -12,6 +13,7 @@ task resuming) continues right after the last line it showed, with the same metr
 
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass, field
 from enum import Enum
@@ -22,6 +24,10 @@ from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.logs.rules import LogRules, RuleMatch, Verdict
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSourceUnavailable
+
+
+TAIL_LINE_CHARS = 4096  # of a line kept in the tail (the saved state): a pod's lines can be any length
+TAIL_SOURCE_CHARS = 256
 
 
 class Action(str, Enum):
@@ -94,7 +100,7 @@ class FollowOptions:
             outside all of them (any path, when there are none) is ignored with a warning: a pod's
             output is not trusted.
         metric_goals: ``{"auc": "max"}`` where the default direction is wrong.
-        tail_lines: last lines kept for failure messages.
+        tail_lines: last lines kept for failure messages (each cut to TAIL_LINE_CHARS characters).
         max_lines: lines per read; a full batch means more are ready.
     """
 
@@ -121,7 +127,8 @@ class FollowOptions:
 
 
 class Follower:
-    """Decides, round by round, from what the driver read. Never sleeps, reads or writes anything."""
+    """Decides, round by round, from what the driver read. Never sleeps or writes anything; reads only the
+    symlinks of a reported local path (``confined``)."""
 
     def __init__(self, options: FollowOptions | None = None, state: dict[str, Any] | None = None):
         self.options = options or FollowOptions()
@@ -247,28 +254,32 @@ class Follower:
     # -- internals --------------------------------------------------------------------------------------
 
     def _feed(self, line: LogLine, warnings: list[str]) -> list[tuple[str, int, float]]:
-        self.tail.append([line.source, line.text])
+        self.tail.append([_cut(line.source, TAIL_SOURCE_CHARS), _cut(line.text, TAIL_LINE_CHARS)])
         del self.tail[: -self.options.tail_lines]
         before = (self.tracker.model_path, self.tracker.checkpoint)
         points = self.tracker.feed(line, self.rules)
-        if self.tracker.model_path != before[0] and not self._inside_roots(self.tracker.model_path):
-            warnings.append(f"ignored model path {self.tracker.model_path!r} reported by [{line.source}]: "
-                            f"{self._outside()}")
-            self.tracker.model_path = before[0]
+        warnings.extend(self.tracker.warnings)
+        self.tracker.warnings.clear()
+        if self.tracker.model_path != before[0]:
+            reported = self.tracker.model_path
+            self.tracker.model_path = confined(reported, self.options.artifact_roots) or before[0]
+            if self.tracker.model_path == before[0]:
+                warnings.append(f"ignored model path {reported!r} reported by [{line.source}]: {self._outside()}")
         checkpoint = self.tracker.checkpoint
-        if checkpoint != before[1] and not self._inside_roots(checkpoint["path"]):
-            warnings.append(f"ignored checkpoint {checkpoint['path']!r} reported by [{line.source}]: {self._outside()}")
-            self.tracker.checkpoint = before[1]
+        if checkpoint != before[1]:
+            resolved = confined(checkpoint["path"], self.options.artifact_roots)
+            self.tracker.checkpoint = {**checkpoint, "path": resolved} if resolved else before[1]
+            if not resolved:
+                warnings.append(f"ignored checkpoint {checkpoint['path']!r} reported by [{line.source}]: "
+                                f"{self._outside()}")
         return points
-
-    def _inside_roots(self, path: str) -> bool:
-        return any(_inside(path, root) for root in self.options.artifact_roots)
 
     def _outside(self) -> str:
         if not self.options.artifact_roots:
             return ("the job has no artifact directory to report one in (set the connection's artifact_root, or "
                     "the task's model_dir/checkpoint_dir)")
-        return f"it is outside the job's artifact directories {list(self.options.artifact_roots)}"
+        return (f"it is outside the job's artifact directories {list(self.options.artifact_roots)} once resolved "
+                "(symlinks, '..')")
 
     def _recovered(self, now: float) -> list[str]:
         if self.outage_since is None:
@@ -298,14 +309,36 @@ class Follower:
         return Step(Action.FAIL, **progress, message=reason)
 
 
-def _inside(path: str, root: str) -> bool:
-    """Whether ``path`` (a local path or a URL such as s3://bucket/key) resolves inside ``root``."""
+def _cut(text: str, chars: int) -> str:
+    """``text``, or its first ``chars`` characters marked as cut."""
+    return text if len(text) <= chars else f"{text[:chars]} [... {len(text) - chars} more characters]"
+
+
+def confined(path: str, roots: tuple[str, ...] | list[str]) -> str | None:
+    """``path`` resolved, if it lies inside one of ``roots`` (resolved the same way), else None.
+
+    A local path is resolved by ``os.path.realpath`` (every symlink and ``..``, as the OS would open it:
+    a symlink inside the root pointing at ``/etc/passwd`` resolves outside); a URL (``s3://``, ``gs://``)
+    keeps its scheme and bucket and has its key normalized (``..`` cannot leave the bucket). The
+    resolved path is what the caller keeps and passes on, so what was checked is what is opened.
+    """
+    resolved = _resolve(path)
+    if resolved is None:
+        return None
+    for root in roots:
+        base = _resolve(root)
+        if base is not None and (resolved == base or resolved.startswith(base.rstrip("/") + "/")):
+            return resolved
+    return None
+
+
+def _resolve(path: str) -> str | None:
+    """An absolute local path's real path, or a URL with its scheme lower-cased and its key normalized;
+    None for a relative path or a URL without a bucket."""
     scheme, sep, rest = path.partition("://")
-    root_scheme, root_sep, root_rest = root.partition("://")
-    if (sep, scheme if sep else "") != (root_sep, root_scheme if root_sep else ""):
-        return False
-    path_part, root_part = (rest, root_rest) if sep else (path, root)
-    normal, base = posixpath.normpath(path_part), posixpath.normpath(root_part)
-    if not sep and not (normal.startswith("/") and base.startswith("/")):
-        return False
-    return normal == base or normal.startswith(base.rstrip("/") + "/")
+    if sep:
+        bucket, _, key = rest.partition("/")
+        if not scheme or not bucket:
+            return None
+        return f"{scheme.lower()}://{bucket}/{posixpath.normpath('/' + key).lstrip('/')}"
+    return os.path.realpath(path) if path.startswith("/") else None

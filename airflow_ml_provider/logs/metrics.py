@@ -1,11 +1,21 @@
 """Metrics from log lines: the structured JSON lines the runtime prints (see runtime.metrics_log) and the
-user's metric regexes. One tracker, one rule for which direction of a metric is better."""
+user's metric regexes. One tracker, one rule for which direction of a metric is better.
+
+A pod's output is not trusted, so everything a line claims is bounded and typed here, before it reaches
+XCom, the follower's saved state, MLflow, Optuna or StatsD (the numbers are the module's constants):
+a JSON line of at most ``MAX_EVENT_CHARS`` characters and ``MAX_DEPTH`` levels of nesting; a step
+``0 <= step < 2**63``; metric names matching ``METRIC_NAME`` (at most ``MAX_NAME_CHARS`` characters),
+at most ``MAX_METRICS`` of them per job; at most ``MAX_POINTS`` series points over all metrics. What
+breaks a bound is ignored with a warning (the first ``WARNINGS_PER_KIND`` of each kind, then one saying
+that more are ignored silently), never raised.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
 import math
+import posixpath
 import re
 from typing import Any
 
@@ -13,9 +23,20 @@ from airflow_ml_provider.logs.rules import LogRules
 from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.runtime.metrics_log import EVENT_KEY
 
+MAX_EVENT_CHARS = 256 * 1024  # a JSON line longer than this is not parsed
+MAX_DEPTH = 8  # nesting levels of a JSON line (an event with a short list value has 2)
+MAX_STEP = 2**63  # steps are 0 <= step < MAX_STEP (what Optuna, MLflow and SQL integers take)
+MAX_NAME_CHARS = 128
+METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}")  # and a normal path: see _name_ok
+MAX_METRICS = 256  # distinct metric names per job
+MAX_POINTS = 8000  # series points kept over all metrics (each series at most max_points as well)
+MAX_PATH_CHARS = 4096  # a model or checkpoint path
+WARNINGS_PER_KIND = 5
+
 # Names whose smaller values are better; every other metric is maximized unless a goal says otherwise.
 _LOWER_IS_BETTER = re.compile(r"loss|error|mse|mae|mape|rmse|perplexity|logloss|^(l1|l2|wer|cer)$",
                               re.IGNORECASE)
+_POSITION_KEYS = (EVENT_KEY, "rank", "step", "epoch")
 
 
 def metric_goal(name: str, goals: dict[str, str] | None = None) -> str:
@@ -24,14 +45,56 @@ def metric_goal(name: str, goals: dict[str, str] | None = None) -> str:
 
 
 def parse_event(text: str) -> dict[str, Any] | None:
-    """The JSON object of a structured line (``{"event": ...}``), or None for an ordinary line."""
+    """The JSON object of a structured line (``{"event": ...}``), or None for an ordinary line and for
+    one past the size and depth bounds (never raises, whatever the line)."""
+    return _decode(text)[0]
+
+
+def _decode(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``(event, None)``, ``(None, None)`` for an ordinary line, or ``(None, why)`` for a structured
+    line that breaks a bound."""
     if not text.startswith("{"):
-        return None
+        return None, None
+    if len(text) > MAX_EVENT_CHARS:
+        return None, f"a JSON line of {len(text)} characters, over {MAX_EVENT_CHARS}" if _names_event(text) else None
     try:
         data = json.loads(text)
+    except RecursionError:
+        return None, f"a JSON line nested deeper than {MAX_DEPTH} levels"
     except ValueError:
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get(EVENT_KEY), str) else None
+        return None, None
+    if not (isinstance(data, dict) and isinstance(data.get(EVENT_KEY), str)):
+        return None, None
+    if _depth(data) > MAX_DEPTH:
+        return None, f"a JSON line nested deeper than {MAX_DEPTH} levels"
+    return data, None
+
+
+def _names_event(text: str) -> bool:
+    return f'"{EVENT_KEY}"' in text
+
+
+def _depth(value: Any) -> int:
+    """Nesting levels of parsed JSON, without recursion (json.loads accepts about 1,000)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:  # deeper already fails the bound: no need to walk further
+                stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def valid_step(step: Any) -> bool:
+    """Whether ``step`` may number a metric point: an integer, ``0 <= step < 2**63``."""
+    return isinstance(step, int) and not isinstance(step, bool) and 0 <= step < MAX_STEP
+
+
+def _name_ok(name: Any) -> bool:
+    """A name every store takes: the pattern, and a normal path (no ``//``, ``/./``, ``..`` segments or
+    trailing ``/``: MLflow treats names as file paths)."""
+    return isinstance(name, str) and METRIC_NAME.fullmatch(name) is not None and posixpath.normpath(name) == name
 
 
 class MetricsTracker:
@@ -42,8 +105,10 @@ class MetricsTracker:
     Each metric follows the first source that reports it (the reporting rank, or a launcher relaying
     every rank), so N workers printing the same loss do not interleave; ``result``/``model_saved``/
     ``checkpoint`` events likewise follow the first source that reports any of them. A series keeps at
-    most ``max_points`` points: when full, every other point is dropped and only every other new one
-    kept, which bounds memory and XCom size while keeping the whole curve's shape.
+    most ``max_points`` points, and all series together at most ``MAX_POINTS``: when a series is full,
+    every other point is dropped and only every other new one kept, which bounds memory, the saved
+    state and XCom while keeping the whole curve's shape. What a line breaks of the module's bounds is
+    ignored, with a warning in ``warnings`` (the caller drains it).
     """
 
     def __init__(self, goals: dict[str, str] | None = None, max_points: int = 500,
@@ -61,39 +126,63 @@ class MetricsTracker:
         self.model_path: str | None = state.get("model_path")
         self.checkpoint: dict[str, Any] | None = state.get("checkpoint")
         self.reporter: str | None = state.get("reporter")
+        self.ignored: dict[str, int] = state.get("ignored", {})  # kind of bound -> lines ignored for it
+        self.warnings: list[str] = []
 
     def feed(self, line: LogLine, rules: LogRules | None = None) -> list[tuple[str, int, float]]:
         """Take one line; returns the metric points it added, as ``(name, step, value)``."""
-        event = parse_event(line.text)
+        event, problem = _decode(line.text)
+        if problem is not None:
+            self._ignore("line", line, problem)
+            return []
         if event is None:
             if rules is None:
                 return []
             values, step = rules.metrics_in(line.text)
-            return self.record(values, line.source, step)
+            return self.record(values, line.source, step, line)
         kind = event[EVENT_KEY]
         if kind in ("result", "model_saved", "checkpoint"):
             self.reporter = self.reporter or line.source
             if line.source != self.reporter:
                 return []
             if kind == "result":
-                self.result.update(_bounded_result(event))
-            elif kind == "model_saved" and isinstance(event.get("path"), str):
+                self.result.update(self._bounded_result(event, line))
+            elif kind == "model_saved" and self._path_ok(event.get("path"), line):
                 self.model_path = event["path"]
-            elif kind == "checkpoint" and isinstance(event.get("path"), str):
-                self.checkpoint = {k: event.get(k) for k in ("path", "step", "epoch") if event.get(k) is not None}
+            elif kind == "checkpoint" and self._path_ok(event.get("path"), line):
+                self.checkpoint = {"path": event["path"], **{k: event[k] for k in ("step", "epoch")
+                                                             if valid_step(event.get(k))}}
         if kind == "metrics":
-            values = {k: v for k, v in event.items() if k not in (EVENT_KEY, "rank", "step", "epoch") and _finite(v)}
             step = event.get("step")
-            return self.record(values, line.source, step if isinstance(step, int) else None)
+            if step is not None and not valid_step(step):
+                self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
+                return []
+            values = {k: v for k, v in event.items() if k not in _POSITION_KEYS and _finite(v)}
+            return self.record(values, line.source, step, line)
         return []
 
-    def record(self, values: dict[str, float], source: str, step: int | None = None) -> list[tuple[str, int, float]]:
+    def record(self, values: dict[str, float], source: str, step: int | None = None,
+               line: LogLine | None = None) -> list[tuple[str, int, float]]:
+        line = line or LogLine(source, "")
+        if step is not None and not valid_step(step):
+            self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
+            return []
         added = []
         for name, value in values.items():
             metric = self.metrics.get(name)
             if metric is None:
+                if not _name_ok(name):
+                    self._ignore("name", line, f"metric name {_short(name)} does not match {METRIC_NAME.pattern} "
+                                               "as a normal path")
+                    continue
+                if len(self.metrics) >= MAX_METRICS:
+                    self._ignore("names", line, f"metric {_short(name)} is past the {MAX_METRICS} distinct metric "
+                                                "names a job may report", limit=1)
+                    continue
                 metric = self.metrics[name] = {"source": source, "goal": metric_goal(name, self.goals), "count": 0,
                                                "stride": 1, "series": []}
+                for other in self.metrics.values():  # every series within its share of MAX_POINTS
+                    self._thin(other)
             if metric["source"] != source:
                 continue
             metric["count"] += 1
@@ -106,10 +195,16 @@ class MetricsTracker:
             added.append((name, point_step, value))
             if (metric["count"] - 1) % metric["stride"] == 0:
                 metric["series"].append([point_step, value])
-                if len(metric["series"]) > self.max_points:
-                    metric["series"] = metric["series"][::2]
-                    metric["stride"] *= 2
+                self._thin(metric)
         return added
+
+    def _thin(self, metric: dict[str, Any]) -> None:
+        """Halve a series (and the share of new points it keeps) while it is over its cap: ``max_points``,
+        or its share of ``MAX_POINTS`` among all metrics (256 metrics keep 16 to 31 points each)."""
+        cap = max(2, min(self.max_points, MAX_POINTS // len(self.metrics)))
+        while len(metric["series"]) > cap:
+            metric["series"] = metric["series"][::2]
+            metric["stride"] *= 2
 
     @property
     def final(self) -> dict[str, Any]:
@@ -135,19 +230,39 @@ class MetricsTracker:
     def state(self) -> dict[str, Any]:
         """What to pass back as ``state`` to continue these series."""
         return copy.deepcopy({"metrics": self.metrics, "result": self.result, "model_path": self.model_path,
-                              "checkpoint": self.checkpoint, "reporter": self.reporter})
+                              "checkpoint": self.checkpoint, "reporter": self.reporter, "ignored": self.ignored})
+
+    # -- bounds -----------------------------------------------------------------------------------------
+
+    def _ignore(self, kind: str, line: LogLine, why: str, limit: int = WARNINGS_PER_KIND) -> None:
+        """Count a line (or value) ignored for ``kind``; warn for the first ``limit`` of each kind."""
+        count = self.ignored[kind] = self.ignored.get(kind, 0) + 1
+        if count <= limit:
+            more = "; further ones of this kind are ignored without a warning" if count == limit else ""
+            self.warnings.append(f"ignored part of a log line of [{line.source[:64]}]: {why}{more}")
+
+    def _path_ok(self, path: Any, line: LogLine) -> bool:
+        if isinstance(path, str) and 0 < len(path) <= MAX_PATH_CHARS and "\x00" not in path:
+            return True
+        self._ignore("path", line, f"path {_short(path)} is not a string of 1 to {MAX_PATH_CHARS} characters")
+        return False
+
+    def _bounded_result(self, event: dict[str, Any], line: LogLine) -> dict[str, Any]:
+        """What of a pod's ``result`` line may reach XCom: at most 64 values named like metrics, each
+        finite JSON of at most 1 KiB (numbers, a content hash, a short list); NaN and larger values are
+        dropped (a pod's output is not trusted)."""
+        kept = {}
+        for key, value in event.items():
+            if key in (EVENT_KEY, "rank"):
+                continue
+            if not _name_ok(key):
+                self._ignore("name", line, f"result name {_short(key)} does not match {METRIC_NAME.pattern}")
+            elif _small_json(value):
+                kept[key] = value
+        return dict(list(kept.items())[:_RESULT_KEYS])
 
 
 _RESULT_KEYS, _RESULT_VALUE = 64, 1024
-
-
-def _bounded_result(event: dict[str, Any]) -> dict[str, Any]:
-    """What of a pod's ``result`` line may reach XCom: at most 64 values, each finite JSON of at most
-    1 KiB (numbers, a content hash, a short list); NaN and larger values are dropped (a pod's output
-    is not trusted)."""
-    kept = {key: value for key, value in event.items()
-            if key not in (EVENT_KEY, "rank") and len(key) <= 256 and _small_json(value)}
-    return dict(list(kept.items())[:_RESULT_KEYS])
 
 
 def _small_json(value: Any) -> bool:
@@ -159,3 +274,9 @@ def _small_json(value: Any) -> bool:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _short(value: Any, chars: int = 64) -> str:
+    """``repr(value)`` cut to about ``chars`` characters, for a warning about a pod's output."""
+    text = repr(value)
+    return text if len(text) <= chars else f"{text[:chars]}...({len(text)} chars)"

@@ -100,11 +100,17 @@ class TrialScheduler:
     def run(self) -> None:
         """Resume what a previous session left, then keep ``max_parallel`` trials running until the
         budget is spent. A systematic error (a bad data path, a broken image) fails every trial, so after
-        ``max(3, max_parallel)`` failures in a row the search stops asking instead of spending its budget."""
-        self.start()
-        while not self.finished:
-            if not self.advance(math.inf):
-                time.sleep(self.settings.poll_interval)
+        ``max(3, max_parallel)`` failures in a row the search stops asking instead of spending its budget.
+        If the loop raises (the study's storage fails, the task times out), ``stop`` cancels every running
+        trial's job before the error goes on."""
+        try:
+            self.start()
+            while not self.finished:
+                if not self.advance(math.inf):
+                    time.sleep(self.settings.poll_interval)
+        except BaseException as exc:  # a failure, a timeout or a kill: no trial job may outlive the search
+            self.stop(f"{type(exc).__name__}: {exc}")
+            raise
 
     def start(self) -> None:
         """Delete the jobs of pruned trials and re-attach to those of running ones (a restarted search)."""
@@ -130,6 +136,37 @@ class TrialScheduler:
         stored = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         for name in {run.job_name for run in self.running.values()} | {self._job_name(t.number) for t in stored}:
             self.backend.cancel(name)
+
+    def stop(self, reason: str) -> None:
+        """The search failed: cancel the job of every running trial (those followed, and those the study
+        records as running), then record those trials as failed with ``reason``, so that no job outlives
+        the search and a retry of the task asks for new trials instead of re-attaching to cancelled jobs.
+        Each step is tried on its own, cancelling first: the failure may be the study's storage itself."""
+        numbers = {number: run.job_name for number, run in self.running.items()}
+        try:
+            stored = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            numbers.update({t.number: self._job_name(t.number) for t in stored if t.number not in numbers})
+        except Exception as exc:  # noqa: BLE001 - the followed trials are still cancelled
+            self.log.warning("The study's running trials could not be read (%s): cancelling the %d followed",
+                             exc, len(numbers))
+            stored = []
+        for name in sorted(numbers.values()):
+            try:
+                self.backend.cancel(name)
+            except Exception as exc:  # noqa: BLE001 - go on cancelling the others
+                self.log.warning("Could not cancel trial job %s: %s", name, exc)
+        self.log.warning("The search stopped (%s): cancelled the jobs of %d running trial(s) %s", reason,
+                         len(numbers), sorted(numbers))
+        trials = {**{t.number: t._trial_id for t in stored}, **{n: r.trial._trial_id for n, r in self.running.items()}}
+        self.running.clear()
+        self.finished = True
+        for number, trial_id in sorted(trials.items()):
+            try:
+                trial = optuna.Trial(self.study, trial_id)
+                trial.set_user_attr(FAILURE_ATTR, f"the search stopped: {reason}"[:2000])
+                self.study.tell(trial, state=TrialState.FAIL)
+            except Exception as exc:  # noqa: BLE001 - the storage may be what failed
+                self.log.warning("Trial %d could not be recorded as failed: %s", number, exc)
 
     def _resume(self) -> None:
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):

@@ -15,7 +15,7 @@ SLICE_S = 1.0  # longest stretch of search rounds on a thread before the trigger
 
 class SearchTrigger(SerializedTrigger):
     """Drives ``TrialScheduler`` to the search's budget and fires once: ``{"status": "done"}`` or
-    ``{"status": "error", "message": ...}``. The scheduler's rounds never sleep; they run on a thread in
+    ``{"status": "error", "message": ...}`` (after cancelling every running trial's job: ``stop``). The scheduler's rounds never sleep; they run on a thread in
     slices of at most ``SLICE_S`` seconds, and the trigger waits ``poll_interval`` between idle rounds
     on the event loop, so neither the triggerer's loop nor a worker slot is held while trials run.
 
@@ -50,6 +50,7 @@ class SearchTrigger(SerializedTrigger):
         self.follow = follow or {}
 
     async def run(self):
+        scheduler = None
         try:
             scheduler = await asyncio.to_thread(self._scheduler)
             await asyncio.to_thread(scheduler.start)
@@ -58,8 +59,10 @@ class SearchTrigger(SerializedTrigger):
                     await asyncio.sleep(scheduler.settings.poll_interval)
         except Exception as exc:  # noqa: BLE001 - reported to the task, which fails with it
             self.log.exception("The search stopped")
-            yield TriggerEvent({"status": "error", "study_name": self.study_name,
-                                "message": f"{type(exc).__name__}: {exc}"})
+            message = f"{type(exc).__name__}: {exc}"
+            if scheduler is not None:  # no trial job outlives a failed search
+                await asyncio.to_thread(scheduler.stop, message)
+            yield TriggerEvent({"status": "error", "study_name": self.study_name, "message": message})
             return
         yield TriggerEvent({"status": "done", "study_name": self.study_name})
 
