@@ -70,12 +70,10 @@ def job_artifact_dir(root: str | None, name: str) -> str | None:
     return join(root, "artifacts", name)
 
 
-def model_dir(job_dir: str | None) -> str | None:
-    return job_dir and join(job_dir, "model")
-
-
-def checkpoint_dir(job_dir: str | None) -> str | None:
-    return job_dir and join(job_dir, "checkpoints")
+def job_dirs(job_dir: str | None) -> dict[str, str]:
+    """The ``model_dir`` and ``checkpoint_dir`` a job gets in its own directory (none without one): the
+    one place that lays them out, for training tasks, search trials and recipes alike."""
+    return {"model_dir": join(job_dir, "model"), "checkpoint_dir": join(job_dir, "checkpoints")} if job_dir else {}
 
 
 def evaluation_dir(job_dir: str) -> str:

@@ -30,6 +30,9 @@ class RuleMatch:
                 "line": self.line.text}
 
 
+_REFERS_TO_GROUP = re.compile(r"\\(?:[1-9]|g<)|\(\?P=|\(\?\(")  # \1, \g<name>, (?P=name), (?(1)...)
+
+
 class LogRules:
     """Regexes searched in every line. When one line matches several kinds, fail wins over retry and
     retry over succeed: a line that says both "finished" and "NCCL timeout" is not a success.
@@ -56,10 +59,14 @@ class LogRules:
                                  "e.g. loss=(?P<loss>[0-9.]+)")
         self._ordered = [(Verdict.FAIL, compiled["fail_on"]), (Verdict.RETRY, compiled["retry_on"]),
                          (Verdict.SUCCEED, compiled["succeed_on"])]
+        self._any = _union(compiled["fail_on"] + compiled["retry_on"] + compiled["succeed_on"])
         self._metrics = compiled["metrics"]
 
     def check(self, line: LogLine) -> RuleMatch | None:
-        """The verdict this line gives, if any."""
+        """The verdict this line gives, if any. Most lines match no rule: one search of all the rules at
+        once says so, and only a line that matches is searched rule by rule for the verdict."""
+        if self._any is not None and not self._any.search(line.text):
+            return None
         for verdict, regexes in self._ordered:
             for regex in regexes:
                 if regex.search(line.text):
@@ -90,6 +97,18 @@ class LogRules:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LogRules:
         return cls(**data)
+
+
+def _union(regexes: list[re.Pattern]) -> re.Pattern | None:
+    """One regex that matches a line exactly when one of ``regexes`` does, or None where joining them could
+    change a pattern's meaning (a reference to a group by number or name, an inline flag that must come
+    first) or fails (a group name used twice): then each is searched alone."""
+    if len(regexes) < 2 or any(_REFERS_TO_GROUP.search(regex.pattern) for regex in regexes):
+        return None
+    try:
+        return re.compile("|".join(f"(?:{regex.pattern})" for regex in regexes))
+    except re.error:
+        return None
 
 
 def _compile(name: str, index: int, pattern: Any) -> re.Pattern:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_ml_provider.artifacts import job_dirs
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobSubmissionError
@@ -144,9 +145,8 @@ class BaseTrainingOperator(BaseOperator):
 
     def artifact_dirs(self, backend: Backend, name: str) -> tuple[str | None, str | None]:
         """(model dir, checkpoint dir): the task's own, else the job's under the artifact root."""
-        artifacts = self.hook.job_artifact_dir(backend, name)
-        return (self.model_dir or (artifacts and f"{artifacts}/model"),
-                self.checkpoint_dir or (artifacts and f"{artifacts}/checkpoints"))
+        defaults = job_dirs(self.hook.job_artifact_dir(backend, name))
+        return self.model_dir or defaults.get("model_dir"), self.checkpoint_dir or defaults.get("checkpoint_dir")
 
     def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
         model_dir, checkpoint_dir = self.artifact_dirs(backend, name)

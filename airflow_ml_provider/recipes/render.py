@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from airflow_ml_provider.artifacts import job_dirs
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -36,8 +37,7 @@ def render_recipe(recipe: Recipe, backend_for: Callable[[str | None], Backend], 
             spec = TrainingJobSpec(
                 framework=experiment.job_framework, command=trial.argv, num_workers=experiment.workers,
                 image=experiment.image, resources=experiment.hardware.resources(), env=experiment.env,
-                model_dir=artifacts and f"{artifacts}/model",
-                checkpoint_dir=artifacts and f"{artifacts}/checkpoints",
+                **job_dirs(artifacts),
             )
             params = " ".join(f"{key}={value}" for key, value in trial.params.items())
             parts.append(f"# {name}[{trial.index}] {params}\n"

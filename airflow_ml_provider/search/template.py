@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from airflow_ml_provider.artifacts import job_dirs
 from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
@@ -87,9 +88,7 @@ def spec_template(spec: dict[str, Any],
     job's own model and checkpoint directories wherever the template names none."""
 
     def build(name: str) -> TrainingJobSpec:
-        artifacts = default_artifact_dir(name)
-        defaults = {"model_dir": f"{artifacts}/model", "checkpoint_dir": f"{artifacts}/checkpoints"}
-        return TrainingJobSpec(**({**defaults, **spec} if artifacts else spec))
+        return TrainingJobSpec(**{**job_dirs(default_artifact_dir(name)), **spec})
 
     return build
 
@@ -99,8 +98,7 @@ def portable_template(template: Callable[[str], TrainingJobSpec],
     """The inverse of ``spec_template`` for a template built any way (e.g. a training operator's
     ``build_spec``): its spec for ``name`` as JSON data, minus the directories that are the job's defaults."""
     data = template(name).model_dump(mode="json", exclude_none=True)
-    artifacts = default_artifact_dir(name)
-    for key, leaf in (("model_dir", "model"), ("checkpoint_dir", "checkpoints")):
-        if artifacts and data.get(key) == f"{artifacts}/{leaf}":
+    for key, default in job_dirs(default_artifact_dir(name)).items():
+        if data.get(key) == default:
             del data[key]
     return data

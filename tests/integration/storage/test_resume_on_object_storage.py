@@ -19,7 +19,7 @@ import psutil
 import pytest
 from support import TRAINING_IMAGE, needs_horovod, wait_for
 
-from airflow_ml_provider.artifacts import checkpoint_dir, job_artifact_dir, model_dir
+from airflow_ml_provider.artifacts import job_artifact_dir, job_dirs
 from airflow_ml_provider.jobs.backends.local import JOB_UID_ENV, LocalBackend
 from airflow_ml_provider.jobs.follow import ResumePoint
 from airflow_ml_provider.jobs.preemption import RESUME_ENV, resubmission
@@ -92,8 +92,7 @@ def test_a_preempted_lightgbm_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_
     name, rounds = f"aml-lgb-{uuid.uuid4().hex[:8]}", 400
     job_dir = job_artifact_dir(root, name)
     spec = TrainingJobSpec(
-        framework=Framework.LIGHTGBM, num_workers=2, model_dir=model_dir(job_dir),
-        checkpoint_dir=checkpoint_dir(job_dir),
+        framework=Framework.LIGHTGBM, num_workers=2, **job_dirs(job_dir),
         command=["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer",
                  "--train-data", f"{root}/data/train.npz", "--valid-data", f"{root}/data/valid.npz",
                  "--params-json", json.dumps({"learning_rate": 0.05, "num_leaves": 7, "seed": 0}),
@@ -101,7 +100,7 @@ def test_a_preempted_lightgbm_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_
     )  # fmt: skip
     last = _preempt_and_resume(s3, backend, name, spec, "AIRFLOW_ML_RANK")
     done = last["step"]
-    assert 5 <= done < rounds and last["path"] == f"{checkpoint_dir(job_dir)}/booster-{done:06d}.txt"
+    assert 5 <= done < rounds and last["path"] == f"{job_dirs(job_dir)['checkpoint_dir']}/booster-{done:06d}.txt"
 
     resumed = _events(backend, name, "resumed")  # every worker starts from the same booster
     assert {(e["rank"], e["path"], e["source"], e["round"]) for e in resumed} == {
@@ -112,7 +111,7 @@ def test_a_preempted_lightgbm_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_
     assert steps == list(range(done + 5, rounds + 1, 5)), "a finished round was trained again, or one skipped"
     assert [e["step"] for e in _events(backend, name, "checkpoint")] == list(range(done + 5, rounds + 1, 5))
     [saved] = _events(backend, name, "model_saved")
-    assert saved["path"] == f"{model_dir(job_dir)}/model.txt"
+    assert saved["path"] == f"{job_dirs(job_dir)['model_dir']}/model.txt"
     import lightgbm as lgb
 
     with storage.local_copy(saved["path"]) as local:
@@ -129,14 +128,13 @@ def test_a_preempted_horovod_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_w
     name, epochs = f"aml-hvd-{uuid.uuid4().hex[:8]}", 6
     job_dir = job_artifact_dir(root, name)
     spec = TrainingJobSpec(
-        framework=Framework.HOROVOD, num_workers=2, model_dir=model_dir(job_dir),
-        checkpoint_dir=checkpoint_dir(job_dir),
+        framework=Framework.HOROVOD, num_workers=2, **job_dirs(job_dir),
         command=["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", str(epochs),
                  "--steps-per-epoch", "60"],
     )
     last = _preempt_and_resume(s3, backend, name, spec, "HOROVOD_RANK")
     done = last["epoch"]
-    assert 1 <= done < epochs and last["path"] == f"{checkpoint_dir(job_dir)}/ckpt-{done:06d}.npz"
+    assert 1 <= done < epochs and last["path"] == f"{job_dirs(job_dir)['checkpoint_dir']}/ckpt-{done:06d}.npz"
 
     resumed = _events(backend, name, "resumed")
     assert {(e["rank"], e["path"], e["epoch"], e["step"]) for e in resumed} == {
@@ -145,8 +143,8 @@ def test_a_preempted_horovod_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_w
     steps = [event["step"] for event in _events(backend, name, "metrics")]
     assert steps == list(range(done + 1, epochs + 1)), "a finished epoch was trained again, or one skipped"
     [saved] = _events(backend, name, "model_saved")
-    assert saved["path"] == f"{model_dir(job_dir)}/model.keras"
+    assert saved["path"] == f"{job_dirs(job_dir)['model_dir']}/model.keras"
     keys = s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/")
     assert [k.rsplit("/", 1)[1] for k in keys] == [f"ckpt-{e:06d}.npz" for e in range(epochs - 2, epochs + 1)]
-    with storage.open_read(f"{checkpoint_dir(job_dir)}/ckpt-{epochs:06d}.npz") as f, np.load(f) as checkpoint:
+    with storage.open_read(f"{job_dirs(job_dir)['checkpoint_dir']}/ckpt-{epochs:06d}.npz") as f, np.load(f) as checkpoint:
         assert int(checkpoint["epoch"]) == epochs

@@ -51,3 +51,29 @@ def test_round_trip_through_a_dict():
 def test_invalid_rules_name_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LogRules(**kwargs)
+
+
+@pytest.mark.parametrize(("rules", "joined"), [
+    ({"fail_on": [r"CUDA out of memory", r"NCCL.*timeout"], "retry_on": [r"connection reset"],
+      "succeed_on": [r"Training finished", r"^done$"]}, True),
+    # joining these could change their meaning or fails: each is searched alone, with the same verdicts
+    ({"fail_on": [r"(\w+) \1 again"], "retry_on": [r"(?P<w>x)(?P=w)"], "succeed_on": [r"Training finished"]}, False),
+    ({"fail_on": [r"(?i)nccl.*TIMEOUT"], "succeed_on": [r"(?P<a>Training) finished"], "retry_on": [r"(?P<a>b)"]},
+     False),
+])
+def test_a_line_gets_the_verdict_of_its_first_matching_kind_whether_rules_are_joined_or_not(rules, joined):
+    """What one search of all rules at once decides equals searching each rule alone (fail, then retry,
+    then succeed), including rules that cannot be joined."""
+    import re
+
+    lines = ["epoch 1 loss=0.5", "NCCL watchdog timeout", "nccl TIMEOUT", "Training finished", "done", "done!",
+             "Training finished but CUDA out of memory", "connection reset; Training finished", "oops oops again",
+             "xx", "b", ""]
+    checked = LogRules(**rules)
+    assert (checked._any is not None) is joined
+    for text in lines:
+        expected = next(((verdict, pattern) for verdict, kind in ((Verdict.FAIL, "fail_on"),
+                         (Verdict.RETRY, "retry_on"), (Verdict.SUCCEED, "succeed_on"))
+                         for pattern in rules.get(kind, []) if re.search(pattern, text)), None)
+        match = checked.check(LogLine("rank 0", text))
+        assert (match and (match.verdict, match.pattern)) == expected, text
