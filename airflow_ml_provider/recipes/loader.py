@@ -53,11 +53,16 @@ class RecipeError(ValueError):
 def load_recipe(path: str | Path, budgets: Budgets | None = None) -> Recipe:
     """Read and validate a recipe file (within ``budgets``, by default the configured ones).
     Raises RecipeError (or OSError if it cannot be opened)."""
+    return parse_recipe(read_recipe_text(path), str(path), budgets)
+
+
+def read_recipe_text(path: str | Path) -> str:
+    """The text of a recipe file read by the file rules (a regular file, no symlink, bounded size, UTF-8).
+    Raises RecipeError (or OSError if it cannot be opened)."""
     try:
-        text = read_text(Path(path))
+        return read_text(Path(path))
     except RecipeFileError as exc:
         raise RecipeError(str(path), [Issue(exc.line, exc.path, str(exc))]) from None
-    return parse_recipe(text, str(path), budgets)
 
 
 def parse_recipe(text: str, source: str = "<recipe>", budgets: Budgets | None = None) -> Recipe:
