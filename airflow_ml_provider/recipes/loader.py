@@ -8,7 +8,6 @@ when the schema pass failed too. No Airflow here: ``airflow-ml validate`` runs i
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,6 +254,8 @@ def _message(error: dict) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
+        import difflib  # only for a misspelled field: not imported by every parse
+
         field = error["loc"][-1]
         close = difflib.get_close_matches(str(field), _FIELDS, n=1)
         return f"unknown field {field!r}" + (f"; did you mean {close[0]!r}?" if close else "")
