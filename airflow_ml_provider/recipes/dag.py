@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -10,7 +11,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
 from airflow_ml_provider.recipes.budgets import Budgets, Clock
-from airflow_ml_provider.recipes.loader import Issue, RecipeError, budget_problems, load_recipe
+from airflow_ml_provider.recipes import cache
+from airflow_ml_provider.recipes.loader import Issue, RecipeError, budget_problems, parse_recipe, read_recipe_text
 from airflow_ml_provider.recipes.model import INVALID_DAG_ID_PREFIX, Recipe
 from airflow_ml_provider.recipes.safe_yaml import format_path
 from airflow_ml_provider.recipes.search import search_operator
@@ -38,16 +40,56 @@ def dag_from_recipe(path: str | Path, **dag_kwargs: Any) -> DAG:
     recipe_path = _resolve(Path(path), Path(sys._getframe(1).f_globals.get("__file__", ".")).resolve().parent)
     budgets = Budgets.from_config()
     clock = Clock(budgets)
-    return build_dag(load_recipe(recipe_path, budgets), str(recipe_path), budgets=budgets, clock=clock, **dag_kwargs)
+    recipe, payloads = load_for_dag(recipe_path, budgets, clock)
+    return build_dag(recipe, str(recipe_path), budgets=budgets, clock=clock, payloads=payloads, **dag_kwargs)
+
+
+def load_for_dag(path: Path, budgets: Budgets, clock: Clock | None = None,
+                 admit: Callable[[Recipe], None] = lambda recipe: None) -> tuple[Recipe, dict[str, list[str]]]:
+    """The validated recipe and each mapped experiment's trial payloads: from the cache when this exact text
+    was validated before (the file rules apply at every read), else validated and sampled, then cached.
+    ``admit`` may refuse the recipe (raise) before any trial is sampled."""
+    text = read_recipe_text(path)
+    entry_key = cache.key(text)
+    if (entry := cache.load(entry_key)) is not None:
+        with contextlib.suppress(ValueError):  # an entry that is not a valid recipe any more: validate again
+            recipe = Recipe.model_validate(entry["recipe"])
+            if set(entry["trials"]) == {n for n, e in recipe.experiments.items() if e.search is None}:
+                _refuse_over_budget(recipe, budgets, str(path))
+                admit(recipe)
+                return recipe, entry["trials"]
+    recipe = parse_recipe(text, str(path), budgets)
+    admit(recipe)
+    payloads = {}
+    for name, experiment in recipe.experiments.items():
+        if experiment.search is None:
+            _check(clock, str(path), name)
+            payloads[name] = trial_payloads(recipe, name)
+    cache.store(entry_key, {"recipe": recipe.model_dump(mode="json"), "trials": payloads})
+    return recipe, payloads
+
+
+def trial_payloads(recipe: Recipe, name: str) -> list[str]:
+    """One JSON text per trial, what the experiment's task maps over (see RecipeTrialOperator)."""
+    return [json.dumps({"params": t.params, "argv": t.argv}) for t in recipe.trials(name)]
+
+
+def _refuse_over_budget(recipe: Recipe, budgets: Budgets, source: str) -> None:
+    if over := budget_problems(recipe, budgets):
+        raise RecipeError(source, [Issue(1, format_path(list(loc)), message) for loc, message in over])
+
+
+def _check(clock: Clock | None, source: str, experiment: str) -> None:
+    if clock is not None and (spent := clock.over()):
+        raise RecipeError(source, [Issue(1, f"experiments.{experiment}", spent)])
 
 
 def build_dag(recipe: Recipe, source: str = "<recipe>", *, budgets: Budgets | None = None, clock: Clock | None = None,
-              **dag_kwargs: Any) -> DAG:
+              payloads: dict[str, list[str]] | None = None, **dag_kwargs: Any) -> DAG:
     """The recipe's DAG, refused (RecipeError) before any trial is expanded if the recipe is over a job budget,
-    and between experiments once ``clock`` says the file's parse time is spent."""
-    over = budget_problems(recipe, budgets or Budgets.from_config())
-    if over:
-        raise RecipeError(source, [Issue(1, format_path(list(loc)), message) for loc, message in over])
+    and between experiments once ``clock`` says the file's parse time is spent. ``payloads``: each mapped
+    experiment's trials as ``load_for_dag`` returns them (by default sampled here)."""
+    _refuse_over_budget(recipe, budgets or Budgets.from_config(), source)
     settings = {
         "dag_id": recipe.dag_id,
         "description": recipe.description or f"Recipe {source}",
@@ -59,19 +101,18 @@ def build_dag(recipe: Recipe, source: str = "<recipe>", *, budgets: Budgets | No
     }
     with DAG(**settings) as dag, _collector_paused():
         try:
-            _add_tasks(recipe, source, clock)
+            _add_tasks(recipe, source, clock, payloads or {})
         except BaseException:
             dag.auto_register = False  # half built: Airflow must not pick it up beside the file's placeholder
             raise
     return dag
 
 
-def _add_tasks(recipe: Recipe, source: str, clock: Clock | None) -> None:
+def _add_tasks(recipe: Recipe, source: str, clock: Clock | None, payloads: dict[str, list[str]]) -> None:
     """The experiments as tasks of the DAG being defined, stopped between experiments once ``clock`` is spent."""
     tasks = {}
     for name, experiment in recipe.experiments.items():
-        if clock is not None and (spent := clock.over()):
-            raise RecipeError(source, [Issue(1, f"experiments.{name}", spent)])
+        _check(clock, source, name)
         if experiment.search is not None:
             tasks[name] = search_operator(recipe, name, experiment)
             continue
@@ -86,7 +127,7 @@ def _add_tasks(recipe: Recipe, source: str, clock: Clock | None) -> None:
             retries=experiment.retries,
             max_active_tis_per_dagrun=experiment.parallel,
             map_index_template="{{ task.trial_label }}",
-        ).expand(trial=[json.dumps({"params": t.params, "argv": t.argv}) for t in recipe.trials(name)])
+        ).expand(trial=payloads[name] if name in payloads else trial_payloads(recipe, name))
     for name, experiment in recipe.experiments.items():
         for dependency in experiment.depends_on:
             tasks[dependency] >> tasks[name]
@@ -139,10 +180,7 @@ def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
     jobs = 0  # in the recipes loaded so far
     for path in sorted(Path(folder).glob("*.yaml")):
         clock = Clock(budgets, deadline)
-        try:
-            if spent := clock.over():
-                raise RecipeError(str(path), [Issue(1, "", spent)])
-            recipe = load_recipe(path, budgets)
+        def admit(recipe: Recipe, path: Path = path) -> None:
             if recipe.dag_id in files:
                 raise RecipeError(str(path), [Issue(1, "name", f"the DAG id {recipe.dag_id!r} is already the "
                                                                 f"recipe {files[recipe.dag_id].name}'s")])
@@ -150,7 +188,12 @@ def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
                 raise RecipeError(str(path), [Issue(1, "experiments", (
                     f"its {recipe.num_jobs} jobs would bring the recipes folder to {jobs + recipe.num_jobs}, over "
                     f"the budget of {budgets.max_jobs_per_folder} ({Budgets.key('max_jobs_per_folder')})"))])
-            dag = build_dag(recipe, str(path), budgets=budgets, clock=clock, **dag_kwargs)
+
+        try:
+            if spent := clock.over():
+                raise RecipeError(str(path), [Issue(1, "", spent)])
+            recipe, payloads = load_for_dag(path, budgets, clock, admit)
+            dag = build_dag(recipe, str(path), budgets=budgets, clock=clock, payloads=payloads, **dag_kwargs)
             jobs += recipe.num_jobs
         except Exception as exc:  # noqa: BLE001 (one bad file must not hide every other recipe's DAG)
             errors = _refusal(path, exc)

@@ -8,7 +8,6 @@ when the schema pass failed too. No Airflow here: ``airflow-ml validate`` runs i
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,11 +52,16 @@ class RecipeError(ValueError):
 def load_recipe(path: str | Path, budgets: Budgets | None = None) -> Recipe:
     """Read and validate a recipe file (within ``budgets``, by default the configured ones).
     Raises RecipeError (or OSError if it cannot be opened)."""
+    return parse_recipe(read_recipe_text(path), str(path), budgets)
+
+
+def read_recipe_text(path: str | Path) -> str:
+    """The text of a recipe file read by the file rules (a regular file, no symlink, bounded size, UTF-8).
+    Raises RecipeError (or OSError if it cannot be opened)."""
     try:
-        text = read_text(Path(path))
+        return read_text(Path(path))
     except RecipeFileError as exc:
         raise RecipeError(str(path), [Issue(exc.line, exc.path, str(exc))]) from None
-    return parse_recipe(text, str(path), budgets)
 
 
 def parse_recipe(text: str, source: str = "<recipe>", budgets: Budgets | None = None) -> Recipe:
@@ -250,6 +254,8 @@ def _message(error: dict) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
+        import difflib  # only for a misspelled field: not imported by every parse
+
         field = error["loc"][-1]
         close = difflib.get_close_matches(str(field), _FIELDS, n=1)
         return f"unknown field {field!r}" + (f"; did you mean {close[0]!r}?" if close else "")
