@@ -53,7 +53,7 @@ class JobLogShipper:
     """
 
     def __init__(self, client: Elasticsearch, index: str, backend: LocalBackend, name: str,
-                 namespace: str = "local"):
+                 namespace: str = ecs.LOCAL_NAMESPACE):
         record = json.loads((backend.job_dir(name) / "job.json").read_text())
         self.client, self.index, self.namespace = client, index, namespace
         self.backend, self.name = backend, name

@@ -10,7 +10,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.logs.ecs import EcsFields
+from airflow_ml_provider.logs.ecs import LOCAL_NAMESPACE, EcsFields
 from airflow_ml_provider.logs.source import LogSource
 
 if TYPE_CHECKING:  # the client is imported when a connection is used, not when a DAG file is parsed
@@ -109,11 +109,13 @@ def job_log_source(backend: Backend, name: str, elasticsearch_conn_id: str | Non
     configured, else the backend's own (the local backend's files, the pods' logs). Outages of the
     store are the follow core's to ride out (``Follower.unavailable``).
 
-    From Elasticsearch, only the backend's namespace is read (Kubernetes backends have one, the local
-    backend none), so a pod of another namespace carrying the same job label cannot inject lines."""
+    From Elasticsearch, only the backend's namespace is read: a Kubernetes backend's own, and for the local
+    backend (no namespace of its own) ``LOCAL_NAMESPACE``, the one its jobs' documents are shipped with.
+    So a pod of another namespace carrying the same job label cannot inject lines into either."""
     if not elasticsearch_conn_id:
         return backend.log_source(name)
-    return ElasticsearchLogsHook(elasticsearch_conn_id).log_source(name, getattr(backend, "namespace", None))
+    namespace = getattr(backend, "namespace", None) or LOCAL_NAMESPACE
+    return ElasticsearchLogsHook(elasticsearch_conn_id).log_source(name, namespace)
 
 
 def _url(host: str | None, port: int | None, scheme: str | None) -> str:

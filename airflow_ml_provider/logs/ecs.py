@@ -15,6 +15,12 @@ from typing import Any
 from airflow_ml_provider.labels import JOB_NAME
 
 
+# The namespace of the local backend's jobs' documents: no Kubernetes namespace of their own, so the
+# shipper (tools/filebeat_shipper.py; a Filebeat ``fields`` setting on a real host) stamps this one, and
+# their reader keeps to it as a Kubernetes job's reader keeps to its namespace.
+LOCAL_NAMESPACE = "local"
+
+
 def dedot(label: str) -> str:
     """A Kubernetes label key as Filebeat stores it (``labels.dedot: true``, its default)."""
     return label.replace(".", "_")

@@ -15,6 +15,7 @@ from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.jobs.backends.indexed_job import IndexedJobBackend
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource, unpack_seen
+from airflow_ml_provider.logs.ecs import LOCAL_NAMESPACE
 
 pytestmark = pytest.mark.integration
 
@@ -85,10 +86,11 @@ def test_the_cursor_stays_bounded_over_100k_recent_lines(es, index):
 
 def test_job_log_source_reads_only_the_backends_namespace(es, es_url, index, monkeypatch, tmp_path):
     load(es, index, [line_doc("job-ns", "job-ns-worker-0", 0, "ours", T0, namespace="ml"),
+                     line_doc("job-ns", "job-ns-rank-0", 1, "ours, shipped from the local backend", T0,
+                              namespace=LOCAL_NAMESPACE),
                      line_doc("job-ns", "intruder", 0, "NCCL timeout (a fake fail_on line)", T0, namespace="team-b")])
     monkeypatch.setenv("AIRFLOW_CONN_ES_NS", connection_env(es_url, index_pattern=index))
     kubernetes = job_log_source(IndexedJobBackend(ApiClient(), namespace="ml"), "job-ns", "es_ns")
     assert read_all(kubernetes)[0] == ["[job-ns-worker-0] ours"]
-    local = job_log_source(LocalBackend(tmp_path / "ml"), "job-ns", "es_ns")  # no namespaces: every line
-    assert sorted(read_all(local)[0]) == ["[intruder] NCCL timeout (a fake fail_on line)",
-                                          "[job-ns-worker-0] ours"]
+    local = job_log_source(LocalBackend(tmp_path / "ml"), "job-ns", "es_ns")  # the local jobs' namespace only
+    assert read_all(local)[0] == ["[job-ns-rank-0] ours, shipped from the local backend"]
