@@ -7,6 +7,7 @@ import asyncio
 import json
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -54,19 +55,27 @@ def _both_running(study, backend: LocalBackend) -> bool:
                                      for t in running)
 
 
-def _break_storage_then_open_gate(root: Path, journal: Path) -> None:
-    """The study's storage fails (its journal becomes a directory), then the "gate" trial finishes, so
-    the search's next write raises while the "sleep" trial's job still runs."""
-    shutil.move(journal, root / "journal.saved")
-    journal.mkdir()
-    (root / "gate").touch()
-
-
-def _stop_every_job(root: Path, backend: LocalBackend) -> None:
-    """After the assertions' facts were taken: no job of the test outlives it, whatever the outcome."""
-    (root / "gate").touch()
-    for job in (root / "ml" / "jobs").glob("*"):
-        backend.cancel(job.name)
+def _fail_mid_search(root: Path, study, backend: LocalBackend, search: Callable[[], None]) -> tuple[bool, str, list]:
+    """Run ``search`` on a thread until both trials' jobs run; then the study's storage fails (its journal
+    becomes a directory) and the "gate" trial finishes, so the search's next write raises while the
+    "sleep" trial's job still runs. Returns whether the thread still runs, then the "sleep" job's state
+    and the trials' processes left. Whatever the outcome, no job of the test outlives it."""
+    journal = root / "optuna.journal"
+    thread = threading.Thread(target=search)
+    thread.start()
+    try:
+        wait_for(lambda: _both_running(study, backend), what="both trials' jobs running")
+        sleeping = next(t.user_attrs["job_name"] for t in study.get_trials(deepcopy=False)
+                        if t.params["mode"] == "sleep")
+        shutil.move(journal, root / "journal.saved")
+        journal.mkdir()
+        (root / "gate").touch()
+        thread.join(timeout=120)
+        return thread.is_alive(), backend.status(sleeping).state.value, _trial_processes(root)
+    finally:
+        (root / "gate").touch()
+        for job in (root / "ml" / "jobs").glob("*"):
+            backend.cancel(job.name)
 
 
 def test_a_search_whose_loop_fails_cancels_every_running_trial_job(tmp_path):
@@ -85,18 +94,8 @@ def test_a_search_whose_loop_fails_cancels_every_running_trial_job(tmp_path):
         except BaseException as exc:  # noqa: BLE001 - what the operator's task would fail with
             errors.append(exc)
 
-    thread = threading.Thread(target=loop)
-    thread.start()
-    try:
-        wait_for(lambda: _both_running(study, backend), what="both trials' jobs running")
-        sleeping = [t.user_attrs["job_name"] for t in study.get_trials(deepcopy=False)
-                    if t.params["mode"] == "sleep"]
-        _break_storage_then_open_gate(tmp_path, journal)
-        thread.join(timeout=120)
-        state, leftovers = backend.status(sleeping[0]).state.value, _trial_processes(tmp_path)
-    finally:
-        _stop_every_job(tmp_path, backend)
-    assert not thread.is_alive()
+    alive, state, leftovers = _fail_mid_search(tmp_path, study, backend, loop)
+    assert not alive
     assert errors and isinstance(errors[0], OSError), errors  # the task fails with the storage's error
     assert state == "CANCELLED"
     assert leftovers == []
@@ -119,18 +118,8 @@ def test_a_search_trigger_that_fails_cancels_every_running_trial_job(tmp_path, m
             events.append(event.payload)
             return
 
-    thread = threading.Thread(target=asyncio.run, args=(first_event(),))
-    thread.start()
-    try:
-        wait_for(lambda: _both_running(study, backend), what="both trials' jobs running")
-        sleeping = [t.user_attrs["job_name"] for t in study.get_trials(deepcopy=False)
-                    if t.params["mode"] == "sleep"]
-        _break_storage_then_open_gate(tmp_path, journal)
-        thread.join(timeout=120)
-        state, leftovers = backend.status(sleeping[0]).state.value, _trial_processes(tmp_path)
-    finally:
-        _stop_every_job(tmp_path, backend)
-    assert not thread.is_alive()
+    alive, state, leftovers = _fail_mid_search(tmp_path, study, backend, lambda: asyncio.run(first_event()))
+    assert not alive
     assert events and events[0]["status"] == "error", events
     assert state == "CANCELLED"
     assert leftovers == []
