@@ -98,6 +98,12 @@ _TRAINING_FIELDS = {
         'Worker variables from Kubernetes Secrets, e.g. {"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}.',
         kind="object",
     ),
+    "data_roots": _field(
+        "Data roots",
+        "The folders a data_path Param may read from: a JSON list, or comma-separated absolute paths. "
+        "Empty: [ml_training] data_roots, else $AIRFLOW_HOME/data and the local jobs directory's data folder.",
+        examples=["/data/ml,/srv/datasets"],
+    ),
     "elasticsearch_conn_id": _field(
         "Elasticsearch connection id",
         "Read jobs' logs from Elasticsearch (Filebeat) through this connection instead of the backend.",
@@ -125,10 +131,16 @@ _REGISTRY_FIELDS = {
 }
 
 
-def _option(description: str, example: str | None = None, default: str | None = None) -> dict:
+def _option(description: str, example: str | None = None, default: str | None = None, kind: str = "string") -> dict:
     """An ``[ml_training]`` option as Airflow's provider schema wants it (None: unset, the code's default)."""
-    return {"description": description, "version_added": "0.1.0", "type": "string", "example": example,
+    return {"description": description, "version_added": "0.1.0", "type": kind, "example": example,
             "default": default}
+
+
+def _bound(description: str, default: int | float | None, example: str, kind: str = "integer") -> dict:
+    """A bound on what users may ask for. ``default`` is the code's own fallback, written as a literal since this
+    module is read without the package's dependencies (the docs build); tests/unit/test_provider_metadata.py checks."""
+    return _option(description, example=example, default=None if default is None else f"{default:g}", kind=kind)
 
 
 # The [ml_training] section, declared so `airflow config list` shows it; docs/configuration.md is built
@@ -137,7 +149,8 @@ CONFIG = {
     "ml_training": {
         "description": "Settings of the ML training provider that belong to the deployment rather than to a "
         "connection: links to the MLflow, Kibana and Grafana UIs, the search's storage, the pipeline's "
-        "notifications and where shared files go.",
+        "notifications, where shared files go, and the bounds on what UI users, recipe authors and "
+        "searches may ask for.",
         "options": {
             "artifact_root": _option(
                 "Where jobs keep models, checkpoints, data and evaluation files when the ml_training "
@@ -181,6 +194,57 @@ CONFIG = {
                 "The endpoint on notify_http_conn_id's host that receives {\"text\": message}. Unset: the "
                 "connection's own URL.",
                 example="/hooks/ml",
+            ),
+            "data_roots": _option(
+                "The folders a data_path Param may read from (comma-separated absolute paths), when the "
+                "ml_training connection has no data_roots extra. A path outside them, once symlinks and '..' "
+                "are resolved, is refused. Unset: $AIRFLOW_HOME/data and the local jobs directory's data "
+                "folder ($AIRFLOW_HOME/ml/data).",
+                example="/data/ml,/srv/datasets",
+            ),
+            "local_images": _option(
+                "Further Python environments (comma-separated absolute paths) that an image Param may name on "
+                "the local backend, besides the connection's local_image and $AIRFLOW_ML_LOCAL_IMAGE. Any other "
+                "path is refused. Unset: only those two.",
+                example="/opt/venvs/train,/opt/venvs/train-gpu",
+            ),
+            "local_max_workers": _bound(
+                "The most worker processes one local job may start (num_workers, or an elastic job's "
+                "max_workers); a job asking for more is refused at submit. Unset: 4 x the machine's CPU count.",
+                None, "8"),
+            "max_conf_keys": _bound(
+                "The most keys a pipeline run's trigger conf may have; more is refused by its first task.",
+                64, "32"),
+            "max_conf_bytes": _bound(
+                "The largest trigger conf, as JSON in bytes, a pipeline run accepts; more is refused by its "
+                "first task.", 65536, "16384"),
+            "search_max_parallel": _bound(
+                "The most trial jobs one hyperparameter search runs at once (max_parallel; a recipe's "
+                "parallel), checked when the DAG is parsed and when the search starts.", 16, "8"),
+            "search_max_trials": _bound(
+                "The most trials one hyperparameter search runs (n_trials; a grid without n_trials: its whole "
+                "size), checked when the DAG is parsed and when the search starts.", 10000, "1000"),
+            "recipe_max_jobs_per_file": _bound(
+                "The most jobs one recipe file may create: the trials of all its experiments, search trials "
+                "included, counted before any is expanded. A file over it becomes its invalid_recipe_ DAG.",
+                10000, "2000"),
+            "recipe_max_jobs_per_folder": _bound(
+                "The most jobs the recipes of one folder may create together (files in name order; the file "
+                "that would go over it is refused).", 50000, "10000"),
+            "recipe_max_search_trials": _bound(
+                "The most samples (trials) of one recipe experiment with a search.",
+                4096, "1024"),
+            "recipe_parse_seconds": _bound(
+                "CPU seconds to read, validate and build one recipe file's DAG; a file past it is refused so "
+                "the other recipes load.", 5, "2", kind="float"),
+            "recipe_folder_parse_seconds": _bound(
+                "Wall seconds for loading the whole recipes folder; files left after it are refused. Unset: "
+                "half of [core] dagbag_import_timeout.", None, "10", kind="float"),
+            "recipe_cache_dir": _option(
+                "Where validated recipes are cached (keyed by the file's SHA-256, the package and the Python "
+                "version), a folder only the current user may write; an empty value turns the cache off. "
+                "Unset: $AIRFLOW_HOME/ml/recipe-cache.",
+                example="/var/cache/airflow-ml/recipes",
             ),
         },
     },

@@ -4,6 +4,7 @@ config section, which the real `airflow config list` shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
@@ -19,6 +20,7 @@ from support import REPO
 
 import airflow_ml_provider
 from airflow_ml_provider.get_provider_info import get_provider_info
+from airflow_ml_provider.recipes.budgets import Budgets
 
 
 def _public_classes() -> dict[str, list[type]]:
@@ -83,6 +85,7 @@ def test_every_ml_training_option_the_code_reads_is_declared():
     source = "\n".join(p.read_text() for p in (REPO / "airflow_ml_provider").rglob("*.py"))
     read = set(re.findall(r"conf\.get\w*\(\s*\"ml_training\",\s*\"(\w+)\"", source))
     read |= set(re.findall(r"^\s+option = \"(\w+)\"", source, re.MULTILINE))  # the extra links' templates
+    read |= {f"recipe_{field.name}" for field in dataclasses.fields(Budgets)}  # Budgets.from_config reads these
     declared = set(get_provider_info()["config"]["ml_training"]["options"])
     assert read and read <= declared, read - declared
     assert declared <= read, f"declared but never read: {declared - read}"
@@ -115,3 +118,29 @@ def test_declared_default_is_what_the_code_falls_back_to(option):
     source = (REPO / "airflow_ml_provider" / "hooks" / "model_registry.py").read_text()
     assert f'conf.get("ml_training", "{option}", fallback="{declared}")' in source
     assert conf.get("ml_training", option) == declared
+
+
+def _code_defaults() -> dict[str, object]:
+    """What the code falls back to when an option is not set (None: a value computed at run time)."""
+    from airflow_ml_provider.operators.params import MAX_CONF_BYTES, MAX_CONF_KEYS
+    from airflow_ml_provider.search.space import MAX_PARALLEL, MAX_TRIALS
+
+    budgets = {f"recipe_{field.name}": field.default for field in dataclasses.fields(Budgets)}
+    return {**budgets, "max_conf_keys": MAX_CONF_KEYS, "max_conf_bytes": MAX_CONF_BYTES,
+            "search_max_parallel": MAX_PARALLEL, "search_max_trials": MAX_TRIALS, "local_max_workers": None,
+            "data_roots": None, "local_images": None, "recipe_cache_dir": None}
+
+
+@pytest.mark.parametrize("option", sorted(_code_defaults()))
+def test_declared_bounds_are_the_codes_own_defaults_and_types(option):
+    """Airflow serves the declared default, so it must be the value the code uses when nothing is configured."""
+    declared = get_provider_info()["config"]["ml_training"]["options"][option]
+    default = _code_defaults()[option]
+    if default is None:
+        assert declared["default"] is None, option
+        assert "Unset:" in declared["description"], "an unset option says what applies instead"
+        return
+    kind = {int: "integer", float: "float"}[type(default)]
+    assert declared["type"] == kind
+    assert {"integer": int, "float": float}[kind](declared["default"]) == default
+    assert {"integer": int, "float": float}[kind](declared["example"]) > 0
