@@ -22,7 +22,9 @@ class TrainingBackendHook(BaseHook):
 
     Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``, ``etcd`` (the
     local backend's store of elastic worker slots; default ``$AIRFLOW_ML_ETCD``), ``orphan_grace_s`` (a
-    local job no follower has heartbeated for this long is stopped; default 600), and for the
+    local job no follower has heartbeated for this long is stopped; default 600), ``local_sandbox``
+    (``auto``, the default: each local job in a bubblewrap sandbox where it works; ``required``; ``off``),
+    and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
     context; default ``kubernetes_default``), ``namespace`` and ``gang_scheduler`` (the MPI operator's
     ``--gang-scheduling`` setting, if it has one).
@@ -61,6 +63,7 @@ class TrainingBackendHook(BaseHook):
                 image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
                 etcd=extras.get("etcd"),
                 **({"orphan_grace_s": float(extras["orphan_grace_s"])} if extras.get("orphan_grace_s") else {}),
+                **({"sandbox": extras["local_sandbox"]} if extras.get("local_sandbox") else {}),
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
