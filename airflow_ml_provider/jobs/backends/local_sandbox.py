@@ -76,7 +76,7 @@ def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readab
     for field, directory in writable:
         path = Path(os.path.realpath(directory))
         job_dir = next((p for p in (path, *path.parents) if p.name == name), None)
-        if job_dir is not None:
+        if job_dir is not None and len(job_dir.parent.parts) >= 3:  # never hides / or a top-level directory
             path = job_dir
             parents.append(str(job_dir.parent))
         for secret in hidden:

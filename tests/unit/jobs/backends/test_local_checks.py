@@ -81,3 +81,14 @@ def test_horovodruns_report_of_a_ranks_end_is_read_even_with_another_line_on_it(
     assert horovod_output("[0]<stdout>:Process 1 exit with status code 0.") == [
         ("rank 0", "Process 1 exit with status code 0.", None)], "a rank cannot forge horovodrun's report"
     assert horovod_output("") == [("horovodrun", "", None)]
+
+
+def test_the_sandbox_hides_the_parent_of_the_jobs_own_directory_and_refuses_a_dir_that_would_show_a_secret():
+    from airflow_ml_provider.jobs.backends.local_sandbox import mounts
+
+    got = mounts("job-1", ["/srv/airflow"], [("model_dir", "/data/ml/artifacts/job-1/model")], ["/data/ml/data"])
+    assert got == {"hide": ["/data/ml/artifacts", "/srv/airflow"], "writable": ["/data/ml/artifacts/job-1"],
+                   "readable": ["/data/ml/data"]}
+    assert mounts("tmp", [], [("model_dir", "/tmp/m")], [])["hide"] == [], "never / or a top-level directory"
+    with pytest.raises(ValueError, match=r"model_dir: '/srv' contains /srv/airflow, which a job must not see"):
+        mounts("job-1", ["/srv/airflow"], [("model_dir", "/srv")], [])
