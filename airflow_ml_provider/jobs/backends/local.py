@@ -369,7 +369,7 @@ class LocalBackend(Backend):
         inputs = [path for path in (image, sys.prefix, _PACKAGE_ROOT, spec.working_dir)
                   if path and local_sandbox.inside(path, hidden)]
         try:
-            return local_sandbox.mounts(name, hidden, writable, [str(self.root / "data"), *inputs])
+            return local_sandbox.mounts(name, hidden, [*writable, ("data", str(self.root / "data"))], inputs)
         except ValueError as exc:
             raise JobSubmissionError(str(exc)) from None
 

@@ -28,6 +28,7 @@ from typing import BinaryIO
 MAX_LINE = 64 * 1024  # bytes of one line read at a time; a longer line is split into pieces
 MAX_PIECES = 16  # pieces of one line kept (1 MiB); the rest is dropped and counted
 CONTINUED = " [line continues]"
+_PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 _BREAKS = str.maketrans({c: "\ufffd" for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
 
 
@@ -75,9 +76,17 @@ def _forward(source: BinaryIO, target: BinaryIO) -> None:
             pass
 
 
+def _die_with_shim() -> None:
+    """In the rank, before its exec: SIGKILL it when the shim dies (a shim killed from outside must not
+    leave its rank running unseen by horovodrun: killing either is killing the rank)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def shim(argv: list[str]) -> int:
     """Run ``argv`` with its stdout and stderr passed through ``lines``; end as it ended."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_die_with_shim)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda sig, _frame: proc.poll() is None and proc.send_signal(sig))
     pumps = [threading.Thread(target=_forward, args=(proc.stdout, sys.stdout.buffer)),

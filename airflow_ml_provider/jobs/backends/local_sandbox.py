@@ -5,10 +5,11 @@ another job's, so no ``/proc/<pid>/environ`` of theirs) and IPC namespace, no ca
 filesystem read-only, a private ``/tmp``, and nothing of what ``hidden`` names: ``$AIRFLOW_HOME``
 (``airflow.cfg``, the metadata DB, logs), ``$AIRFLOW_CONFIG``, a SQLite metadata DB named by
 ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, and the local backend's root (the job records, locks and owner
-key, every job's artifacts). Bound back into that view: the job's own directories writable (its
+key, every job's artifacts). Bound back into that view, writable: the job's own directories (its
 ``model_dir`` and ``checkpoint_dir``, widened to the job's own directory, ``.../<job name>``, whose
-parent is hidden so that no other job's directory shows), and ``<root>/data`` (the runs' data shards)
-read-only. The network is the host's (Horovod and LightGBM meet on loopback). When the sandbox's bwrap
+parent is hidden so that no other job's directory shows) and ``<root>/data``, the runs' data shards,
+which every job shares (preprocessing jobs write their shards there); read-only: the training
+environment and this package, should they lie under a hidden path. The network is the host's (Horovod and LightGBM meet on loopback). When the sandbox's bwrap
 process dies, the kernel ends every process left in its PID namespace: nothing of a job outlives it.
 
 The submitter computes the mounts (``mounts``, stored in the job's plan); the launcher turns them into
