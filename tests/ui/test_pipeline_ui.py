@@ -159,13 +159,13 @@ def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value)
 
 def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
     """What the trigger-time schema check cannot catch fails the run at once, in prepare_data, saying
-    which Param and why: a file that does not exist where the run reads it (the DAG's check), and a
-    NaN learning rate sent through the API (it passes every JSON-schema bound on trigger and reaches the
-    task as null, which the DAG's check refuses)."""
+    which Param and why: a file that does not exist where the run reads it or lies outside the data roots
+    (the DAG's check), and a NaN learning rate sent through the API (it passes every JSON-schema bound on
+    trigger and reaches the task as null, which the DAG's check refuses)."""
+    missing = f"{stack.home}/data/missing.npz"  # inside the default data roots ($AIRFLOW_HOME/data)
     runs = {
-        "data_path: '/nonexistent/ml/data.npz' is not a file the Airflow worker can read": {
-            "data_path": "/nonexistent/ml/data.npz"
-        },
+        f"data_path: '{missing}' is not a file the Airflow worker can read": {"data_path": missing},
+        "data_path: '/nonexistent/ml/data.npz' is outside the data roots": {"data_path": "/nonexistent/ml/data.npz"},
         "Params refused: learning_rate: no number given": {"learning_rate": math.nan},
     }
     run_ids = {message: stack.trigger_dag(DAG_ID, conf) for message, conf in runs.items()}
