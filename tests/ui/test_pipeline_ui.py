@@ -6,12 +6,14 @@ the evaluation's artifacts. Screenshots of each step go to the folder printed at
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from urllib.parse import unquote
 
 import pytest
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -173,10 +175,12 @@ def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
         assert stack.wait_for_run(DAG_ID, run_id, timeout=600) == "failed"
         states = {t["task_id"]: t["state"] for t in stack.task_instances(DAG_ID, run_id)}
         assert states["prepare_data"] == "failed" and states["deploy"] == "upstream_failed"
-        log = "\n".join(
-            json.dumps(e) for e in stack.task_log(DAG_ID, run_id, "prepare_data")
-        )  # with the error
-        assert message in log
+        def log() -> str:  # with the error, once its last lines are written (the run may end first)
+            return "\n".join(json.dumps(e) for e in stack.task_log(DAG_ID, run_id, "prepare_data"))
+
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: message in log(), timeout=60, what=f"{message!r} in prepare_data's log")
+        assert message in log()
 
 
 @pytest.mark.parametrize(
