@@ -18,12 +18,12 @@ PYTEST_ARGS ?=
 # real processes (Airflow components, training jobs), so three keep two cores busy.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd kube-apiserver crds docs docs-env clean
+.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd bwrap kube-apiserver crds docs docs-env clean
 
-demo: control-env training-env
+demo: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
-test: crds control-env training-env kube-apiserver mlflow-env docs-env chromium sshd
+test: crds control-env training-env kube-apiserver mlflow-env docs-env chromium sshd bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # The documentation (docs/, Markdown through Sphinx + MyST): every warning, a broken internal link
@@ -33,13 +33,13 @@ docs: docs-env
 
 # The Airflow UI (standalone, this project's DAGs, embedded defaults) and the MLflow UI over the embedded
 # registry, on make demo's AIRFLOW_HOME; prints where to log in. Ctrl-C stops both.
-ui: control-env training-env mlflow-env
+ui: control-env training-env mlflow-env bwrap
 	$(VENV)/bin/python scripts/ui.py --home $(CURDIR)/.airflow-demo
 
 mlflow-ui: mlflow-env
 	$(VENV)/bin/python scripts/ui.py --home $(CURDIR)/.airflow-demo --only mlflow
 
-bench: control-env training-env
+bench: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/local_overhead.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/log_tail.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/lightgbm_parity.py
@@ -47,6 +47,7 @@ bench: control-env training-env
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/hpo_scaling.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/search_scale.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/preemption_cost.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/sandbox_start.py
 
 lint: control-env
 	$(UV) pip install --python $(VENV)/bin/python --quiet ruff==0.14.5
@@ -65,6 +66,9 @@ chromium:
 # jobs that the tests run (tests/integration/kubernetes/test_rendered_jobs_run.py); idempotent.
 sshd:
 	scripts/install_sshd.sh
+# bubblewrap: the sandbox each local job runs in (airflow_ml_provider/jobs/backends/local_sandbox.py).
+bwrap:
+	scripts/install_bwrap.sh
 kube-apiserver: .tools/kube-apiserver
 
 # The CRDs pinned in requirements/crds.lock (MPIJob, Volcano; next/: the coming backends), verified by

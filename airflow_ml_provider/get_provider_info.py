@@ -52,6 +52,17 @@ _TRAINING_FIELDS = {
         kind="number",
         minimum=1,
     ),
+    "local_sandbox": _field(
+        "Local: job sandbox",
+        "Each local job in a bubblewrap sandbox (own PID namespace, read-only root, only its own artifact "
+        "dirs writable, nothing of $AIRFLOW_HOME or the job records). Empty: auto.",
+        enum=["auto", "required", "off"],
+        values_display={
+            "auto": "auto: sandboxed where bubblewrap works, else unsandboxed with a warning",
+            "required": "required: refuse to run a local job unsandboxed",
+            "off": "off: never (a single-tenant machine)",
+        },
+    ),
     "kubernetes_conn_id": _field(
         "Kubernetes: connection id",
         "A cncf-kubernetes connection (kubeconfig, in-cluster or context). Empty: kubernetes_default.",

@@ -23,7 +23,9 @@ class TrainingBackendHook(BaseHook):
 
     Connection extras: ``backend`` (default backend name), ``local_root``, ``local_image``, ``etcd`` (the
     local backend's store of elastic worker slots; default ``$AIRFLOW_ML_ETCD``), ``orphan_grace_s`` (a
-    local job no follower has heartbeated for this long is stopped; default 600), and for the
+    local job no follower has heartbeated for this long is stopped; default 600), ``local_sandbox``
+    (``auto``, the default: each local job in a bubblewrap sandbox where it works; ``required``; ``off``),
+    and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
     context; default ``kubernetes_default``), ``namespace`` and ``gang_scheduler`` (the MPI operator's
     ``--gang-scheduling`` setting, if it has one).
@@ -90,6 +92,7 @@ class TrainingBackendHook(BaseHook):
                 etcd=extras.get("etcd"),
                 **({"orphan_grace_s": float(extras["orphan_grace_s"])} if extras.get("orphan_grace_s") else {}),
                 max_workers=conf.getint("ml_training", "local_max_workers", fallback=0) or None,
+                **({"sandbox": extras["local_sandbox"]} if extras.get("local_sandbox") else {}),
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 

@@ -22,7 +22,7 @@ with DAG("ml_test_horovod_and_lightgbm", schedule=None, catchup=False, tags=["te
     def make_data() -> dict[str, str]:
         from airflow_ml_provider.runtime.datasets import write_synthetic
 
-        out = Path(os.environ["AIRFLOW_HOME"]) / "data"
+        out = Path(os.environ["AIRFLOW_HOME"]) / "ml" / "data" / "test"  # the local root's data/: jobs see it
         out.mkdir(parents=True, exist_ok=True)
         write_synthetic(out / "train.npz", out / "valid.npz", rows=20_000, features=20, seed=7)
         return {"train": str(out / "train.npz"), "valid": str(out / "valid.npz")}

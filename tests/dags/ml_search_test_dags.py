@@ -30,7 +30,7 @@ lightgbm_trial = LightGBMTrainingOperator(
 def search_data() -> dict[str, str]:
     from airflow_ml_provider.runtime.datasets import write_synthetic
 
-    out = Path(os.environ["AIRFLOW_HOME"]) / "search-data"
+    out = Path(os.environ["AIRFLOW_HOME"]) / "ml" / "data" / "search-test"  # the local root's data/: jobs see it
     out.mkdir(parents=True, exist_ok=True)
     write_synthetic(out / "train.npz", out / "valid.npz", rows=3000, features=12, seed=3)
     return {"train": str(out / "train.npz"), "valid": str(out / "valid.npz")}

@@ -29,3 +29,12 @@ def test_preemption_cost_compares_resuming_and_restarting():
     out = _bench("preemption_cost.py", "--rounds", "200", "--rows", "20000", "--points", "0.25", "0.5", "--no-elastic")
     assert "resume cheaper than restart at every point >= 50%:" in out
     assert "(2/2)" in out, "both workers restored their saved scores"
+
+
+def test_sandbox_start_compares_sandboxed_and_unsandboxed_jobs():
+    from airflow_ml_provider.jobs.backends import local_sandbox
+
+    if (why := local_sandbox.unavailable()) is not None:
+        pytest.skip(f"no sandbox here: {why}")
+    out = _bench("sandbox_start.py", "--runs", "2")
+    assert "wall, median" in out and "worker, median" in out and "added" in out

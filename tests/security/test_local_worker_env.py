@@ -15,6 +15,7 @@ import stat
 import pytest
 from support import TRAINING_IMAGE, needs_horovod, wait_for
 
+from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
@@ -53,17 +54,24 @@ JOB_VARIABLES = {"VIRTUAL_ENV", "PYTHONUNBUFFERED", "OMP_WAIT_POLICY", "JOB_SETT
 ALLOWED = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME"}
 
 
-def permitted(name: str, framework: str) -> bool:
-    # horovodrun adds its rendezvous variables, and starts each rank through sh, which sets PWD
+def permitted(name: str, framework: str, sandbox: str = "off") -> bool:
+    # horovodrun adds its rendezvous variables, and starts each rank through sh, which sets PWD; so does
+    # bubblewrap (the sandbox's start directory)
     return (name in ALLOWED or name in JOB_VARIABLES or name.startswith(("LC_", "AIRFLOW_ML_"))
-            or (framework == "horovod" and (name.startswith(("HOROVOD_", "NCCL_")) or name == "PWD")))
+            or (name == "PWD" and (framework == "horovod" or sandbox != "off"))
+            or (framework == "horovod" and name.startswith(("HOROVOD_", "NCCL_"))))
 
 
+@pytest.mark.parametrize("sandbox", [
+    pytest.param("auto", marks=pytest.mark.skipif(local_sandbox.unavailable() is not None, reason="no sandbox here")),
+    "off"])
 @pytest.mark.parametrize("framework", ["generic", pytest.param("horovod", marks=needs_horovod)])
-def test_no_worker_nor_its_launcher_can_read_the_task_processs_secrets(tmp_path, monkeypatch, framework):
+def test_no_worker_nor_its_launcher_can_read_the_task_processs_secrets(tmp_path, monkeypatch, framework, sandbox):
+    """Unsandboxed the worker reads its ancestors' environments up to the launcher; in its sandbox it
+    cannot even see the launcher (its own PID namespace)."""
     for name, value in TASK_SECRETS.items():
         monkeypatch.setenv(name, value)
-    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE))
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), sandbox=sandbox)
     spec = TrainingJobSpec(framework=framework, command=["python", "-c", WORKER], num_workers=2,
                            env={"JOB_SETTING": "visible"})
     umask = os.umask(0)  # the records are private whatever the umask
@@ -83,12 +91,15 @@ def test_no_worker_nor_its_launcher_can_read_the_task_processs_secrets(tmp_path,
     launcher = str(json.loads((job_dir / "launcher.json").read_text())["pid"])
     for report in reports:
         environ = report["environ"]
-        assert launcher in report["chain"], "the worker's ancestry up to the launcher was read"
         assert environ["JOB_SETTING"] == "visible" and environ[EXPLICIT[0]] == "<present>"
         assert environ["PATH"].startswith(f"{TRAINING_IMAGE}/bin{os.pathsep}")
-        assert not {name for name in environ if not permitted(name, framework)}, "not an allow-listed variable"
-        assert EXPLICIT[0] not in report["chain"][launcher], "the launcher gets explicit secrets on stdin only"
-        assert not {name for name in report["chain"][launcher] if not permitted(name, framework)}
+        assert not {name for name in environ if not permitted(name, framework, sandbox)}, "not an allow-listed variable"
+        if sandbox == "off":
+            assert launcher in report["chain"], "the worker's ancestry up to the launcher was read"
+            assert EXPLICIT[0] not in report["chain"][launcher], "the launcher gets explicit secrets on stdin only"
+            assert not {name for name in report["chain"][launcher] if not permitted(name, framework)}
+        else:
+            assert launcher not in report["chain"], "in its sandbox, its own ancestry only"
 
     records = sorted(job_dir.iterdir())
     assert {path.name for path in records} >= {"job.json", "launcher.json", "status.json", "output.log",

@@ -6,13 +6,14 @@ refuses with "Params refused: <field>: ..." before any job starts (issue 19 L1, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 
 import pytest
 from airflow_stack import AirflowStack
-from support import REPO, TRAINING_IMAGE
+from support import REPO, TRAINING_IMAGE, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,13 @@ def first_task_refusal(stack: AirflowStack, run_id: str) -> str:
     states = {t["task_id"]: t["state"] for t in stack.task_instances(DAG_ID, run_id)}
     assert states["prepare_data"] == "failed", states
     assert states["train_lightgbm"] in ("upstream_failed", None) and states["deploy"] == "upstream_failed", states
-    return "\n".join(json.dumps(entry) for entry in stack.task_log(DAG_ID, run_id, "prepare_data"))
+
+    def log() -> str:
+        return "\n".join(json.dumps(entry) for entry in stack.task_log(DAG_ID, run_id, "prepare_data"))
+
+    with contextlib.suppress(AssertionError):  # the run can end before the task's last log lines are written
+        wait_for(lambda: '"level": "error"' in log(), timeout=60, what="prepare_data's error in its log")
+    return log()
 
 
 # (case, trigger conf, what prepare_data's refusal says)

@@ -6,12 +6,14 @@ the evaluation's artifacts. Screenshots of each step go to the folder printed at
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from urllib.parse import unquote
 
 import pytest
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -159,13 +161,13 @@ def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value)
 
 def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
     """What the trigger-time schema check cannot catch fails the run at once, in prepare_data, saying
-    which Param and why: a file that does not exist where the run reads it (the DAG's check), and a
-    NaN learning rate sent through the API (it passes every JSON-schema bound on trigger and reaches the
-    task as null, which the DAG's check refuses)."""
+    which Param and why: a file that does not exist where the run reads it or lies outside the data roots
+    (the DAG's check), and a NaN learning rate sent through the API (it passes every JSON-schema bound on
+    trigger and reaches the task as null, which the DAG's check refuses)."""
+    missing = f"{stack.home}/data/missing.npz"  # inside the default data roots ($AIRFLOW_HOME/data)
     runs = {
-        "data_path: '/nonexistent/ml/data.npz' is not a file the Airflow worker can read": {
-            "data_path": "/nonexistent/ml/data.npz"
-        },
+        f"data_path: '{missing}' is not a file the Airflow worker can read": {"data_path": missing},
+        "data_path: '/nonexistent/ml/data.npz' is outside the data roots": {"data_path": "/nonexistent/ml/data.npz"},
         "Params refused: learning_rate: no number given": {"learning_rate": math.nan},
     }
     run_ids = {message: stack.trigger_dag(DAG_ID, conf) for message, conf in runs.items()}
@@ -173,10 +175,12 @@ def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
         assert stack.wait_for_run(DAG_ID, run_id, timeout=600) == "failed"
         states = {t["task_id"]: t["state"] for t in stack.task_instances(DAG_ID, run_id)}
         assert states["prepare_data"] == "failed" and states["deploy"] == "upstream_failed"
-        log = "\n".join(
-            json.dumps(e) for e in stack.task_log(DAG_ID, run_id, "prepare_data")
-        )  # with the error
-        assert message in log
+        def log() -> str:  # with the error, once its last lines are written (the run may end first)
+            return "\n".join(json.dumps(e) for e in stack.task_log(DAG_ID, run_id, "prepare_data"))
+
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: message in log(), timeout=60, what=f"{message!r} in prepare_data's log")
+        assert message in log()
 
 
 @pytest.mark.parametrize(

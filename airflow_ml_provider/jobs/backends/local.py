@@ -1,7 +1,13 @@
 """The embedded default backend: a job is a group of processes on this machine, needing no cluster.
 
-Each job lives in ``<root>/jobs/<name>/`` (0700, every record in it 0600): ``job.json`` (the spec and
-the launch plan; never a secret), ``launcher.json`` (the launcher process), ``heartbeat`` (the
+Each job's workers run in a sandbox of their own (``local_sandbox``: bubblewrap; ``sandbox=auto`` by
+default) that shows them neither the records below, nor ``$AIRFLOW_HOME``, nor any other process or job:
+only the launcher (outside the sandbox) and the submitter write a job's records. Where no sandbox can
+be made the backend warns once and runs jobs unsandboxed: the machine is then single-tenant.
+
+Each job lives in ``<root>/jobs/<name>/`` (0700, every record in it 0600): ``job.json`` (the spec, the
+launch plan and the owner token, an HMAC of the name and attempt with the key in ``<root>/owner.key``:
+a record that does not verify was planted and is refused, naming it; never a secret), ``launcher.json`` (the launcher process), ``heartbeat`` (the
 followers' lease), ``output.log`` (every worker's lines, prefixed by rank), ``status.json`` (written
 once the job ends) and ``cancelled`` (a marker). The launcher runs in its own session, detached from
 the Airflow task, so a restarted task finds the job still running and attaches to it. How a job ends
@@ -11,14 +17,17 @@ Submitting is serialized per name by ``flock`` on ``<root>/locks/<name>.lock``: 
 re-reads the job's state, stops what a finished job left running (the workers of a killed launcher),
 archives it as ``<name>.N`` and starts the new one, so of two concurrent submitters exactly one starts
 a job and the other attaches. The lock also tells an abandoned submission (a job directory with no
-launcher, and nobody holding the lock) from one still in progress.
+launcher, and nobody holding the lock) from one still in progress. Waiting for it is bounded
+(``lock_timeout_s``), with an error naming the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import hmac
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,25 +41,34 @@ from pathlib import Path
 
 import psutil
 
-from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.base import BackendAccessError, Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.backends.local_common import (
-    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, job_processes, mkdir_private, open_private, read_json, terminate, write_json,
-    write_private,
+    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, job_processes, mkdir_private, open_private, owner_token, read_json,
+    terminate, write_json, write_private,
 )
+from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
+from airflow_ml_provider.jobs.backends.local_sandbox import SandboxMode
 from airflow_ml_provider.jobs.etcd_kv import EtcdError, EtcdKV
 from airflow_ml_provider.jobs.local_discovery import ETCD_ENV, slots_prefix, write_slots
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.files import FileLogSource
 
-__all__ = ["JOB_UID_ENV", "LocalBackend", "job_processes"]
+__all__ = ["JOB_UID_ENV", "LocalBackend", "SandboxMode", "job_processes"]
 
 _LAUNCHER = "airflow_ml_provider.jobs.backends.local_launcher"
 # A job name becomes a directory name: no separators, no "..", nothing hidden.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # where the launcher and the rank shim are read from
+_log = logging.getLogger(__name__)
 _FAST_POLL_S = 0.05  # how often statuses() looks for the end of a job between full status reads
+_LOCK_POLL_S = 0.05  # how often a waiter tries a job name's lock again
+
+
+class ForgedJobRecord(BackendAccessError):
+    """A job directory whose record this backend did not write: refused, never attached to."""
 
 
 WORKERS_PER_CPU = 4  # the default bound of one local job's worker processes, per CPU of the machine
@@ -72,17 +90,29 @@ class LocalBackend(Backend):
         max_workers: the most worker processes one job may start on this machine (an elastic job: its
             ``max_workers``); default ``WORKERS_PER_CPU`` x the CPU count. A job asking for more is refused
             before any process starts.
+        sandbox: ``auto`` (default): each job in its own sandbox (``local_sandbox``) where bubblewrap
+            works, else unsandboxed with a warning (once per backend, i.e. per task); ``required``:
+            refuse to run a job unsandboxed; ``off``: never sandbox (a single-tenant machine).
+        lock_timeout_s: how long ``submit``/``delete`` wait for a job name's lock before giving up with
+            an error naming it.
     """
 
     name = "local"
 
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
-                 etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None):
+                 etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None,
+                 sandbox: SandboxMode | str = SandboxMode.AUTO, lock_timeout_s: float = 120.0):
         if orphan_grace_s is not None and not orphan_grace_s > 0:
             raise ValueError(f"orphan_grace_s: must be a positive number of seconds (got {orphan_grace_s!r})")
         if max_workers is not None and not max_workers >= 1:
             raise ValueError(f"max_workers: must be at least 1 (got {max_workers!r})")
         self.max_workers = max_workers or WORKERS_PER_CPU * (os.cpu_count() or 1)
+        try:
+            self.sandbox = SandboxMode(sandbox)
+        except ValueError:
+            raise ValueError(f"sandbox: must be one of {[m.value for m in SandboxMode]} (got {sandbox!r})") from None
+        self._warned = False
+        self.lock_timeout_s = lock_timeout_s
         self.root = Path(root)
         self.image = image
         self.cancel_grace_s = cancel_grace_s
@@ -101,6 +131,7 @@ class LocalBackend(Backend):
 
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
         plan = launch_plan(spec, self._image_for(spec), self.job_dir(name), self.etcd)
+        plan["sandbox"] = self._sandbox(name, spec, self._image_for(spec))
         return json.dumps({"name": name, "labels": labels, **plan}, indent=2)
 
     def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str],
@@ -116,6 +147,10 @@ class LocalBackend(Backend):
             _ensure_private_dir(directory)
         with self._claim(name):
             if job_dir.is_dir():
+                try:
+                    self._record(name)
+                except ForgedJobRecord as exc:
+                    raise JobSubmissionError(str(exc)) from None
                 if not self._ended_under_claim(name):
                     return False
                 self._stop_leftovers(job_dir)
@@ -123,13 +158,14 @@ class LocalBackend(Backend):
             mkdir_private(job_dir)
             try:
                 plan = launch_plan(spec, image, job_dir, self.etcd)
+                plan["sandbox"] = self._sandbox(name, spec, image)
                 if _is_elastic_horovod(spec):
                     self._write_slots(name, spec)
             except (ValueError, JobSubmissionError) as exc:
                 shutil.rmtree(job_dir, ignore_errors=True)
                 raise JobSubmissionError(str(exc)) from None
             uid = uuid.uuid4().hex
-            record = {"name": name, "uid": uid, "labels": labels, "image": image, "submitted_at": time.time(),
+            record = {"name": name, "uid": uid, "owner": owner_token(self.root, name, uid), "labels": labels, "image": image, "submitted_at": time.time(),
                       "etcd": self.etcd, "cancel_grace_s": self.cancel_grace_s,
                       "orphan_grace_s": self.orphan_grace_s, "spec": spec.model_dump(mode="json"), "plan": plan}
             write_json(job_dir / "job.json", record)  # before the launcher, which reads it
@@ -141,8 +177,10 @@ class LocalBackend(Backend):
         job_dir = self.job_dir(name)
         if not job_dir.is_dir():
             raise JobNotFound(f"no local job {name!r} under {self.root}")
+        if self._record(name) is None:  # a submitter between creating the directory and the record, or one that died
+            return JobStatus(JobState.PENDING, "launching") if self._submission_in_progress(name) else NEVER_LAUNCHED_STATUS
         if (job_dir / "cancelled").exists():
-            return JobStatus(JobState.CANCELLED, (job_dir / "cancelled").read_text().strip())
+            return JobStatus(JobState.CANCELLED, (job_dir / "cancelled").read_text().strip() or "cancelled")
         if (final := read_json(job_dir / "status.json")) is not None:
             return JobStatus.from_dict(final)
         launcher = read_json(job_dir / "launcher.json")
@@ -184,18 +222,25 @@ class LocalBackend(Backend):
 
     def cancel(self, name: str, reason: str = "cancelled") -> None:
         job_dir = self.job_dir(name)
-        record = read_json(job_dir / "job.json")
+        try:
+            record = self._record(name)
+        except ForgedJobRecord as exc:
+            _log.warning("Not cancelling: %s", exc)
+            return
         if record is None:
             return
         if not self._status_or_none(name, JobState.CANCELLED).state.is_terminal:
-            write_private(job_dir / "cancelled", reason + "\n")
+            _mark_cancelled(job_dir, reason)
         terminate(lambda: job_processes(record["uid"]), self.cancel_grace_s)
         self._reap(name)
 
     def delete(self, name: str) -> None:
         with self._claim(name):
             self.cancel(name, "deleted")
-            record = read_json(self.job_dir(name) / "job.json")
+            try:
+                record = self._record(name)
+            except ForgedJobRecord:
+                record = None
             if record and record.get("etcd") and _is_elastic_horovod(TrainingJobSpec(**record["spec"])):
                 EtcdKV(record["etcd"]).delete_prefix(slots_prefix(name))
             shutil.rmtree(self.job_dir(name), ignore_errors=True)
@@ -210,10 +255,45 @@ class LocalBackend(Backend):
         _ensure_private_dir(self.root / "locks")
         fd = open_private(self._lock_path(name), append=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            deadline = time.monotonic() + self.lock_timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise JobSubmissionError(
+                            f"job {name!r}: its lock {self._lock_path(name)} has been held by another process for "
+                            f"{self.lock_timeout_s:g} s (lock_timeout_s); another submitter of this job is stuck, or "
+                            "something else holds the file") from None
+                    time.sleep(_LOCK_POLL_S)
             yield
         finally:
             os.close(fd)  # releases the lock
+
+    def _record(self, name: str) -> dict | None:
+        """The job's ``job.json`` once its owner token proves this backend's submitter wrote it; None if
+        there is none (yet).
+
+        Raises:
+            ForgedJobRecord: a record that the owner key did not sign (planted or altered).
+        """
+        path = self.job_dir(name) / "job.json"
+        try:
+            record = read_json(path)
+        except ValueError:
+            record = {}
+        if record is None:
+            return None
+        owner = record.get("owner")
+        uid = record.get("uid")
+        if not (isinstance(owner, str) and isinstance(uid, str)
+                and hmac.compare_digest(owner, owner_token(self.root, name, uid))):
+            raise ForgedJobRecord(
+                f"{path}: this job record was not written by this backend's submitter (its owner token does not "
+                "verify): refusing to attach to it, trust its state or stop its processes; remove "
+                f"{path.parent} once you know where it came from")
+        return record
 
     def _lock_path(self, name: str) -> Path:
         return self.root / "locks" / f"{self.job_dir(name).name}.lock"
@@ -290,6 +370,30 @@ class LocalBackend(Backend):
                 f"{WORKERS_PER_CPU} x the CPU count)"
             )
 
+    def _sandbox(self, name: str, spec: TrainingJobSpec, image: str) -> dict | None:
+        """The job's sandbox mounts, or None to run it unsandboxed (see ``sandbox``)."""
+        if self.sandbox is SandboxMode.OFF:
+            return None
+        if (why := local_sandbox.unavailable()) is not None:
+            if self.sandbox is SandboxMode.REQUIRED:
+                raise JobSubmissionError(f"sandbox: required, but {why}")
+            if not self._warned:
+                self._warned = True
+                _log.warning("Local jobs run unsandboxed: %s. Their processes see this machine's other processes "
+                             "and files as the Airflow worker does (the local backend is then single-tenant: recipe "
+                             "authors and jobs must be as trusted as DAG authors).", why)
+            return None
+        hidden = local_sandbox.hidden_paths(self.root)
+        writable = [(field, path) for field in ("model_dir", "checkpoint_dir")
+                    if (path := getattr(spec, field)) and "://" not in path]
+        writable.append(("the job's artifact directory", self.default_artifact_dir(name)))
+        inputs = [path for path in (image, sys.prefix, _PACKAGE_ROOT, spec.working_dir)
+                  if path and local_sandbox.inside(path, hidden)]
+        try:
+            return local_sandbox.mounts(name, hidden, [*writable, ("data", str(self.root / "data"))], inputs)
+        except ValueError as exc:
+            raise JobSubmissionError(str(exc)) from None
+
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix
 
@@ -316,7 +420,7 @@ class LocalBackend(Backend):
         """Stop whatever the ended attempt left running before a new one takes its name: the workers of
         an attempt whose launcher was killed (PREEMPTED) outlive it, with no watchdog left to enforce
         their lease or deadline. Called under the name's lock."""
-        if (record := read_json(job_dir / "job.json")) is not None:
+        if (record := self._record(job_dir.name)) is not None:
             terminate(lambda: job_processes(record["uid"]), self.cancel_grace_s)
 
     @staticmethod
@@ -331,6 +435,15 @@ class LocalBackend(Backend):
 
 def _ended(job_dir: Path) -> bool:
     return (job_dir / "status.json").exists() or (job_dir / "cancelled").exists()
+
+
+def _mark_cancelled(job_dir: Path, reason: str) -> None:
+    """Leave the ``cancelled`` marker; on a full disk an empty one (it needs no data block), so that a
+    cancel still stops the job and reads as CANCELLED."""
+    try:
+        write_private(job_dir / "cancelled", reason + "\n")
+    except OSError:
+        os.close(open_private(job_dir / "cancelled"))
 
 
 def _ensure_private_dir(path: Path) -> None:

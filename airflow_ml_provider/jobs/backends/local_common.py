@@ -1,5 +1,5 @@
-"""What the local backend's submitter and its launcher share: private job records, the environment
-allow-list, and finding (and stopping) every process of a job.
+"""What the local backend's submitter and its launcher share: private job records and their owner token,
+the environment allow-list, and finding (and stopping) every process of a job.
 
 Kept to the standard library and the state module (psutil is imported only where processes are
 searched) because the launcher imports it at every job start.
@@ -7,8 +7,11 @@ searched) because the launcher imports it at every job start.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -50,9 +53,13 @@ def open_private(path: Path, append: bool = False) -> int:
 def write_private(path: Path, text: str) -> None:
     """Atomically replace ``path`` with ``text``, 0600 (readers never see a partial file)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with os.fdopen(open_private(tmp), "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(open_private(tmp), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no stray temporary file
+        raise
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -64,6 +71,33 @@ def read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
+
+
+def owner_token(root: Path, name: str, uid: str) -> str:
+    """The proof that the submitter of job ``name`` (attempt ``uid``) held the backend's owner key: an HMAC
+    with the key in ``<root>/owner.key`` (0600, created on first use), which no sandboxed job can see."""
+    return hmac.new(_owner_key(root), f"{name}\0{uid}".encode(), hashlib.sha256).hexdigest()
+
+
+def _owner_key(root: Path) -> bytes:
+    path = root / "owner.key"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".owner.key.{os.getpid()}.tmp")
+    fd = open_private(tmp)
+    try:
+        os.write(fd, secrets.token_bytes(32))
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)  # atomic, and never replaces a key another submitter made first
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_bytes()
 
 
 def job_processes(uid: str, exclude: int | None = None) -> list:
@@ -84,17 +118,31 @@ def job_processes(uid: str, exclude: int | None = None) -> list:
 
 def terminate(find: Callable[[], list], grace_s: float) -> None:
     """SIGTERM every process, SIGKILL what is left after the grace period; repeat for late children.
-    Waits by polling, never by waitpid, so the caller's own children stay for their Popen to collect."""
+    A sandbox's own processes (bubblewrap) get no SIGTERM, which would end their sandbox at once, taking
+    the workers' grace away: they are SIGKILLed after it, and with them goes every process left in their
+    PID namespace, marker or not. Waits by polling, never by waitpid, so the caller's own children stay
+    for their Popen to collect."""
     for _ in range(3):
         procs = find()
         if not procs:
             return
         for proc in procs:
-            _signal(proc, signal.SIGTERM)
+            if not is_sandbox_process(proc):
+                signal_process(proc, signal.SIGTERM)
         alive = _wait_gone(procs, grace_s)
         for proc in alive:
-            _signal(proc, signal.SIGKILL)
+            signal_process(proc, signal.SIGKILL)
         _wait_gone(alive, 5)
+
+
+def is_sandbox_process(proc) -> bool:
+    """Whether ``proc`` (psutil.Process) is bubblewrap, which holds a job's sandbox."""
+    import psutil
+
+    try:
+        return proc.name() == "bwrap"
+    except psutil.Error:
+        return False
 
 
 def _wait_gone(procs: list, timeout: float) -> list:
@@ -117,7 +165,8 @@ def _alive(proc) -> bool:
         return False
 
 
-def _signal(proc, sig: int) -> None:
+def signal_process(proc, sig: int) -> None:
+    """Send ``sig`` to ``proc`` (psutil.Process), if it is still there."""
     import psutil
 
     try:

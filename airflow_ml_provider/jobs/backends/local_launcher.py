@@ -23,13 +23,22 @@ touches ``<job_dir>/heartbeat``; the launcher stops the job when that lease is o
 task may defer to the triggerer and exit normally, and a retry in another process (or on another
 worker) must be able to adopt the running job: no one process's life says whether the job is wanted.
 
-Horovod ranks run directly under ``horovodrun`` (no wrapper per rank): horovodrun itself prints
-``Process N exit with status code C.`` for every rank that ends non-zero, in the order they end, and
-exits 0 only when every rank did; that is where per-rank exit codes come from.
+Horovod ranks run under ``horovodrun``, each through ``local_output``'s shim (which ends as its rank
+ended): horovodrun itself prints ``Process N exit with status code C.`` for every rank that ends
+non-zero, in the order they end, and exits 0 only when every rank did; that is where per-rank exit codes
+come from.
+
+Output: every worker's output is read as bytes and passed through ``local_output.lines`` (bounded
+lines, valid UTF-8, no stray line breaks) before anything forwards or stores it; in ``output.log`` a
+worker's line is ``[rank N] text`` and horovodrun's own ``[horovodrun] text``: only the launcher writes
+``[launcher]`` lines. A write that fails (a full disk) stops the job as FAILED with the error, the
+deadline and ``cancel`` still working; the launcher keeps space in reserve to record that end.
+A job its own task cancelled (``LocalBackend.cancel``) is recorded CANCELLED, not PREEMPTED.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -41,19 +50,24 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from airflow_ml_provider.jobs.backends.elastic_launch import ELASTIC_GLOO_TIMEOUT_S
 from airflow_ml_provider.jobs.backends.local_common import (
-    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, job_processes, open_private, read_json, terminate, write_json,
+    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, is_sandbox_process, job_processes, open_private, read_json,
+    signal_process, terminate, write_json,
 )
+from airflow_ml_provider.jobs.backends import local_sandbox
+from airflow_ml_provider.jobs.backends.local_output import lines
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$")
 # horovodrun's print() writes this and its newline separately, so another thread's line can land in
 # between ("Process 1 exit with status code 7.[0]<stdout>:...") and only the start of a line is certain.
 _HOROVOD_EXIT = re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.")
+_RESERVE_BYTES = 64 * 1024  # held back so that status.json can be written on a full disk
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
 
@@ -84,7 +98,7 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
             raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which horovodrun "
                              "would take for one of its own options")
         argv = [os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo", "--network-interface", "lo",
-                *spec.command]
+                *rank_shim(), *spec.command]
     else:
         argv = list(spec.command)
     return {"framework": spec.framework.value, "argv": argv, "env": env,
@@ -107,22 +121,67 @@ def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
 def main(job_dir: Path) -> int:
     payload = sys.stdin.buffer.read()  # EOF: the submitter finished, or died
     writer, timing = None, {}
+    reserve = _reserve(job_dir)
     try:
         secrets = _submitted_secrets(payload)
-        log = os.fdopen(open_private(job_dir / "output.log", append=True), "w", buffering=1,
-                        encoding="utf-8", errors="replace")
-        writer = _LineWriter(log)
+        writer = _LineWriter(job_dir / "output.log")
         status = _launch(job_dir, secrets, writer, timing)
     except _Interrupted:
         status = NEVER_LAUNCHED_STATUS
     except BaseException as exc:  # noqa: BLE001 - whatever stops the launcher is the job's failure
-        traceback.print_exc()  # into launcher.log, for whoever debugs the launcher
+        with contextlib.suppress(OSError):  # a full disk
+            traceback.print_exc()  # into launcher.log, for whoever debugs the launcher
         status = JobStatus(JobState.FAILED, f"the launcher could not run the job: {_describe(exc)}")
+    if status.state is not JobState.SUCCEEDED and (asked := _cancelled(job_dir)) is not None:
+        status = JobStatus(JobState.CANCELLED, asked, status.exit_codes)  # its own task stopped it, not a preemption
     if writer is not None:
         writer.write("launcher", f"job ended: {status.state.value} {status.message}".rstrip())
         writer.close()
-    write_json(job_dir / "status.json", {**status.to_dict(), **timing})
+    _write_status(job_dir, {**status.to_dict(), **timing}, reserve)
     return 0
+
+
+def rank_shim() -> list[str]:
+    """The argv prefix that runs a Horovod rank under ``local_output``'s shim, with this interpreter in
+    isolated mode (no site-packages: it needs the standard library only, whatever the rank's environment)."""
+    return [sys.executable, "-I", "-S", str(Path(__file__).with_name("local_output.py"))]
+
+
+def _cancelled(job_dir: Path) -> str | None:
+    """The reason ``LocalBackend.cancel`` left, if it did (an empty marker: a cancel on a full disk)."""
+    try:
+        return (job_dir / "cancelled").read_text().strip() or "cancelled"
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "cancelled"
+
+
+def _reserve(job_dir: Path) -> Path | None:
+    """Space held back for ``status.json``: on a full disk the launcher frees it to record the end."""
+    path = job_dir / ".status-reserve"
+    try:
+        fd = open_private(path)
+        try:
+            os.write(fd, b"\0" * _RESERVE_BYTES)
+        finally:
+            os.close(fd)
+        return path
+    except OSError:
+        return None
+
+
+def _write_status(job_dir: Path, status: dict, reserve: Path | None) -> None:
+    try:
+        write_json(job_dir / "status.json", status)
+    except OSError:
+        if reserve is None:
+            raise
+        reserve.unlink(missing_ok=True)  # (nothing printed: launcher.log is on the same full disk)
+        reserve = None
+        write_json(job_dir / "status.json", status)
+    if reserve is not None:
+        reserve.unlink(missing_ok=True)
 
 
 def _submitted_secrets(payload: bytes) -> dict[str, str]:
@@ -153,6 +212,11 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
                 Path(directory).mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise OSError(f"{field}: cannot create {directory!r}: {exc.strerror or exc}") from None
+    if plan.get("sandbox"):  # every worker process starts inside the job's sandbox
+        for directory in plan["sandbox"]["writable"]:  # what is bound must exist
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        cwd = plan["cwd"] if spec.get("working_dir") else None
+        plan = {**plan, "argv": local_sandbox.argv(plan["sandbox"], cwd) + plan["argv"], "cwd": "/"}
     watchdog = _Watchdog(job_dir, record, writer)
     runner = _run_horovod if plan["framework"] == "horovod" else _run_ranks
     try:
@@ -179,7 +243,9 @@ def _check_nul(argv: list[str], env: dict[str, str]) -> None:
 
 
 class _Watchdog:
-    """Stops the job when its deadline passes or its lease expires; ``reason`` says which."""
+    """Stops the job when its deadline passes, its lease expires or its log cannot be written (a full
+    disk); ``reason`` says which. It never writes a file before stopping the job, so it works on a full
+    disk too."""
 
     def __init__(self, job_dir: Path, record: dict, writer: _LineWriter):
         self.timeout_s = record["spec"].get("timeout_s")
@@ -191,22 +257,24 @@ class _Watchdog:
         self.cancel_grace_s = record.get("cancel_grace_s", 10.0)
         self.writer = writer
         self.reason: JobStatus | None = None
-        self._done = threading.Event()
+        self._done = False
+        self._wake = threading.Event()
+        writer.on_error = self._wake.set
         self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
-        if self.deadline is not None or self.orphan_grace_s is not None:
-            self._thread.start()
+        self._thread.start()
 
     def finish(self) -> None:
-        self._done.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._done = True
+        self._wake.set()
+        self._thread.join()
 
     def _watch(self) -> None:
         period = min(1.0, self.orphan_grace_s / 4) if self.orphan_grace_s else 1.0
         while True:
             now = time.time()
             wait = period if self.deadline is None else max(0.0, min(period, self.deadline - now))
-            if self._done.wait(wait):
+            self._wake.wait(wait)
+            if self._done:
                 return
             self.reason = self._check(time.time())
             if self.reason is not None:
@@ -215,12 +283,15 @@ class _Watchdog:
                 return
 
     def _check(self, now: float) -> JobStatus | None:
+        if (error := self.writer.error) is not None:
+            return JobStatus(JobState.FAILED, f"could not write the job's log {self.writer.path}: "
+                                              f"{error.strerror or error}")
         if self.deadline is not None and now >= self.deadline:
             return JobStatus(JobState.FAILED, f"deadline of {self.timeout_s} s exceeded (timeout_s)")
         if self.orphan_grace_s is not None:
             try:
                 renewed = self.heartbeat.stat().st_mtime
-            except FileNotFoundError:
+            except OSError:
                 renewed = self.submitted_at
             if now - renewed > self.orphan_grace_s:
                 return JobStatus(JobState.CANCELLED, f"no follower for {self.orphan_grace_s:g} s: the owning task "
@@ -229,24 +300,42 @@ class _Watchdog:
 
 
 class _LineWriter:
-    """Serializes lines from many reader threads into one file, ``[source] text`` each."""
+    """Serializes lines from many reader threads into one file, ``[source] text`` each. A failed write
+    (a full disk, an I/O error) never reaches a reader thread, which would die and leave its worker
+    blocked on a full pipe: the first error is kept in ``error`` and ``on_error`` is called, later lines
+    are dropped, and the readers go on draining the workers' pipes."""
 
-    def __init__(self, log: IO[str]):
-        self._log = log
+    def __init__(self, path: Path):
+        self.path = path
+        self.error: OSError | None = None
+        self.on_error: Callable[[], None] | None = None
+        self._fd = open_private(path, append=True)
         self._lock = threading.Lock()
 
     def write(self, source: str, text: str) -> None:
+        data = f"[{source}] {text}\n".encode(errors="replace")
         with self._lock:
-            self._log.write(f"[{source}] {text}\n")
+            if self.error is not None or self._fd < 0:
+                return
+            try:
+                while data:
+                    data = data[os.write(self._fd, data):]
+            except OSError as exc:
+                self.error = exc
+                if self.on_error is not None:
+                    self.on_error()
 
     def close(self) -> None:
         with self._lock:
-            self._log.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def _popen(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
+    """A worker with its output on a binary pipe: ``local_output.lines`` decodes and bounds it."""
     return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
+                            stderr=subprocess.STDOUT)
 
 
 def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
@@ -254,11 +343,11 @@ def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrite
         proc = _popen(plan["argv"], env, plan["cwd"])
     except OSError as exc:
         return _not_started(plan, exc, writer)
-    _forward_sigterm([proc])
+    _forward_sigterm(env[JOB_UID_ENV])
     codes: dict[int, int] = {}
     failures: list[tuple[int, int]] = []
-    for line in proc.stdout:
-        for source, text, exit_code in horovod_output(line.rstrip("\n")):
+    for line in lines(proc.stdout):
+        for source, text, exit_code in horovod_output(line):
             writer.write(source, text)
             if exit_code is not None:
                 codes[exit_code[0]] = exit_code[1]
@@ -275,15 +364,16 @@ def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrite
 
 def horovod_output(line: str) -> list[tuple[str, str, tuple[int, int] | None]]:
     """One line of horovodrun's output as (source, text, (rank, exit code) if it reports a rank's end).
-    A rank's lines are ``[rank]<stdout|stderr>:text``; the rest is horovodrun's own."""
+    A rank's lines are ``[rank]<stdout|stderr>:text``; the rest is horovodrun's own, labelled ``horovodrun``
+    (never ``launcher``: a rank can reach horovodrun's output, never the launcher's own lines)."""
     parts = []
     while match := _HOROVOD_EXIT.match(line):  # horovodrun's own report of a rank's end
-        parts.append(("launcher", match.group(0), (int(match["rank"]), int(match["code"]))))
+        parts.append(("horovodrun", match.group(0), (int(match["rank"]), int(match["code"]))))
         line = line[match.end():]
     if match := _HOROVOD_LINE.match(line):
         parts.append((f"rank {match['rank']}", match["text"], None))
     elif line or not parts:
-        parts.append(("launcher", line, None))
+        parts.append(("horovodrun", line, None))
     return parts
 
 
@@ -301,7 +391,7 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter)
         for proc in procs:
             proc.kill()
         return _not_started(plan, exc, writer)
-    _forward_sigterm(procs)
+    _forward_sigterm(env[JOB_UID_ENV])
     readers = [threading.Thread(target=_pump, args=(p.stdout, f"rank {r}", writer)) for r, p in enumerate(procs)]
     for reader in readers:
         reader.start()
@@ -341,16 +431,18 @@ def _verdict(codes: dict[int, int], failures: list[tuple[int, int]], overall: in
     return JobStatus(JobState.FAILED, f"rank {rank} exited with code {code}", codes)
 
 
-def _pump(stream: IO[str], source: str, writer: _LineWriter) -> None:
-    for line in stream:
-        writer.write(source, line.rstrip("\n"))
+def _pump(stream: IO[bytes], source: str, writer: _LineWriter) -> None:
+    for line in lines(stream):
+        writer.write(source, line)
 
 
-def _forward_sigterm(procs: list[subprocess.Popen]) -> None:
+def _forward_sigterm(uid: str) -> None:
+    """A SIGTERM to the launcher (a cancel, a shutdown) goes on to every process of the job but the
+    sandboxes' own processes, which would end their sandbox at once: the workers get their grace."""
     def handler(signum, _frame):
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
+        for proc in job_processes(uid, exclude=os.getpid()):
+            if not is_sandbox_process(proc):
+                signal_process(proc, signum)
 
     signal.signal(signal.SIGTERM, handler)
 

@@ -29,7 +29,7 @@ def last_step(job_dir: Path, kind: str = "metrics", field: str = "step") -> int:
 
 
 def rank_process(job_dir: Path, rank: int, trainer: str) -> psutil.Process | None:
-    """The user's process of ``rank`` (not local_rank's wrapper), found by the job's uid and Horovod's env."""
+    """The user's process of ``rank`` (not the launcher's output shim), found by the job's uid and Horovod's env."""
     uid = json.loads((job_dir / "job.json").read_text())["uid"]
     for proc in psutil.process_iter():
         try:
@@ -37,7 +37,7 @@ def rank_process(job_dir: Path, rank: int, trainer: str) -> psutil.Process | Non
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         if (env.get(JOB_UID_ENV) == uid and env.get("HOROVOD_RANK") == str(rank)
-                and trainer in cmdline and "airflow_ml_provider.jobs.backends.local_rank" not in cmdline):
+                and trainer in cmdline and not any(arg.endswith("local_output.py") for arg in cmdline)):
             return proc
     return None
 

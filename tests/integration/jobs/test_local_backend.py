@@ -129,7 +129,11 @@ def test_a_killed_launcher_is_not_reported_as_running_or_succeeded(backend):
     assert not job_processes(uid(backend, name))
 
 
-def test_resubmitting_after_the_launcher_was_killed_first_stops_the_old_attempts_workers(backend):
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_resubmitting_after_the_launcher_was_killed_first_stops_the_old_attempts_workers(tmp_path, sandbox):
+    """Unsandboxed, the workers outlive their killed launcher until the resubmission stops them; a
+    sandbox ends with its launcher (bwrap --die-with-parent), taking every worker with it."""
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=5, sandbox=sandbox)
     name = "relaunched"
     backend.submit(name, generic(READY_THEN_SLEEP), {})
     wait_for(lambda: len(ready_ranks(backend, name)) == 2, what="workers")
@@ -139,7 +143,10 @@ def test_resubmitting_after_the_launcher_was_killed_first_stops_the_old_attempts
     os.kill(json.loads((backend.job_dir(name) / "launcher.json").read_text())["pid"], signal.SIGKILL)
     status = wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, what="launcher death")
     assert status.state is JobState.PREEMPTED
-    assert len(job_processes(old)) == 2, "the workers outlive their killed launcher, with nothing enforcing their lease"
+    if json.loads((backend.job_dir(name) / "job.json").read_text())["plan"]["sandbox"]:
+        wait_for(lambda: not job_processes(old), timeout=30, what="the sandboxed workers to end with their launcher")
+    else:
+        assert len(job_processes(old)) == 2, "the workers outlive their killed launcher, with nothing enforcing their lease"
 
     assert backend.submit(name, generic(READY_THEN_SLEEP), {}) is True  # what a follower does after PREEMPTED
     assert not job_processes(old), "an old attempt's worker survived the resubmission"

@@ -35,7 +35,7 @@ def test_search_dag_returns_best_trial_and_records_every_trial(run_dag):
         lightgbm_params = json.loads(command[command.index("--params-json") + 1])
         assert {k: lightgbm_params[k] for k in trial["params"]} == trial["params"]
         assert command[command.index("--num-boost-round") + 1] == "15"  # the DAG's param, rendered by Airflow
-        assert command[command.index("--train-data") + 1] == str(home / "search-data" / "train.npz")
+        assert command[command.index("--train-data") + 1] == str(home / "ml" / "data" / "search-test" / "train.npz")
         metrics = replay(backend.log_source(trial["job_name"])).tracker
         assert metrics.final["auc"] == trial["value"]
     assert Path(out["best_model_path"]).is_file()

@@ -11,7 +11,7 @@ import pytest
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.backends.local_common import allowed_env
-from airflow_ml_provider.jobs.backends.local_launcher import horovod_output, launch_plan
+from airflow_ml_provider.jobs.backends.local_launcher import horovod_output, launch_plan, rank_shim
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 SPEC = TrainingJobSpec(framework="generic", command=["python", "t.py"], num_workers=1)
@@ -55,12 +55,12 @@ def test_a_horovod_program_starting_with_a_dash_is_refused_at_submit(tmp_path):
     assert not (tmp_path / "ml" / "jobs" / "j").exists()
 
 
-def test_the_plan_runs_ranks_directly_under_horovodrun_with_the_images_bin_first():
+def test_the_plan_runs_each_rank_under_the_output_shim_under_horovodrun_with_the_images_bin_first():
     spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, env={"A": "1"},
                            timeout_s=60)
     plan = launch_plan(spec, "/img", Path("/jobs/j"))
     assert plan["argv"] == ["/img/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
-                            "--network-interface", "lo", "python", "t.py"]
+                            "--network-interface", "lo", *rank_shim(), "python", "t.py"]
     assert plan["env"]["PATH"].split(os.pathsep)[0] == "/img/bin" and plan["env"]["A"] == "1"
 
 
@@ -73,11 +73,22 @@ def test_horovodruns_report_of_a_ranks_end_is_read_even_with_another_line_on_it(
     """horovodrun prints the report and its newline in two writes; a rank's line can land in between."""
     assert horovod_output("[1]<stdout>:epoch 3") == [("rank 1", "epoch 3", None)]
     assert horovod_output("Process 1 exit with status code 7.") == [
-        ("launcher", "Process 1 exit with status code 7.", (1, 7))]
+        ("horovodrun", "Process 1 exit with status code 7.", (1, 7))]
     assert horovod_output("Process 1 exit with status code 7.Process 0 exit with status code 143.[0]<stderr>:bye") == [
-        ("launcher", "Process 1 exit with status code 7.", (1, 7)),
-        ("launcher", "Process 0 exit with status code 143.", (0, 143)),
+        ("horovodrun", "Process 1 exit with status code 7.", (1, 7)),
+        ("horovodrun", "Process 0 exit with status code 143.", (0, 143)),
         ("rank 0", "bye", None)]
     assert horovod_output("[0]<stdout>:Process 1 exit with status code 0.") == [
         ("rank 0", "Process 1 exit with status code 0.", None)], "a rank cannot forge horovodrun's report"
-    assert horovod_output("") == [("launcher", "", None)]
+    assert horovod_output("") == [("horovodrun", "", None)]
+
+
+def test_the_sandbox_hides_the_parent_of_the_jobs_own_directory_and_refuses_a_dir_that_would_show_a_secret():
+    from airflow_ml_provider.jobs.backends.local_sandbox import mounts
+
+    got = mounts("job-1", ["/srv/airflow"], [("model_dir", "/data/ml/artifacts/job-1/model")], ["/data/ml/data"])
+    assert got == {"hide": ["/data/ml/artifacts", "/srv/airflow"], "writable": ["/data/ml/artifacts/job-1"],
+                   "readable": ["/data/ml/data"]}
+    assert mounts("tmp", [], [("model_dir", "/tmp/m")], [])["hide"] == [], "never / or a top-level directory"
+    with pytest.raises(ValueError, match=r"model_dir: '/srv' contains /srv/airflow, which a job must not see"):
+        mounts("job-1", ["/srv/airflow"], [("model_dir", "/srv")], [])

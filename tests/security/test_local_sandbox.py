@@ -1,0 +1,274 @@
+"""Local jobs against each other and against Airflow, with real worker processes: in its sandbox a job
+sees no other process, nothing of $AIRFLOW_HOME, no job record, no other job's files; records it could
+plant are refused; its lock, heartbeat and marker-less children cannot outlive or block anything.
+Each attack also runs unsandboxed (``sandbox="off"``), where it succeeds: the test sees what it checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+from support import TRAINING_IMAGE, wait_for
+
+from airflow_ml_provider.jobs.backends import local_sandbox
+from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+from airflow_ml_provider.jobs.backends.local import ForgedJobRecord, LocalBackend, job_processes
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState
+
+pytestmark = pytest.mark.integration
+needs_sandbox = pytest.mark.skipif(local_sandbox.unavailable() is not None,
+                                   reason=f"no sandbox here: {local_sandbox.unavailable()}")
+MODES = [pytest.param("auto", marks=needs_sandbox), "off"]
+
+ATTACK = textwrap.dedent("""
+    import fcntl, glob, json, os, sys, time
+    t = json.loads(sys.argv[1])
+    found = {"environ": [], "read": [], "wrote": [], "locked": [], "pids": []}
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        found["pids"].append(path.split("/")[2])
+        try:
+            data = open(path, "rb").read()
+        except OSError:
+            continue
+        found["environ"] += [c for c in t["canaries"] if c.encode() in data]
+    for path in t["read"]:
+        try:
+            open(path, "rb").read(1)
+            found["read"].append(path)
+        except OSError:
+            pass
+    for path in t["write"]:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as handle:
+                handle.write(t["payload"])
+            found["wrote"].append(path)
+        except OSError:
+            pass
+    held = []
+    for path in t["lock"]:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(fd)
+            found["locked"].append(path)
+        except OSError:
+            pass
+    print("REPORT " + json.dumps(found), flush=True)
+""")
+
+
+def spec(code: str, **fields) -> TrainingJobSpec:
+    return TrainingJobSpec(framework="generic", command=["python", "-c", textwrap.dedent(code)], num_workers=1,
+                           **fields)
+
+
+def final(backend: LocalBackend, name: str, timeout: float = 120):
+    return wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, timeout, what=f"{name} to end")
+
+
+def log(backend: LocalBackend, name: str) -> str:
+    path = backend.job_dir(name) / "output.log"
+    return path.read_text() if path.exists() else ""
+
+
+def uid(backend: LocalBackend, name: str) -> str:
+    return json.loads((backend.job_dir(name) / "job.json").read_text())["uid"]
+
+
+def sandboxed(backend: LocalBackend, name: str) -> bool:
+    return json.loads((backend.job_dir(name) / "job.json").read_text())["plan"]["sandbox"] is not None
+
+
+@pytest.fixture
+def scheduler():
+    """A stand-in for an Airflow process: its start environment holds Airflow's secrets."""
+    canaries = {"AIRFLOW__CORE__FERNET_KEY": secrets.token_hex(16), "AIRFLOW_CONN_WAREHOUSE": secrets.token_hex(16)}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={**os.environ, **canaries})
+    yield list(canaries.values())
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_finds_no_secret_record_or_other_jobs_file_and_changes_nothing(tmp_path, airflow_db, scheduler, mode):
+    home = Path(os.environ["AIRFLOW_HOME"])
+    config = home / "airflow.cfg"
+    if not config.exists():
+        config.write_text("[core]\n")
+    planted_in_home = home / f"planted-{secrets.token_hex(4)}.cfg"  # (not airflow.cfg: unsandboxed, it is written)
+    databases = [path for path in home.glob("*.db")]
+    assert databases, "the metadata DB (airflow_db) is under AIRFLOW_HOME"
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2, sandbox=mode)
+    root, token = backend.root, secrets.token_hex(16)
+    victim_model = root / "artifacts" / "victim" / "model"
+    assert backend.submit("victim", spec("""
+        import os, time
+        open(os.path.join(os.environ["AIRFLOW_ML_MODEL_DIR"], "model.txt"), "w").write("real")
+        print("ready", flush=True)
+        time.sleep(600)
+    """, model_dir=str(victim_model)), {}, secrets={"VICTIM_TOKEN": token})
+    wait_for(lambda: "ready" in log(backend, "victim"), what="the victim job to start")
+    victim_records = {path.name: path.read_bytes() for path in backend.job_dir("victim").iterdir()}
+    targets = {
+        "canaries": [*scheduler, token],
+        "read": [str(config), *map(str, databases), str(root / "owner.key"), str(root / "jobs" / "victim" / "job.json"),
+                 str(root / "jobs" / "victim" / "output.log"), str(victim_model / "model.txt")],
+        "write": [str(root / "jobs" / "victim" / "status.json"), str(root / "jobs" / "victim" / "output.log"),
+                  str(victim_model / "model.txt"), str(root / "jobs" / "future" / "job.json"),
+                  str(root / "jobs" / "future" / "status.json"), str(planted_in_home)],
+        "lock": [str(root / "locks" / "victim.lock")],
+        "payload": '{"state": "SUCCEEDED", "message": "forged", "exit_codes": {}}',
+    }
+    assert backend.submit("attacker", TrainingJobSpec(
+        framework="generic", command=["python", "-c", ATTACK, json.dumps(targets)], num_workers=1,
+        model_dir=str(root / "artifacts" / "attacker" / "model")), {})
+    assert final(backend, "attacker").state is JobState.SUCCEEDED
+    report = json.loads(next(line.split("REPORT ", 1)[1] for line in log(backend, "attacker").splitlines()
+                             if "REPORT " in line))
+    if mode == "off":  # the same attack, unsandboxed, succeeds: the checks below would catch it
+        planted_in_home.unlink()
+        assert not sandboxed(backend, "attacker")
+        assert set(report["environ"]) >= {*scheduler, token} and str(config) in report["read"]
+        assert str(root / "jobs" / "future" / "job.json") in report["wrote"]
+        with pytest.raises(JobSubmissionError, match=r"jobs/future/job.json: this job record was not written by"):
+            backend.submit("future", spec("print('the real future job')"), {})
+        backend.cancel("victim")
+        return
+    assert sandboxed(backend, "attacker") and sandboxed(backend, "victim")
+    assert report["environ"] == [] and report["read"] == [] and report["wrote"] == [] and report["locked"] == []
+    assert len(report["pids"]) <= 3, f"the job saw other processes: {report['pids']}"
+    assert backend.status("victim").state is JobState.RUNNING
+    assert {path.name: path.read_bytes() for path in backend.job_dir("victim").iterdir()
+            if path.name != "heartbeat"} == {k: v for k, v in victim_records.items() if k != "heartbeat"}
+    assert (victim_model / "model.txt").read_text() == "real"
+    assert not planted_in_home.exists() and not backend.job_dir("future").exists()
+    assert backend.submit("future", spec("print('the real future job')"), {})
+    assert final(backend, "future").state is JobState.SUCCEEDED and "the real future job" in log(backend, "future")
+    backend.cancel("victim")
+
+
+def test_a_planted_or_copied_record_is_refused_naming_it_and_cancel_stops_nothing_it_names(tmp_path):
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2)
+    assert backend.submit("real", spec("import time; print('ready', flush=True); time.sleep(600)"), {})
+    wait_for(lambda: "ready" in log(backend, "real"), what="the real job to start")
+    genuine = (backend.job_dir("real") / "job.json").read_text()
+    for name, record in (("planted", json.dumps({"name": "planted", "uid": uid(backend, "real"), "spec": {}})),
+                         ("copied", genuine)):
+        job_dir = backend.root / "jobs" / name
+        job_dir.mkdir()
+        (job_dir / "job.json").write_text(record)
+        (job_dir / "status.json").write_text('{"state": "SUCCEEDED", "message": "forged", "exit_codes": {}}')
+        with pytest.raises(ForgedJobRecord, match=f"{job_dir}/job.json: this job record was not written by"):
+            backend.status(name)
+        with pytest.raises(JobSubmissionError, match=f"{job_dir}/job.json: this job record was not written by"):
+            backend.submit(name, spec("print(1)"), {})
+        backend.cancel(name)  # names the real job's uid: must not stop it
+        assert backend.status("real").state is JobState.RUNNING and job_processes(uid(backend, "real"))
+    backend.cancel("real")
+
+
+def test_a_held_lock_fails_the_submission_after_the_bound_naming_it(tmp_path):
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), lock_timeout_s=1)
+    (backend.root / "locks").mkdir(parents=True)
+    lock = backend.root / "locks" / "held.lock"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, sys, time
+        handle = open({str(lock)!r}, "a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(JobSubmissionError, match=rf"job 'held': its lock {lock} has been held by another process "
+                                                     r"for 1 s \(lock_timeout_s\)"):
+            backend.submit("held", spec("print(1)"), {})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert backend.submit("held", spec("print(1)"), {}) and final(backend, "held").state is JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cancel_stops_a_child_that_dropped_the_job_marker(tmp_path, mode):
+    """Before (and unsandboxed): a child started with a clean environment in its own session outlived
+    cancel(); in the job's PID namespace it cannot."""
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2, sandbox=mode)
+    tag = f"1000.{secrets.randbelow(10**9)}"
+    assert backend.submit("escape", spec(f"""
+        import subprocess, time
+        subprocess.Popen(["setsid", "env", "-i", "sleep", "{tag}"])
+        print("ready", flush=True)
+        time.sleep(600)
+    """), {})
+
+    def escaped():
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", tag]]
+
+    wait_for(lambda: "ready" in log(backend, "escape") and escaped(), what="the marker-less child")
+    backend.cancel("escape")
+    left = escaped()
+    for proc in left:
+        proc.kill()
+    if mode == "off":
+        assert left, "unsandboxed, the child outlives cancel (what the sandbox is for)"
+    else:
+        assert not left, "the marker-less child outlived cancel()"
+        assert backend.status("escape").state is JobState.CANCELLED
+
+
+@needs_sandbox
+def test_a_job_touching_its_own_heartbeat_cannot_keep_itself_alive_as_an_orphan(tmp_path):
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2, orphan_grace_s=3)
+    heartbeat = backend.job_dir("orphan") / "heartbeat"
+    assert backend.submit("orphan", spec(f"""
+        import os, time
+        print("ready", flush=True)
+        while True:
+            try:
+                os.utime({str(heartbeat)!r})
+            except OSError:
+                pass
+            time.sleep(0.2)
+    """), {})
+    status = final(backend, "orphan")
+    assert status.state is JobState.CANCELLED and status.message.startswith("no follower for 3 s")
+
+
+def test_without_a_sandbox_the_backend_says_so_once_and_runs_the_job(tmp_path):
+    """No bwrap on the submitter's PATH: a warning, once for two jobs, and the jobs run unsandboxed;
+    with ``required`` the job is refused."""
+    script = textwrap.dedent(f"""
+        import logging, time
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+        from airflow_ml_provider.jobs.backends.local import LocalBackend
+        from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+        from airflow_ml_provider.jobs.spec import TrainingJobSpec
+        backend = LocalBackend({str(tmp_path / "ml")!r}, image={str(TRAINING_IMAGE)!r})
+        spec = TrainingJobSpec(framework="generic", command=["python", "-c", "print(1)"], num_workers=1)
+        for name in ("one", "two"):
+            backend.submit(name, spec, {{}})
+            while not backend.status(name).state.is_terminal:
+                time.sleep(0.1)
+            print(name, backend.status(name).state.value, flush=True)
+        try:
+            LocalBackend({str(tmp_path / "ml2")!r}, image={str(TRAINING_IMAGE)!r}, sandbox="required").submit(
+                "three", spec, {{}})
+        except JobSubmissionError as exc:
+            print("refused:", exc, flush=True)
+    """)
+    env = {**os.environ, "PATH": str(TRAINING_IMAGE / "bin")}  # no /usr/bin: no bwrap
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("WARNING Local jobs run unsandboxed: bubblewrap is not installed") == 1, result.stderr
+    assert "one SUCCEEDED" in result.stdout and "two SUCCEEDED" in result.stdout
+    assert "refused: sandbox: required, but bubblewrap is not installed" in result.stdout
