@@ -49,3 +49,19 @@ def wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def final_status(backend, name: str, timeout: float = 120):
+    """A local job's status once it has ended."""
+    return wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, timeout, what=f"{name} to end")
+
+
+def job_log(backend, name: str) -> str:
+    """What a local job's launcher wrote to its log so far ("" before it starts)."""
+    path = backend.job_dir(name) / "output.log"
+    return path.read_text() if path.exists() else ""
+
+
+def job_uid(backend, name: str) -> str:
+    """The marker every process of a local job carries (``job_processes`` finds them by it)."""
+    return json.loads((backend.job_dir(name) / "job.json").read_text())["uid"]

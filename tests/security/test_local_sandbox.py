@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support import TRAINING_IMAGE, wait_for
+from support import TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
 
 from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
@@ -71,19 +71,6 @@ def spec(code: str, **fields) -> TrainingJobSpec:
                            **fields)
 
 
-def final(backend: LocalBackend, name: str, timeout: float = 120):
-    return wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, timeout, what=f"{name} to end")
-
-
-def log(backend: LocalBackend, name: str) -> str:
-    path = backend.job_dir(name) / "output.log"
-    return path.read_text() if path.exists() else ""
-
-
-def uid(backend: LocalBackend, name: str) -> str:
-    return json.loads((backend.job_dir(name) / "job.json").read_text())["uid"]
-
-
 def sandboxed(backend: LocalBackend, name: str) -> bool:
     return json.loads((backend.job_dir(name) / "job.json").read_text())["plan"]["sandbox"] is not None
 
@@ -116,7 +103,7 @@ def test_a_job_finds_no_secret_record_or_other_jobs_file_and_changes_nothing(tmp
         print("ready", flush=True)
         time.sleep(600)
     """, model_dir=str(victim_model)), {}, secrets={"VICTIM_TOKEN": token})
-    wait_for(lambda: "ready" in log(backend, "victim"), what="the victim job to start")
+    wait_for(lambda: "ready" in job_log(backend, "victim"), what="the victim job to start")
     victim_records = {path.name: path.read_bytes() for path in backend.job_dir("victim").iterdir()}
     targets = {
         "canaries": [*scheduler, token],
@@ -131,8 +118,8 @@ def test_a_job_finds_no_secret_record_or_other_jobs_file_and_changes_nothing(tmp
     assert backend.submit("attacker", TrainingJobSpec(
         framework="generic", command=["python", "-c", ATTACK, json.dumps(targets)], num_workers=1,
         model_dir=str(root / "artifacts" / "attacker" / "model")), {})
-    assert final(backend, "attacker").state is JobState.SUCCEEDED
-    report = json.loads(next(line.split("REPORT ", 1)[1] for line in log(backend, "attacker").splitlines()
+    assert final_status(backend, "attacker").state is JobState.SUCCEEDED
+    report = json.loads(next(line.split("REPORT ", 1)[1] for line in job_log(backend, "attacker").splitlines()
                              if "REPORT " in line))
     if mode == "off":  # the same attack, unsandboxed, succeeds: the checks below would catch it
         planted_in_home.unlink()
@@ -152,16 +139,16 @@ def test_a_job_finds_no_secret_record_or_other_jobs_file_and_changes_nothing(tmp
     assert (victim_model / "model.txt").read_text() == "real"
     assert not planted_in_home.exists() and not backend.job_dir("future").exists()
     assert backend.submit("future", spec("print('the real future job')"), {})
-    assert final(backend, "future").state is JobState.SUCCEEDED and "the real future job" in log(backend, "future")
+    assert final_status(backend, "future").state is JobState.SUCCEEDED and "the real future job" in job_log(backend, "future")
     backend.cancel("victim")
 
 
 def test_a_planted_or_copied_record_is_refused_naming_it_and_cancel_stops_nothing_it_names(tmp_path):
     backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2)
     assert backend.submit("real", spec("import time; print('ready', flush=True); time.sleep(600)"), {})
-    wait_for(lambda: "ready" in log(backend, "real"), what="the real job to start")
+    wait_for(lambda: "ready" in job_log(backend, "real"), what="the real job to start")
     genuine = (backend.job_dir("real") / "job.json").read_text()
-    for name, record in (("planted", json.dumps({"name": "planted", "uid": uid(backend, "real"), "spec": {}})),
+    for name, record in (("planted", json.dumps({"name": "planted", "uid": job_uid(backend, "real"), "spec": {}})),
                          ("copied", genuine)):
         job_dir = backend.root / "jobs" / name
         job_dir.mkdir()
@@ -172,7 +159,7 @@ def test_a_planted_or_copied_record_is_refused_naming_it_and_cancel_stops_nothin
         with pytest.raises(JobSubmissionError, match=f"{job_dir}/job.json: this job record was not written by"):
             backend.submit(name, spec("print(1)"), {})
         backend.cancel(name)  # names the real job's uid: must not stop it
-        assert backend.status("real").state is JobState.RUNNING and job_processes(uid(backend, "real"))
+        assert backend.status("real").state is JobState.RUNNING and job_processes(job_uid(backend, "real"))
     backend.cancel("real")
 
 
@@ -195,7 +182,7 @@ def test_a_held_lock_fails_the_submission_after_the_bound_naming_it(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    assert backend.submit("held", spec("print(1)"), {}) and final(backend, "held").state is JobState.SUCCEEDED
+    assert backend.submit("held", spec("print(1)"), {}) and final_status(backend, "held").state is JobState.SUCCEEDED
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -214,7 +201,7 @@ def test_cancel_stops_a_child_that_dropped_the_job_marker(tmp_path, mode):
     def escaped():
         return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", tag]]
 
-    wait_for(lambda: "ready" in log(backend, "escape") and escaped(), what="the marker-less child")
+    wait_for(lambda: "ready" in job_log(backend, "escape") and escaped(), what="the marker-less child")
     backend.cancel("escape")
     left = escaped()
     for proc in left:
@@ -240,7 +227,7 @@ def test_a_job_touching_its_own_heartbeat_cannot_keep_itself_alive_as_an_orphan(
                 pass
             time.sleep(0.2)
     """), {})
-    status = final(backend, "orphan")
+    status = final_status(backend, "orphan")
     assert status.state is JobState.CANCELLED and status.message.startswith("no follower for 3 s")
 
 

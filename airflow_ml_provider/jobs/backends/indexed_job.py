@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
+from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.jobs.backends.pod_template import (
     container, deadline_s, metadata, pod_template, refuse_unused,
 )

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX
 
 if TYPE_CHECKING:  # the client itself is imported only by the backends that call the API

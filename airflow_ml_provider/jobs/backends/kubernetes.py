@@ -23,15 +23,16 @@ from urllib3.exceptions import HTTPError
 
 from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.backends.kube_rest import (
-    JOB_NAME_LABEL, OBJECT, RETRYABLE, TransientApiError, api_message, collection_path, dns_label, dns_subdomain,
+    OBJECT, RETRYABLE, TransientApiError, api_message, collection_path, dns_label, dns_subdomain,
     missing_object, object_path,
 )
 from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
 from airflow_ml_provider.jobs.backends.pod_logs import PodLogSource
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 
-__all__ = ["JOB_NAME_LABEL", "KubernetesBackend", "TransientApiError"]
+__all__ = ["KubernetesBackend", "TransientApiError"]
 log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
 _GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending

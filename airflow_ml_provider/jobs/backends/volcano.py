@@ -8,7 +8,8 @@ other by the stable hostnames of the svc plugin.
 from __future__ import annotations
 
 from airflow_ml_provider.jobs.backends.elastic_launch import horovodrun_hosts, pod_discovery
-from airflow_ml_provider.jobs.backends.kubernetes import JOB_NAME_LABEL, KubernetesBackend
+from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.jobs.backends.pod_template import (
     ROLE_LABEL, container, deadline_s, metadata, pod_template, refuse_unused, user_argv,
 )

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from support import REPO, TRAINING_IMAGE, wait_for
+from support import REPO, TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
@@ -33,24 +33,11 @@ def unvalidated(**fields) -> TrainingJobSpec:
     return TrainingJobSpec.model_construct(**{"num_workers": 1, "framework": Framework.GENERIC, **fields})
 
 
-def final(backend: LocalBackend, name: str, timeout: float = 120):
-    return wait_for(lambda: (s := backend.status(name)).state.is_terminal and s, timeout, what=f"{name} to end")
-
-
-def log_text(backend: LocalBackend, name: str) -> str:
-    path = backend.job_dir(name) / "output.log"
-    return path.read_text() if path.exists() else ""
-
-
-def uid(backend: LocalBackend, name: str) -> str:
-    return json.loads((backend.job_dir(name) / "job.json").read_text())["uid"]
-
-
 def assert_stopped(backend: LocalBackend, name: str) -> None:
     """Once a job reads as ended only its launcher may remain (it exits right after writing the status)."""
     launcher = json.loads((backend.job_dir(name) / "launcher.json").read_text())["pid"]
-    assert {proc.pid for proc in job_processes(uid(backend, name))} <= {launcher}
-    wait_for(lambda: not job_processes(uid(backend, name)), timeout=10, what="the launcher to exit")
+    assert {proc.pid for proc in job_processes(job_uid(backend, name))} <= {launcher}
+    wait_for(lambda: not job_processes(job_uid(backend, name)), timeout=10, what="the launcher to exit")
 
 
 @pytest.mark.parametrize(("case", "fields", "error"), [
@@ -62,10 +49,10 @@ def test_a_job_the_launcher_cannot_run_fails_once_with_the_launchers_error(backe
     (tmp_path / "a-file").write_text("not a directory")
     fields = {k: v.format(tmp=tmp_path) if k == "model_dir" else v for k, v in fields.items()}
     assert backend.submit(case, unvalidated(**fields), {}) is True
-    status = final(backend, case)
+    status = final_status(backend, case)
     assert status.state is JobState.FAILED, "a launcher error is the job's failure, never a preemption to resubmit"
     assert status.message.startswith("the launcher could not run the job: ") and error in status.message
-    assert f"[launcher] job ended: FAILED {status.message}" in log_text(backend, case)
+    assert f"[launcher] job ended: FAILED {status.message}" in job_log(backend, case)
     assert_stopped(backend, case)
 
 
@@ -99,7 +86,7 @@ def test_concurrent_submitters_after_a_finished_job_start_exactly_one_and_the_ot
     """Two submitting processes find the same finished job; the first is held right before it archives
     it until the second has had every chance to archive and start a job of its own (or 5 s)."""
     backend.submit("race", TrainingJobSpec(framework="generic", command=["python", "-V"], num_workers=1), {})
-    assert final(backend, "race").state is JobState.SUCCEEDED
+    assert final_status(backend, "race").state is JobState.SUCCEEDED
     submitters = [subprocess.Popen([sys.executable, "-c", _SUBMITTER, str(backend.root), str(TRAINING_IMAGE), role],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                   for role in ("first", "second")]
@@ -107,20 +94,20 @@ def test_concurrent_submitters_after_a_finished_job_start_exactly_one_and_the_ot
     assert sorted(out.strip() for out, _ in outcomes) == ["False", "True"], outcomes
     assert sorted(p.name for p in (backend.root / "jobs").iterdir()) == ["race", "race.1"], \
         "the finished job archived once; no running job hidden under another name"
-    wait_for(lambda: "ready" in log_text(backend, "race"), what="the new job")
+    wait_for(lambda: "ready" in job_log(backend, "race"), what="the new job")
     assert backend.status("race").state is JobState.RUNNING
     backend.cancel("race")
-    assert backend.status("race").state is JobState.CANCELLED and not job_processes(uid(backend, "race"))
+    assert backend.status("race").state is JobState.CANCELLED and not job_processes(job_uid(backend, "race"))
 
 
 def test_a_job_past_its_deadline_is_stopped_and_fails_naming_the_deadline(backend):
     spec = TrainingJobSpec(framework="generic", command=SLEEP, num_workers=2, timeout_s=3)
     backend.submit("deadline", spec, {})
-    wait_for(lambda: log_text(backend, "deadline").count("ready") == 2, what="both workers")
-    status = final(backend, "deadline", timeout=60)
+    wait_for(lambda: job_log(backend, "deadline").count("ready") == 2, what="both workers")
+    status = final_status(backend, "deadline", timeout=60)
     assert status.state is JobState.FAILED
     assert status.message == "deadline of 3 s exceeded (timeout_s)"
-    assert "[launcher] stopping the job: deadline of 3 s exceeded" in log_text(backend, "deadline")
+    assert "[launcher] stopping the job: deadline of 3 s exceeded" in job_log(backend, "deadline")
     assert_stopped(backend, "deadline")
 
 
@@ -144,13 +131,13 @@ def test_a_job_whose_owning_task_was_sigkilled_is_stopped_after_the_orphan_grace
     owner = subprocess.Popen([sys.executable, "-c", _FOLLOWER, str(backend.root), str(TRAINING_IMAGE)],
                              stdout=subprocess.DEVNULL)
     try:
-        wait_for(lambda: log_text(backend, "orphan").count("ready") == 2, what="both workers")
+        wait_for(lambda: job_log(backend, "orphan").count("ready") == 2, what="both workers")
         time.sleep(5)  # longer than orphan_grace_s: a heartbeating owner keeps its job
         assert backend.status("orphan").state is JobState.RUNNING
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-    status = final(backend, "orphan", timeout=60)
+    status = final_status(backend, "orphan", timeout=60)
     assert status.state is JobState.CANCELLED
     assert status.message.startswith("no follower for 3 s: the owning task is gone")
     assert_stopped(backend, "orphan")
@@ -186,13 +173,13 @@ def test_a_submitter_killed_mid_submit_leaves_nothing_running_and_a_retry_starts
     code = subprocess.run([sys.executable, "-c", _KILLED_SUBMITTER, str(backend.root), str(TRAINING_IMAGE), when],
                           cwd=REPO).returncode
     assert code == -signal.SIGKILL
-    status = final(backend, "interrupted", timeout=30)
+    status = final_status(backend, "interrupted", timeout=30)
     assert status.state is JobState.FAILED
     assert status.message == "the job was never launched: its submitter died mid-submit"
     assert status.reason == NEVER_LAUNCHED  # what callers act on (a search submits the trial again)
     time.sleep(1)
-    assert not job_processes(uid(backend, "interrupted"))
-    assert "the job ran" not in log_text(backend, "interrupted")
+    assert not job_processes(job_uid(backend, "interrupted"))
+    assert "the job ran" not in job_log(backend, "interrupted")
     assert backend.submit("interrupted", TrainingJobSpec(framework="generic", command=["python", "-V"],
                                                          num_workers=1), {}) is True
-    assert final(backend, "interrupted").state is JobState.SUCCEEDED
+    assert final_status(backend, "interrupted").state is JobState.SUCCEEDED

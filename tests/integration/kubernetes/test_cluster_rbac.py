@@ -14,7 +14,8 @@ from support import REPO
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.backends.kube_rest import JOB_NAME_LABEL, resource_path
+from airflow_ml_provider.jobs.backends.kube_rest import resource_path
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState

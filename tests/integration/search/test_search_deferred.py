@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from support import REPO, TRAINING_IMAGE, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.labels import DAG_ID
+from airflow_ml_provider.labels import DAG_ID as DAG_ID_LABEL
 from airflow_ml_provider.search.space import parse_settings, parse_space
 from airflow_ml_provider.search.study import open_storage, open_study
 from airflow_ml_provider.triggers.search import SearchTrigger
@@ -34,7 +34,7 @@ def _running_trial_jobs(jobs: Path, dag_id: str) -> list[Path]:
             labels = json.loads((job_dir / "job.json").read_text())["labels"]
         except (OSError, ValueError):
             continue
-        if labels.get(DAG_ID) == dag_id and not (job_dir / "status.json").exists():
+        if labels.get(DAG_ID_LABEL) == dag_id and not (job_dir / "status.json").exists():
             running.append(job_dir)
     return running
 
