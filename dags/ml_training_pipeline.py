@@ -31,7 +31,7 @@ from airflow_ml_provider.operators.gate import ModelGateOperator
 from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
-from airflow_ml_provider.patterns import MODEL_NAME, whole
+from airflow_ml_provider.patterns import whole
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
@@ -42,6 +42,11 @@ DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of 
 # put any Airflow notifier here, e.g. [SmtpNotifier(to="ml-team@example.com", ...)] or a SlackNotifier.
 FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
 GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
+# The model names this DAG may write (model governance): its own name, or a variant of it
+# ("ml_training_pipeline.<variant>") for experiments; the Param chooses among them, and the gate
+# and deploy tasks refuse any other name, so a run can never touch another team's model.
+MODEL_NAMES = ["ml_training_pipeline", "ml_training_pipeline.*"]
+MODEL_NAME = whole(r"ml_training_pipeline(?:\.[A-Za-z0-9_-]{1,60})?")
 
 
 DATA_PATH = whole(r"/(?!.*\.\.)[A-Za-z0-9_./-]+\.(?:npz|csv)")
@@ -154,7 +159,8 @@ with DAG(
             type="string",
             pattern=MODEL_NAME,
             title="Model name",
-            description="Registered model name: letters, digits, '_', '.', '-' (at most 100).",
+            description="Registered model: ml_training_pipeline, or a variant of it for experiments "
+            "(ml_training_pipeline.<variant>: letters, digits, '_', '-'). This DAG writes no other model.",
         ),
         "gate_metric": Param(
             "accuracy",
@@ -287,6 +293,8 @@ with DAG(
         training="train_{{ params.framework }}",  # the branch that ran
         test_data=prepared["test"],
         data_version=prepared["data_version"],
+        model_name="{{ params.model_name }}",  # its champion is scored on the same rows
+        model_names=MODEL_NAMES,
         backend=BACKEND,
         image=IMAGE,
         trigger_rule="none_failed_min_one_success",
@@ -298,6 +306,7 @@ with DAG(
         notifiers=GATE_NOTIFIERS,
         evaluation=evaluate.output,
         model_name="{{ params.model_name }}",
+        model_names=MODEL_NAMES,
         metric="{{ params.gate_metric }}",
         thresholds={"accuracy": "{{ params.min_accuracy }}", "auc": "{{ params.min_auc }}"},
         min_improvement="{{ params.min_improvement }}",
@@ -315,12 +324,14 @@ with DAG(
     deploy = DeployModelOperator(
         task_id="deploy",
         model_name="{{ params.model_name }}",
+        model_names=MODEL_NAMES,
         evaluation=evaluate.output,
         gate=gate.output,
         approval=approve.output,
         outlets=[MODEL],
         description="{{ params.notes or '' }}",
-        doc_md="Registers the model version (alias `challenger`; `champion` too if the gate passed).",
+        doc_md="Registers the model version; if the gate passed: alias `challenger`, and `champion` unless "
+        "a reviewer rejected it. A rejected version gets no alias.",
     )
 
     @task(doc_md="What came out of this run: metrics, the gate's verdict, the model version, links.")

@@ -59,6 +59,7 @@ with DAG("ml_asset_producer_test", schedule=None, params={"model_name": "asset_t
     DeployModelOperator(
         task_id="deploy",
         model_name="{{ params.model_name }}",
+        model_names=["asset_test*"],
         evaluation=evaluation(),
         gate={"passed": True, "reasons": ["test"]},
         outlets=[model_asset("ml_training_pipeline")],

@@ -27,7 +27,7 @@ from airflow_ml_provider.hooks.model_registry import (
 
 pytestmark = pytest.mark.integration
 
-MODEL = f"pipeline_test_{uuid.uuid4().hex[:8]}"
+MODEL = f"ml_training_pipeline.test_{uuid.uuid4().hex[:8]}"  # one of the DAG's own names
 FIRST_RUN_DATE = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NOTES = "; rm -rf /tmp/aml-pipeline-injection $(touch /tmp/aml-pipeline-injection) `id` {{ 7 * 7 }}"
 WEAK = {
@@ -157,9 +157,10 @@ def test_a_horovod_challenger_short_of_the_required_margin_is_rejected(first, pi
     )
     gate, deploy = result.value("gate"), result.value("deploy")
     assert not gate["passed"] and "less than the required 0.5" in " ".join(gate["reasons"])
-    assert (deploy["promoted"], deploy["aliases"]) == (False, [CHALLENGER])
+    assert result.value("evaluate")["champion"]["version"] == before, "the LightGBM champion scored on the same rows"
+    assert (deploy["promoted"], deploy["aliases"]) == (False, [])
     assert registry.alias_version(MODEL, CHAMPION)["version"] == before
-    assert registry.alias_version(MODEL, CHALLENGER)["version"] == deploy["version"] > before
+    assert registry.alias_version(MODEL, CHALLENGER)["version"] < deploy["version"], "a rejected version gets no alias"
     assert (
         result.value("evaluate")["framework"] == "keras"
         and result.value("evaluate")["metrics"]["accuracy"] > 0.5
@@ -181,14 +182,16 @@ def test_deploy_renders_a_kserve_inference_service_for_the_version(first, regist
     deploy = DeployModelOperator(
         task_id="deploy_kserve",
         model_name=MODEL,
+        model_names=["ml_training_pipeline.*"],
         evaluation=first.value("evaluate"),
         kserve={"namespace": "models", "min_replicas": 0},
     )
-    result = deploy.execute({"ti": SimpleNamespace(task_id="deploy_kserve", try_number=1, run_id=first.run_id)})
+    ti = SimpleNamespace(dag_id="ml_training_pipeline", task_id="deploy_kserve", try_number=1, run_id=first.run_id)
+    result = deploy.execute({"ti": ti})
     assert result["version"] == 1 and not result["promoted"], "the first run's version, registered once"
     kserve = result["kserve"]
     assert (kserve["name"], kserve["namespace"], kserve["applied"]) == (
-        MODEL.replace("_", "-"),
+        MODEL.replace("_", "-").replace(".", "-"),
         "models",
         None,
     )
