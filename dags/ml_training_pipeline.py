@@ -334,10 +334,10 @@ with DAG(
         "a reviewer rejected it. A rejected version gets no alias.",
     )
 
-    @task(doc_md="What came out of this run: metrics, the gate's verdict, the model version, links.")
-    def summary(evaluation: dict, verdict: dict, deployed: dict) -> dict:
+    @task(doc_md="What came out of this run: metrics, the gate's verdict, the approval, the model version, links.")
+    def summary(evaluation: dict, verdict: dict, deployed: dict, approval: dict) -> dict:
         from airflow_ml_provider.operators.summary import log_run_summary
 
-        return log_run_summary(evaluation, verdict, deployed)
+        return log_run_summary(evaluation, verdict, deployed, approval)
 
-    summary(evaluate.output, gate.output, deploy.output)
+    summary(evaluate.output, gate.output, deploy.output, approve.output)
