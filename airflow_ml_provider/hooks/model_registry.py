@@ -191,7 +191,7 @@ class ModelRegistryHook(BaseHook):
                     code_paths=[predict.__file__],
                     artifacts={"model": model_file},
                     signature=signature,
-                    pip_requirements=pip_requirements,
+                    conda_env=_conda_env(pip_requirements),
                 )
                 mlflow.log_metrics(
                     {k: v for k, v in metrics.items() if not k.startswith("train_")}, model_id=info.model_id
@@ -266,6 +266,16 @@ class ModelRegistryHook(BaseHook):
     def version_url(self, name: str, version: int) -> str:
         ui = self.settings().ui_url.rstrip("/")
         return f"{ui}/#/models/{name}/versions/{version}" if ui else ""
+
+
+def _conda_env(pip_requirements: list[str]) -> dict[str, Any]:
+    """The model's environment, given whole: left to MLflow, it is derived from this (Airflow)
+    environment, which has no pip by design (uv), and every registration warned "Failed to resolve
+    installed pip version". Serving installs ``pip_requirements`` with the environment's own pip."""
+    import platform
+
+    return {"name": "mlflow-env", "channels": ["conda-forge"],
+            "dependencies": [f"python={platform.python_version()}", "pip", {"pip": list(pip_requirements)}]}
 
 
 def check_model_name(name: str, allowed: Sequence[str] | None, dag_id: str) -> str:
