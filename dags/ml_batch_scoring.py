@@ -88,12 +88,14 @@ with DAG(
 
         from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
         from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+        from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
 
-        with ModelRegistryHook().mlflow() as mlflow:
+        # MLflow's output in the task log at its own level, minus its type-hint warning (the model has a signature)
+        with ModelRegistryHook().mlflow() as mlflow, mlflow_output_to_task_log():
             loaded = mlflow.pyfunc.load_model(model["model_uri"])
-        width = loaded.metadata.get_input_schema().inputs[0].shape[-1]
-        batch = np.random.default_rng(0).normal(size=(params["rows"], width)).astype(np.float32)
-        probabilities = np.asarray(loaded.predict(batch))
+            width = loaded.metadata.get_input_schema().inputs[0].shape[-1]
+            batch = np.random.default_rng(0).normal(size=(params["rows"], width)).astype(np.float32)
+            probabilities = np.asarray(loaded.predict(batch))
         labels = probabilities.argmax(axis=1) if probabilities.ndim == 2 else (probabilities > 0.5).astype(int)
         store = TrainingBackendHook().artifact_store()
         if store is None:
