@@ -39,7 +39,7 @@ from airflow_ml_provider.operators.params import (
 )
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
-from airflow_ml_provider.patterns import MODEL_NAME, bounded
+from airflow_ml_provider.patterns import bounded, whole
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
@@ -50,6 +50,11 @@ DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of 
 # put any Airflow notifier here, e.g. [SmtpNotifier(to="ml-team@example.com", ...)] or a SlackNotifier.
 FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
 GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
+# The model names this DAG may write (model governance): its own name, or a variant of it
+# ("ml_training_pipeline.<variant>") for experiments; the Param chooses among them, and the gate
+# and deploy tasks refuse any other name, so a run can never touch another team's model.
+MODEL_NAMES = ["ml_training_pipeline", "ml_training_pipeline.*"]
+MODEL_NAME = whole(r"ml_training_pipeline(?:\.[A-Za-z0-9_-]{1,60})?")
 
 
 # Number Params also take null: NaN sent through the REST API passes every JSON-schema bound and reaches
@@ -167,7 +172,8 @@ with DAG(
             type="string",
             pattern=MODEL_NAME,
             title="Model name",
-            description="Registered model name: letters, digits, '_', '.', '-' (at most 100).",
+            description="Registered model: ml_training_pipeline, or a variant of it for experiments "
+            "(ml_training_pipeline.<variant>: letters, digits, '_', '-'). This DAG writes no other model.",
         ),
         "gate_metric": Param(
             "accuracy",
@@ -296,6 +302,8 @@ with DAG(
         training="train_{{ params.framework }}",  # the branch that ran
         test_data=prepared["test"],
         data_version=prepared["data_version"],
+        model_name="{{ params.model_name }}",  # its champion is scored on the same rows
+        model_names=MODEL_NAMES,
         backend=BACKEND,
         image=IMAGE,
         trigger_rule="none_failed_min_one_success",
@@ -307,6 +315,7 @@ with DAG(
         notifiers=GATE_NOTIFIERS,
         evaluation=evaluate.output,
         model_name="{{ params.model_name }}",
+        model_names=MODEL_NAMES,
         metric="{{ params.gate_metric }}",
         thresholds={"accuracy": "{{ params.min_accuracy }}", "auc": "{{ params.min_auc }}"},
         min_improvement="{{ params.min_improvement }}",
@@ -324,18 +333,20 @@ with DAG(
     deploy = DeployModelOperator(
         task_id="deploy",
         model_name="{{ params.model_name }}",
+        model_names=MODEL_NAMES,
         evaluation=evaluate.output,
         gate=gate.output,
         approval=approve.output,
         outlets=[MODEL],
         description="{{ params.notes or '' }}",
-        doc_md="Registers the model version (alias `challenger`; `champion` too if the gate passed).",
+        doc_md="Registers the model version; if the gate passed: alias `challenger`, and `champion` unless "
+        "a reviewer rejected it. A rejected version gets no alias.",
     )
 
-    @task(doc_md="What came out of this run: metrics, the gate's verdict, the model version, links.")
-    def summary(evaluation: dict, verdict: dict, deployed: dict) -> dict:
+    @task(doc_md="What came out of this run: metrics, the gate's verdict, the approval, the model version, links.")
+    def summary(evaluation: dict, verdict: dict, deployed: dict, approval: dict) -> dict:
         from airflow_ml_provider.operators.summary import log_run_summary
 
-        return log_run_summary(evaluation, verdict, deployed)
+        return log_run_summary(evaluation, verdict, deployed, approval)
 
-    summary(evaluate.output, gate.output, deploy.output)
+    summary(evaluate.output, gate.output, deploy.output, approve.output)

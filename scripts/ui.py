@@ -1,9 +1,10 @@
-"""`make ui` / `make mlflow-ui`: the Airflow UI (``airflow standalone``) with this project's DAGs on the
+"""`make ui` / `make mlflow-ui`: the Airflow UI (standalone's components) with this project's DAGs on the
 embedded defaults, and the MLflow UI over the embedded model registry, so the tasks' MLflow links open.
+Both listen on loopback only unless ``--host`` says otherwise, and no log server is started.
 
-Both run in their own sessions (setsid) and are stopped, whole process groups, on Ctrl-C or exit.
-Airflow is started with the control environment's ``bin`` first on PATH (standalone launches its
-components as ``airflow`` by name) and ``[ml_training] mlflow_ui_url`` pointing at the MLflow UI.
+Every process runs in its own session (setsid) and is stopped, whole process groups, on Ctrl-C or exit.
+Airflow is started with the control environment's ``bin`` first on PATH and ``[ml_training]
+mlflow_ui_url`` pointing at the MLflow UI.
 The MLflow UI needs the full ``mlflow`` package, which the control environment (mlflow-skinny)
 lacks: it runs from ``.venv-mlflow`` (``make mlflow-env``), the same MLflow version, on the same
 SQLite registry ``$AIRFLOW_HOME/ml/mlflow.db`` the tasks write.
@@ -26,8 +27,17 @@ VENV_BIN = Path(sys.executable).parent
 MLFLOW = REPO / ".venv-mlflow" / "bin" / "mlflow"
 
 
-def airflow_env(home: Path, port: int, mlflow_url: str) -> dict[str, str]:
-    """Airflow's settings for the UI: this project's DAGs, no examples, the training environment."""
+# What ``airflow standalone`` runs, started here so that nothing listens beyond ``--host``: standalone
+# gives no way to bind the api-server elsewhere than 0.0.0.0 from its own flags, and its scheduler and
+# triggerer start log servers on every interface (8793/8794). Task logs are local files here, which the
+# api-server reads itself: the log servers are skipped.
+COMPONENTS = (["api-server"], ["scheduler", "--skip-serve-logs"], ["dag-processor"], ["triggerer", "--skip-serve-logs"])
+SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+
+
+def airflow_env(home: Path, port: int, mlflow_url: str, host: str = "127.0.0.1") -> dict[str, str]:
+    """Airflow's settings for the UI: this project's DAGs, no examples, the training environment,
+    standalone's executor and auth manager, the api-server on ``host`` only."""
     bundles = [
         {
             "name": "dags-folder",
@@ -44,7 +54,10 @@ def airflow_env(home: Path, port: int, mlflow_url: str) -> dict[str, str]:
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # no DAG here has a schedule
+            "AIRFLOW__API__HOST": host,
             "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__AUTH_MANAGER": SIMPLE_AUTH,
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__ML_TRAINING__MLFLOW_UI_URL": mlflow_url,
@@ -55,14 +68,14 @@ def airflow_env(home: Path, port: int, mlflow_url: str) -> dict[str, str]:
     return env
 
 
-def mlflow_argv(home: Path, port: int) -> list[str]:
+def mlflow_argv(home: Path, port: int, host: str = "127.0.0.1") -> list[str]:
     """The MLflow UI over the embedded registry (the store ``ModelRegistryHook`` uses by default)."""
     ml = home / "ml"
     return [
         str(MLFLOW),
         "server",
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--workers",
@@ -122,7 +135,7 @@ def airflow_healthy(body: bytes) -> bool:
 
 
 def password(home: Path) -> str:
-    """The admin password ``airflow standalone`` generated (SimpleAuthManager's file)."""
+    """The admin password SimpleAuthManager generated (its file, written when the api-server starts)."""
     path = home / "simple_auth_manager_passwords.json.generated"
     try:
         return json.loads(path.read_text()).get("admin", "?")
@@ -140,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         "--mlflow-port", type=int, default=5000, help="MLflow UI port ([ml_training] mlflow_ui_url)"
     )
     parser.add_argument("--only", choices=["airflow", "mlflow"], help="start one of the two")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address both UIs listen on (default: loopback only; 0.0.0.0: every interface)")
     args = parser.parse_args(argv)
     home = args.home.resolve()
     (home / "ml").mkdir(parents=True, exist_ok=True)
@@ -152,20 +167,29 @@ def main(argv: list[str] | None = None) -> int:
             if not MLFLOW.exists():
                 raise SystemExit(f"{MLFLOW} is missing: run `make mlflow-env` (the full mlflow package)")
             log = home / "mlflow-ui.log"
-            processes.append(start(mlflow_argv(home, args.mlflow_port), mlflow_env(), log))
+            processes.append(start(mlflow_argv(home, args.mlflow_port, args.host), mlflow_env(), log))
             wait_for(f"{mlflow_url}/health", processes[-1], log, timeout=300)
             lines.append(f"MLflow UI   {mlflow_url}   registry {home / 'ml' / 'mlflow.db'}   (log: {log})")
         if args.only != "mlflow":
             if not (VENV_BIN / "airflow").exists():
                 raise SystemExit(f"no airflow in {VENV_BIN}: run this with the control environment's python")
-            log = home / "standalone.log"
-            env = airflow_env(home, args.port, mlflow_url)
-            processes.append(start([str(VENV_BIN / "airflow"), "standalone"], env, log))
+            log = home / "airflow.log"
+            env = airflow_env(home, args.port, mlflow_url, args.host)
+            airflow = str(VENV_BIN / "airflow")
+            print(f"Starting Airflow (api-server, scheduler, dag-processor, triggerer) in {home}, listening on "
+                  f"{args.host} only (log: {log}) ...", flush=True)
+            with open(log, "ab") as out:
+                subprocess.run([airflow, "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+            processes += [start([airflow, *command], env, log) for command in COMPONENTS]
             url = f"http://127.0.0.1:{args.port}"
-            print(f"Starting Airflow standalone in {home} (about a minute; log: {log}) ...", flush=True)
-            wait_for(f"{url}/api/v2/monitor/health", processes[-1], log, timeout=300, healthy=airflow_healthy)
+            api_server = processes[-len(COMPONENTS)]
+            wait_for(f"{url}/api/v2/monitor/health", api_server, log, timeout=420, healthy=airflow_healthy)
             lines.insert(0, f"Airflow UI  {url}   log in as admin / {password(home)}   (log: {log})")
             lines.append("Trigger ml_training_pipeline from its page (Trigger, defaults as they are).")
+        listening = [f"Airflow :{args.port}"] * (args.only != "mlflow") + [f"MLflow :{args.mlflow_port}"] * (
+            args.only != "airflow")
+        lines.append(f"Listening on {args.host} only ({', '.join(listening)}); no log server (task logs are read "
+                     "from files). --host 0.0.0.0 listens on every interface.")
         print("\n".join(lines) + "\nCtrl-C stops everything.", flush=True)
         while all(process.poll() is None for process in processes):
             time.sleep(1)

@@ -12,23 +12,27 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_ml_provider.hooks.mlflow_s3 import s3_client_settings
+from airflow_ml_provider.patterns import MODEL_NAME
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 LINEAGE_KEY = "airflow.lineage_key"
 PREVIOUS_CHAMPION = "airflow.previous_champion"
+MODEL_FILES = (".txt", ".keras")  # what the trainers write (runtime.predict loads them)
 _AUTHORIZATION: ContextVar[str | None] = ContextVar("ml_registry_authorization", default=None)
 
 
@@ -187,7 +191,7 @@ class ModelRegistryHook(BaseHook):
                     code_paths=[predict.__file__],
                     artifacts={"model": model_file},
                     signature=signature,
-                    pip_requirements=pip_requirements,
+                    conda_env=_conda_env(pip_requirements),
                 )
                 mlflow.log_metrics(
                     {k: v for k, v in metrics.items() if not k.startswith("train_")}, model_id=info.model_id
@@ -216,6 +220,17 @@ class ModelRegistryHook(BaseHook):
                 "tags": dict(version.tags),
                 "metrics": metrics,
             }
+
+    def model_file(self, name: str, version: int, directory: str) -> Path:
+        """Download the trained model file that ``register`` stored in the version (``model.txt`` or
+        ``model.keras``) into ``directory``; returns its path."""
+        with self.mlflow() as mlflow:
+            uri = mlflow.MlflowClient().get_model_version_download_uri(name, str(version))
+            local = Path(mlflow.artifacts.download_artifacts(f"{uri.rstrip('/')}/artifacts", dst_path=directory))
+        files = sorted(p for p in local.iterdir() if p.suffix in MODEL_FILES)
+        if not files:
+            raise LookupError(f"model {name!r} version {version}: no {' or '.join(MODEL_FILES)} file in its artifacts")
+        return files[0]
 
     def promote(self, name: str, version: int) -> int | None:
         """Move ``champion`` to ``version``, noting the version it replaces (for rollback); returns that."""
@@ -251,6 +266,34 @@ class ModelRegistryHook(BaseHook):
     def version_url(self, name: str, version: int) -> str:
         ui = self.settings().ui_url.rstrip("/")
         return f"{ui}/#/models/{name}/versions/{version}" if ui else ""
+
+
+def _conda_env(pip_requirements: list[str]) -> dict[str, Any]:
+    """The model's environment, given whole: left to MLflow, it is derived from this (Airflow)
+    environment, which has no pip by design (uv), and every registration warned "Failed to resolve
+    installed pip version". Serving installs ``pip_requirements`` with the environment's own pip."""
+    import platform
+
+    return {"name": "mlflow-env", "channels": ["conda-forge"],
+            "dependencies": [f"python={platform.python_version()}", "pip", {"pip": list(pip_requirements)}]}
+
+
+def check_model_name(name: str, allowed: Sequence[str] | None, dag_id: str) -> str:
+    """``name`` if this DAG may write it, else ValueError naming the ``model_name`` field.
+
+    A DAG writes only its own model names: those its author lists in ``allowed`` (exact names or
+    ``fnmatch`` patterns such as ``"my_dag.*"``), else the name derived from the DAG, its id. A UI
+    user's Param therefore chooses among the author's names and can never reach another team's model.
+    """
+    patterns = list(allowed) if allowed else [dag_id]
+    if not isinstance(name, str) or not re.search(MODEL_NAME, name):
+        raise ValueError(f"model_name: {name!r} is not a model name (letters, digits, '_', '.', '-'; at most 100)")
+    if not any(fnmatchcase(name, pattern) for pattern in patterns):
+        raise ValueError(
+            f"model_name: {name!r} is not one of the model names DAG {dag_id!r} may write "
+            f"({', '.join(patterns)})"
+        )
+    return name
 
 
 def _artifact_store():

@@ -51,11 +51,16 @@ class ChampionApprovalOperator(ApprovalOperator):
 
     def execute(self, context) -> dict[str, Any]:
         if not _flag(self.require_approval):
-            return _skipped("approval not required")
+            return self._not_asked("approval not required")
         if not self.gate.get("passed"):
-            return _skipped("the gate rejected the model: nothing to approve")
+            return self._not_asked("the gate rejected the model: nothing to approve")
         self.body = self._body()
+        self.log.info("Asking a reviewer (Required Actions page) whether %s may become champion", self.model_name)
         return super().execute(context)
+
+    def _not_asked(self, reason: str) -> dict[str, Any]:
+        self.log.info("Nobody was asked to approve the promotion of %s: %s", self.model_name, reason)
+        return {"required": False, "approved": None, "by": None, "at": None, "reason": reason}
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         # HITLOperator's: validates the answer; ApprovalOperator's would skip the deploy on "Reject"
@@ -90,7 +95,3 @@ def _flag(value: bool | str) -> bool:
     if str(value).strip().lower() in ("false", "0", "no", ""):
         return False
     raise ValueError(f"require_approval: {value!r} is not a boolean")
-
-
-def _skipped(reason: str) -> dict[str, Any]:
-    return {"required": False, "approved": None, "by": None, "at": None, "reason": reason}

@@ -12,32 +12,46 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider import assets
-from airflow_ml_provider.hooks.model_registry import CHALLENGER, CHAMPION, ModelRegistryHook
+from airflow_ml_provider.hooks.model_registry import (
+    CHALLENGER,
+    CHAMPION,
+    LINEAGE_KEY,
+    ModelRegistryHook,
+    check_model_name,
+)
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.operators.links import MLflowModelVersionLink
 from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
 
 
 class DeployModelOperator(BaseOperator):
-    """Registers the evaluated model as a version of ``model_name`` and points ``challenger`` at it;
-    if ``gate`` passed, moves ``champion`` to it too (the version replaced is recorded on the new one,
-    so ``ModelRegistryHook.rollback`` can move the alias back).
+    """Registers the evaluated model as a version of ``model_name``. If ``gate`` passed, points
+    ``challenger`` at it and, unless a reviewer rejected it, moves ``champion`` to it too (the version
+    replaced is recorded on the new one, so ``ModelRegistryHook.rollback`` can move the alias back).
+    A version the gate rejected is registered (for the record) without any alias: ``challenger``
+    always names the newest version that passed its gate.
+
+    ``model_name`` must be one of ``model_names`` (names or fnmatch patterns; default: the DAG id):
+    a DAG writes only its own models, whatever a Param says.
 
     The version carries the model (an MLflow pyfunc around the trained file), its signature, the
-    evaluation metrics, lineage tags (DAG, run, task, training job, data version) and ``description``.
+    evaluation metrics (``metric.<name>``), the champion's metrics on the same rows
+    (``champion_metric.<name>``, with ``airflow.compared_with_version``), lineage tags (DAG, run, task, training job, data version) and ``description``.
     Registering is idempotent: the version made from the same evaluation run is reused.
 
     Args:
         evaluation: ``EvaluateModelOperator``'s result.
         gate: ``ModelGateOperator``'s result; None registers a challenger without promoting it.
-        approval: ``ChampionApprovalOperator``'s result; a rejection keeps the champion where it is.
+        approval: ``ChampionApprovalOperator``'s result; a rejection keeps the champion where it is
+            (the version stays ``challenger``: it passed its gate).
         kserve: optional ``KServeTarget`` fields; renders an InferenceService for the version (stored as
             an artifact) and, with ``apply: true``, applies it with the training connection's
             Kubernetes connection.
 
     Returns (XCom): ``{"model_name", "version", "aliases", "promoted", "previous_champion", "url",
     "model_uri", "kserve"}``. Every Asset in ``outlets`` gets an event whose ``extra`` holds ``name``,
-    ``version``, ``model_uri``, ``aliases``, ``metrics``, ``run_id``, ``mlflow_run_id`` and ``data_version``
+    ``version``, ``model_uri``, ``aliases``, ``gate_passed``, ``promoted``, ``metrics``, ``run_id``,
+    ``mlflow_run_id`` and ``data_version``
     (see ``airflow_ml_provider.assets``).
     """
 
@@ -56,9 +70,11 @@ class DeployModelOperator(BaseOperator):
         kserve: dict[str, Any] | None = None,
         registry_conn_id: str = ModelRegistryHook.default_conn_name,
         ml_conn_id: str = TrainingBackendHook.default_conn_name,
+        model_names: Sequence[str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        self.model_names = list(model_names) if model_names else None
         self.model_name = model_name
         self.evaluation = evaluation
         self.gate = gate
@@ -73,6 +89,10 @@ class DeployModelOperator(BaseOperator):
         return ModelRegistryHook(self.registry_conn_id)
 
     def execute(self, context) -> dict[str, Any]:
+        try:
+            check_model_name(self.model_name, self.model_names, context["ti"].dag_id)
+        except ValueError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}") from None
         requirements, absent = _requirements(self.evaluation["framework"])
         if absent:
             self.log.info(
@@ -96,6 +116,11 @@ class DeployModelOperator(BaseOperator):
             }
         )
         tags.update({f"metric.{k}": f"{v:.6g}" for k, v in evaluation["metrics"].items()})
+        if evaluation.get("lineage_key"):
+            tags[LINEAGE_KEY] = evaluation["lineage_key"]
+        if champion := evaluation.get("champion"):
+            tags["airflow.compared_with_version"] = str(champion["version"])
+            tags.update({f"champion_metric.{k}": f"{v:.6g}" for k, v in champion.get("metrics", {}).items()})
         with self._model_file(evaluation) as model_file:
             number = self.registry.register(
                 self.model_name,
@@ -106,7 +131,9 @@ class DeployModelOperator(BaseOperator):
                 tags,
                 self.description,
             )
-        self.registry.set_alias(self.model_name, CHALLENGER, number)
+        passed = bool(self.gate and self.gate.get("passed"))
+        if passed:
+            self.registry.set_alias(self.model_name, CHALLENGER, number)
         previous, why_not = None, self._why_not_promoted()
         promoted = why_not is None
         if promoted:
@@ -114,15 +141,17 @@ class DeployModelOperator(BaseOperator):
             self.log.info("Model %s version %d is the champion (was: %s)", self.model_name, number, previous)
         else:
             self.log.info(
-                "Model %s version %d is the challenger; the champion stays: %s",
+                "Model %s version %d is %s; the champion stays: %s",
                 self.model_name,
                 number,
+                "the challenger" if passed else "registered without an alias (the gate rejected it)",
                 why_not,
             )
+        aliases = [CHALLENGER, CHAMPION] if promoted else [CHALLENGER] if passed else []
         result = {
             "model_name": self.model_name,
             "version": number,
-            "aliases": [CHALLENGER, CHAMPION] if promoted else [CHALLENGER],
+            "aliases": aliases,
             "promoted": promoted,
             "previous_champion": previous,
             "url": self.registry.version_url(self.model_name, number),
@@ -131,7 +160,8 @@ class DeployModelOperator(BaseOperator):
         }
         assets.emit(context, self.outlets, {
             "name": self.model_name, "version": number, "model_uri": result["model_uri"],
-            "aliases": result["aliases"], "metrics": evaluation["metrics"], "run_id": ti.run_id,
+            "aliases": result["aliases"], "gate_passed": passed, "promoted": promoted,
+            "metrics": evaluation["metrics"], "run_id": ti.run_id,
             "mlflow_run_id": evaluation["mlflow_run_id"], "data_version": evaluation["lineage"].get("data_version"),
         })
         return result

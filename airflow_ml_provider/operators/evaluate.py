@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import literal
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.hooks.model_registry import LINEAGE_KEY, ModelRegistryHook
+from airflow_ml_provider.hooks.model_registry import CHAMPION, LINEAGE_KEY, ModelRegistryHook, check_model_name
 from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.artifacts import evaluation_dir, join
 from airflow_ml_provider.jobs.naming import JobIdentity
@@ -22,6 +22,16 @@ from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 _NOT_METRICS = {"rows", "n_features", "n_classes"}
 _FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".keras": "keras"}
+
+
+def _lineage_key(ti, trained: dict[str, Any]) -> str:
+    """The evaluation's identity: DAG run, training job and model file (a retrained model is a new one)."""
+    parts = (ti.dag_id, ti.run_id, trained["job_name"], trained.get("model_path") or "")
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class EvaluateModelOperator(BaseTrainingOperator):
@@ -36,15 +46,21 @@ class EvaluateModelOperator(BaseTrainingOperator):
         test_data: the held-out set (.npz/.csv), readable by the job.
         data_version: recorded as lineage.
         experiment_name: MLflow experiment (default: the DAG id).
+        model_name: the registered model the gate will compare with: its current ``champion`` is
+            scored in the same job on the same ``test_data`` (so the gate never compares metrics
+            measured on different data). Must be one of ``model_names`` (see ``check_model_name``).
+        model_names: the model names this DAG may write (names or fnmatch patterns; default: the DAG id).
 
-    Idempotent: the run is keyed by DAG run and training job (job names are deterministic), so
+    Idempotent: the run is keyed by DAG run, training job and model file, so
     evaluating again (a retry, a re-run of the DAG run) returns the recorded run instead of logging a
     second one, and the deploy task then finds the version already made from it. (Not the model's
     content hash: a LightGBM model file records its workers' ports, so it differs between runs.)
 
     Returns (XCom): ``{"metrics", "mlflow_run_id", "model_path", "framework", "n_features",
-    "n_classes", "lineage", "lineage_key", "job_name", "backend", "url", "artifacts_url"}`` (the two
-    URLs: the MLflow run, and its artifacts: empty without an MLflow UI URL).
+    "n_classes", "lineage", "lineage_key", "job_name", "backend", "url", "artifacts_url",
+    "model_name", "champion"}`` (the two URLs: the MLflow run, and its artifacts: empty without an
+    MLflow UI URL; ``champion``: None, or ``{"version", "metrics"}`` measured on the same rows, or
+    ``{"version", "error"}`` when the champion could not be scored on them).
     """
 
     framework = Framework.GENERIC
@@ -54,6 +70,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
         "test_data",
         "data_version",
         "experiment_name",
+        "model_name",
     )
     operator_extra_links = (*job_links(), MLflowEvaluationLink())
     ui_color = "#fdebd0"
@@ -65,6 +82,8 @@ class EvaluateModelOperator(BaseTrainingOperator):
         test_data: str,
         data_version: str | None = None,
         experiment_name: str | None = None,
+        model_name: str | None = None,
+        model_names: Sequence[str] | None = None,
         registry_conn_id: str = ModelRegistryHook.default_conn_name,
         python: str = "python",
         **kwargs: Any,
@@ -74,16 +93,57 @@ class EvaluateModelOperator(BaseTrainingOperator):
         self.test_data = test_data
         self.data_version = data_version
         self.experiment_name = experiment_name
+        self.model_name = model_name
+        self.model_names = list(model_names) if model_names else None
         self.registry_conn_id = registry_conn_id
         self.python = python
+        self._champion: dict[str, Any] | None = None  # the champion placed for this run's job
+        self._identity: JobIdentity | None = None
 
     def build_command(self) -> list[str]:
         command = self.command or [self.python, "-m", "airflow_ml_provider.runtime.evaluate"]
-        return [*command, "--model", self.training["model_path"], "--test-data", self.test_data]
+        command = [*command, "--model", self.training["model_path"], "--test-data", self.test_data]
+        champion = self._place_champion()
+        return command + (["--champion-model", champion["location"]] if champion and "location" in champion else [])
+
+    def _place_champion(self) -> dict[str, Any] | None:
+        """During a task run with ``model_name``: copy the champion's model file next to this job's
+        artifacts (where the job can read it), once. None: no champion, or it is this very model."""
+        if self._identity is None or not self.model_name or self._champion is not None:
+            return self._champion or None
+        ti = self._identity
+        name = self.model_name
+        try:
+            check_model_name(name, self.model_names, ti.dag_id)
+        except ValueError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}") from None
+        registry = ModelRegistryHook(self.registry_conn_id)
+        with mlflow_output_to_task_log():
+            held = registry.alias_version(name, CHAMPION)
+        if held is None or held["tags"].get(LINEAGE_KEY) == _lineage_key(ti, self.training):
+            self._champion = {}
+            return None
+        self._champion = {"version": held["version"]}
+        backend = self.hook.get_backend(self.backend)
+        job_dir = self.hook.job_artifact_dir(backend, ti.name)
+        store = self.hook.artifact_store(backend.name)
+        if not job_dir or store is None:
+            self._champion["error"] = "no artifact root to hand the champion's model to the evaluation job"
+            return self._champion
+        from airflow_ml_provider.runtime import storage
+
+        with tempfile.TemporaryDirectory(prefix="champion-") as tmp, mlflow_output_to_task_log():
+            local = registry.model_file(name, held["version"], tmp)
+            self._champion["location"] = storage.upload(
+                str(local), store.locate(join(job_dir, "champion", local.name))
+            )
+        self.log.info("The champion, %s version %d, is scored on the same held-out rows", name, held["version"])
+        return self._champion
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         """Pull the training result first when given a task id: the job's command (rendered into the
         manifest) names its model. The pulled value is data, wrapped so Jinja leaves it as it is."""
+        self._identity = JobIdentity.from_context(context)
         if isinstance(self.training, str):
             task_id = self.render_template(self.training, context, jinja_env)
             result = context["ti"].xcom_pull(task_ids=task_id)
@@ -113,9 +173,8 @@ class EvaluateModelOperator(BaseTrainingOperator):
             "data_version": self.data_version or "unknown",
             "model_sha256": result["model_sha256"],
         }
-        key = hashlib.sha256(
-            "\x1f".join((ti.dag_id, ti.run_id, trained["job_name"])).encode()
-        ).hexdigest()[:32]
+        key = _lineage_key(ti, trained)
+        champion = self._measured_champion(result)
         registry = ModelRegistryHook(self.registry_conn_id)
         with mlflow_output_to_task_log():
             experiment = registry.experiment_id(self.experiment_name or ti.dag_id)
@@ -123,11 +182,14 @@ class EvaluateModelOperator(BaseTrainingOperator):
             if run_id:
                 self.log.info("This model's evaluation is already recorded as MLflow run %s", run_id)
             else:
-                run_id = self._log_run(registry, experiment, key, context, result, metrics, lineage)
+                run_id = self._log_run(registry, experiment, key, context, result, metrics, lineage, champion)
         ui = registry.settings().ui_url.rstrip("/")
         url = f"{ui}/#/experiments/{experiment}/runs/{run_id}" if ui else ""
         framework = _FRAMEWORK_BY_SUFFIX.get(Path(trained["model_path"]).suffix, "unknown")
         self.log.info("Held-out metrics of the %s model: %s (MLflow run %s)", framework, metrics, run_id)
+        if champion:
+            self.log.info("The champion (version %d) on the same rows: %s", champion["version"],
+                          champion.get("metrics") or champion.get("error"))
         return {
             "job_name": job["job_name"],
             "backend": job["backend"],
@@ -141,7 +203,21 @@ class EvaluateModelOperator(BaseTrainingOperator):
             "lineage_key": key,
             "url": url,
             "artifacts_url": url and f"{url}/artifacts",
+            "model_name": self.model_name,
+            "champion": champion,
         }
+
+    def _measured_champion(self, result: dict[str, Any]) -> dict[str, Any] | None:
+        """What the job measured of the champion placed for it (metrics, or why it could not)."""
+        placed = self._champion or None
+        if placed is None:
+            return None
+        reported = result.get("champion") if "location" in placed else None
+        if isinstance(reported, dict) and not reported.get("error"):
+            metrics = {k: float(v) for k, v in reported.items() if _is_number(v)}
+            return {"version": placed["version"], "metrics": metrics}
+        error = (reported or {}).get("error") if isinstance(reported, dict) else None
+        return {"version": placed["version"], "error": str(error or placed.get("error") or "not reported by the job")}
 
     def _keep(self, context, files: list[Path]) -> None:
         """Also store the evaluation files with this job's other artifacts: ``<job dir>/evaluation/``
@@ -165,6 +241,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
         result: dict[str, Any],
         metrics: dict[str, float],
         lineage: dict[str, str],
+        champion: dict[str, Any] | None,
     ) -> str:
         from airflow_ml_provider.runtime.report import PLOT, plot_training_curve, write_report
 
@@ -178,6 +255,11 @@ class EvaluateModelOperator(BaseTrainingOperator):
             ]
             self._keep(context, files)
             tags = {LINEAGE_KEY: key, **{f"airflow.{k}": str(v) for k, v in lineage.items()}}
+            if champion:  # the champion measured on the same rows, recorded next to the challenger
+                tags["airflow.champion_version"] = str(champion["version"])
+                if champion.get("error"):
+                    tags["airflow.champion_error"] = champion["error"][:500]
+                metrics = {**metrics, **{f"champion_{k}": v for k, v in champion.get("metrics", {}).items()}}
             params = {
                 **dict(context.get("params") or {}),
                 "model_path": trained["model_path"],

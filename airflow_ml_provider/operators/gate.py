@@ -1,4 +1,5 @@
-"""The promotion gate: metric thresholds, and "the challenger must beat the champion by at least X"."""
+"""The promotion gate: metric thresholds, and "the challenger must beat the champion by at least X",
+both measured on the same held-out rows (the evaluation scores the champion next to the challenger)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.hooks.model_registry import CHAMPION, LINEAGE_KEY, ModelRegistryHook
+from airflow_ml_provider.hooks.model_registry import CHAMPION, LINEAGE_KEY, ModelRegistryHook, check_model_name
 from airflow_ml_provider.logs.metrics import metric_goal
 from airflow_ml_provider.operators.notify import notify_all
-
 
 
 def decide(
@@ -22,12 +22,16 @@ def decide(
     min_improvement: float,
     champion: Mapping[str, Any] | None,
     lineage_key: str | None = None,
+    measured: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Whether a challenger with ``metrics`` may replace ``champion`` (``alias_version``'s dict, or None).
 
     Thresholds are minima, or maxima for metrics where lower is better (``metric_goal``). The
     improvement on ``metric`` is measured in its better direction and must be at least
-    ``min_improvement``. No champion, or a champion that is this very model, passes the comparison.
+    ``min_improvement``, against ``measured``: the champion scored on the challenger's own test rows
+    (the evaluation's ``champion``). The champion's stored metrics, from other data, are never used:
+    without a measurement of the current champion on these rows the challenger is rejected. No
+    champion, or a champion that is this very model, passes the comparison.
     """
     reasons, passed = [], True
     for name, bound in sorted(thresholds.items()):
@@ -48,20 +52,34 @@ def decide(
         reasons.append("no champion yet: nothing to beat")
     elif lineage_key and champion["tags"].get(LINEAGE_KEY) == lineage_key:
         reasons.append(f"this model already is the champion (version {champion['version']})")
-    elif (held := champion["metrics"].get(metric)) is None:
-        reasons.append(f"the champion (version {champion['version']}) has no {metric}: nothing to compare")
+    elif not measured or measured.get("version") != champion["version"]:
+        passed = False
+        reasons.append(
+            f"the champion is version {champion['version']}, but the evaluation scored "
+            f"{'version ' + str(measured['version']) if measured else 'no champion'} on these rows: "
+            "not comparable (evaluate again)"
+        )
+    elif measured.get("error"):
+        passed = False
+        reasons.append(
+            f"the champion (version {champion['version']}) could not be scored on this test set "
+            f"({measured['error']}): not comparable"
+        )
+    elif (held := measured.get("metrics", {}).get(metric)) is None:
+        passed = False
+        reasons.append(f"the champion (version {champion['version']}) has no {metric} on these rows")
     else:
         improvement = (held - challenger) if metric_goal(metric) == "min" else (challenger - held)
         if improvement < min_improvement:
             passed = False
             reasons.append(
                 f"{metric} = {challenger:.6g} improves on the champion's {held:.6g} (version "
-                f"{champion['version']}) by {improvement:.6g}, less than the required {min_improvement}"
+                f"{champion['version']}, same rows) by {improvement:.6g}, less than the required {min_improvement}"
             )
         else:
             reasons.append(
                 f"{metric} = {challenger:.6g} beats the champion's {held:.6g} (version "
-                f"{champion['version']}) by {improvement:.6g}"
+                f"{champion['version']}, same rows) by {improvement:.6g}"
             )
     return {
         "passed": passed,
@@ -69,6 +87,7 @@ def decide(
         "metric": metric,
         "challenger": challenger,
         "champion_version": champion and champion["version"],
+        "champion_metrics": dict(measured.get("metrics", {})) if measured else None,
         "improvement": improvement,
     }
 
@@ -77,9 +96,12 @@ class ModelGateOperator(BaseOperator):
     """Decides whether the evaluated model may become the ``champion`` of ``model_name``.
 
     ``thresholds`` maps metric names to bounds (numbers or numeric strings, so DAG Params can be
-    templated in); ``min_improvement`` applies to ``metric``. A rejection is a normal outcome, not a
-    failure: the task succeeds and returns ``{"passed": false, "reasons": [...]}``, and the deploy
-    task then registers the model as ``challenger`` only. On a rejection every one of ``notifiers``
+    templated in); ``min_improvement`` applies to ``metric``, compared with the champion as the
+    evaluation measured it on the same rows (``EvaluateModelOperator(model_name=...)``). A rejection is
+    a normal outcome, not a failure: the task succeeds and returns ``{"passed": false, "reasons":
+    [...]}``, and the deploy task then registers the model without an alias. ``model_name`` must be
+    one of ``model_names`` (names or fnmatch patterns; default: the DAG id): a DAG writes only its
+    own models. On a rejection every one of ``notifiers``
     (Airflow ``BaseNotifier``s: Slack, SMTP, HTTP...) is called with the task's context plus ``gate``
     (the decision and ``model_name``) for its templates, e.g. ``{{ gate.reasons | join('; ') }}``.
     """
@@ -97,9 +119,11 @@ class ModelGateOperator(BaseOperator):
         min_improvement: float | str = 0.0,
         registry_conn_id: str = ModelRegistryHook.default_conn_name,
         notifiers: Sequence[Any] = (),
+        model_names: Sequence[str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        self.model_names = list(model_names) if model_names else None
         self.notifiers = list(notifiers)
         self.evaluation = evaluation
         self.model_name = model_name
@@ -118,6 +142,13 @@ class ModelGateOperator(BaseOperator):
             min_improvement = float(self.min_improvement)
         except (TypeError, ValueError) as exc:
             raise AirflowFailException(f"{self.task_id}: thresholds must be numbers: {exc}") from None
+        try:
+            check_model_name(self.model_name, self.model_names, context["ti"].dag_id)
+        except ValueError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}") from None
+        measured = self.evaluation.get("champion")
+        if self.evaluation.get("model_name") not in (None, self.model_name):
+            measured = None  # measured against another model's champion: not this comparison
         champion = self.registry.alias_version(self.model_name, CHAMPION)
         decision = decide(
             self.evaluation["metrics"],
@@ -126,7 +157,9 @@ class ModelGateOperator(BaseOperator):
             min_improvement,
             champion,
             self.evaluation.get("lineage_key"),
+            measured,
         )
+        decision["model_name"] = self.model_name
         self.log.info(
             "Gate %s for model %s:\n  %s",
             "PASSED" if decision["passed"] else "REJECTED",

@@ -9,11 +9,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def run_summary(evaluation: dict[str, Any], gate: dict[str, Any], deploy: dict[str, Any]) -> dict[str, Any]:
-    """The evaluation, gate and deploy results reduced to what a person reads; references only."""
+def run_summary(evaluation: dict[str, Any], gate: dict[str, Any], deploy: dict[str, Any],
+                approval: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The evaluation, gate, approval and deploy results reduced to what a person reads; references only."""
+    approval = approval or {}
     return {
         "metrics": evaluation.get("metrics", {}),
         "gate": {"passed": bool(gate.get("passed")), "reasons": list(gate.get("reasons", []))},
+        "approval": {"asked": bool(approval.get("required")), "approved": approval.get("approved"),
+                     "by": approval.get("by"), "reason": approval.get("reason") or "no approval step"},
         "model": {
             "name": deploy.get("model_name"),
             "version": deploy.get("version"),
@@ -41,6 +45,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             f"            artifacts (training_curve.png, evaluation_report.md): {evaluation['artifacts_url']}"
         )
     lines.append(f"gate        {'PASSED' if gate['passed'] else 'REJECTED'}: {'; '.join(gate['reasons'])}")
+    approval = summary["approval"]
+    if approval["asked"]:
+        lines.append(f"approval    {'APPROVED' if approval['approved'] else 'REJECTED'} by {approval['by']}")
+    else:
+        lines.append(f"approval    not asked: {approval['reason']}")
     lines.append(
         f"model       {model['name']} version {model['version']} ({', '.join(model['aliases'])}), "
         f"load it as {model['model_uri']}"
@@ -51,10 +60,10 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def log_run_summary(
-    evaluation: dict[str, Any], gate: dict[str, Any], deploy: dict[str, Any]
+    evaluation: dict[str, Any], gate: dict[str, Any], deploy: dict[str, Any], approval: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Log the summary (one line per subject) and return it for XCom."""
-    summary = run_summary(evaluation, gate, deploy)
+    summary = run_summary(evaluation, gate, deploy, approval)
     for line in summary_lines(summary):
         log.info("%s", line)
     return summary

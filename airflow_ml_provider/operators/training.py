@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from enum import Enum
 from functools import cached_property
@@ -14,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_ml_provider.artifacts import job_dirs
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import Backend, JobSubmissionError
+from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import JobIdentity
@@ -61,6 +62,12 @@ class BaseTrainingOperator(BaseOperator):
     same name, up to ``max_preemptions`` times, without spending an Airflow retry: the attempt carries
     ``AIRFLOW_ML_PREEMPTIONS`` and ``AIRFLOW_ML_RESUME_FROM`` (the last checkpoint its log reported).
     A FAILED job (the user's code exited non-zero) is never resubmitted this way.
+
+    Clear means retrain: a new try of a task whose job already SUCCEEDED (the task was cleared, or
+    the DAG run re-run) starts a fresh job with its own, empty model and checkpoint directories
+    (``retrain-<k>/`` under the job's artifact directory, k = 1, 2, ...), so it trains from scratch and
+    its model is a new one (the evaluation and the registry see a new model); earlier models stay. A new try after a failed, cancelled or
+    preempted job resumes from that job's checkpoints, as before.
 
     ``execution_timeout`` is also the job's deadline: the backend stops an attempt that outlives it
     (the local launcher; ``activeDeadlineSeconds`` on Kubernetes), and the follower stops the job and
@@ -129,6 +136,7 @@ class BaseTrainingOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._job: tuple[Backend, str] | None = None
+        self._generation: str | None = None  # "retrain-<k>": the directories of the latest fresh start
 
     @cached_property
     def hook(self) -> TrainingBackendHook:
@@ -144,9 +152,42 @@ class BaseTrainingOperator(BaseOperator):
         return self.command
 
     def artifact_dirs(self, backend: Backend, name: str) -> tuple[str | None, str | None]:
-        """(model dir, checkpoint dir): the task's own, else the job's under the artifact root."""
-        defaults = job_dirs(self.hook.job_artifact_dir(backend, name))
-        return self.model_dir or defaults.get("model_dir"), self.checkpoint_dir or defaults.get("checkpoint_dir")
+        """(model dir, checkpoint dir): the task's own, else the job's under the artifact root; those of
+        the latest fresh start (``retrain-<k>``) once a try retrained after a succeeded job."""
+        artifacts = self.hook.job_artifact_dir(backend, name)
+        if (generation := self._generation) and artifacts:
+            artifacts = f"{artifacts}/{generation}"
+        defaults = job_dirs(artifacts)
+        return (self.model_dir and _below(self.model_dir, generation) or defaults.get("model_dir"),
+                self.checkpoint_dir and _below(self.checkpoint_dir, generation) or defaults.get("checkpoint_dir"))
+
+    def _choose_generation(self, backend: Backend, identity: JobIdentity) -> str | None:
+        """Whether this try trains from scratch (its job already succeeded: the next ``retrain-<k>``)
+        or continues the latest start's directories (a first try, or resuming a failed attempt)."""
+        try:
+            succeeded = backend.status(identity.name).state is JobState.SUCCEEDED
+        except JobNotFound:
+            succeeded = False
+        latest = self._latest_generation(backend, identity.name)
+        if not succeeded:
+            return f"retrain-{latest}" if latest else None
+        generation = f"retrain-{latest + 1}"
+        self.log.info("Job %s already succeeded (the task was cleared or its DAG run re-run): this try retrains "
+                      "from scratch as a new job, with empty model and checkpoint directories (%s/)",
+                      identity.name, generation)
+        return generation
+
+    def _latest_generation(self, backend: Backend, name: str) -> int:
+        """The k of the newest ``retrain-<k>`` directory, 0 if none (the first start's directories)."""
+        root = self.checkpoint_dir or self.hook.job_artifact_dir(backend, name)
+        store = self.hook.artifact_store(backend.name)
+        if not root or store is None:
+            return 0
+        try:
+            names = [entry.name for entry in store.locate(root).iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        return max((int(match.group(1)) for n in names if (match := _GENERATION.fullmatch(n))), default=0)
 
     def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
         model_dir, checkpoint_dir = self.artifact_dirs(backend, name)
@@ -197,6 +238,7 @@ class BaseTrainingOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         identity = JobIdentity.from_context(context)
         backend = self.hook.get_backend(self.backend)
+        self._generation = self._choose_generation(backend, identity)
         spec = self.build_spec(backend, identity.name)
         self._job = (backend, identity.name)  # set first: a kill during submission still cancels the job
         try:
@@ -274,6 +316,13 @@ class BaseTrainingOperator(BaseOperator):
             backend, name = self._job
             self.log.info("Task killed: cancelling job %s on backend %s", name, backend.name)
             backend.cancel(name)
+
+
+_GENERATION = re.compile(r"retrain-(\d+)")
+
+
+def _below(directory: str, generation: str | None) -> str:
+    return f"{directory.rstrip('/')}/{generation}" if generation else directory
 
 
 class TrainingJobOperator(BaseTrainingOperator):

@@ -2,7 +2,9 @@
 
 Runs as a one-worker job in the training image (loading a Keras model needs TensorFlow, which
 the Airflow worker does not have): ``python -m airflow_ml_provider.runtime.evaluate --model M
---test-data T``.
+--test-data T [--champion-model C]``. With ``--champion-model``, the registered champion is scored on
+the very same rows, so the gate compares like with like (its ``champion`` field: the champion's
+metrics, or ``{"error": ...}`` when it cannot score this data).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.evaluate")
     parser.add_argument("--model", required=True, help="model.txt (LightGBM) or model.keras (path or URL)")
     parser.add_argument("--test-data", required=True, help="held-out .npz (X, y) or .csv with a label column")
+    parser.add_argument("--champion-model", help="the current champion's model file, scored on the same rows")
     args = parser.parse_args(argv)
     try:
         X, y = load_npz_or_csv(args.test_data)
@@ -58,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     from sklearn.metrics import confusion_matrix
 
     labels = list(range(probabilities.shape[1]))
+    champion = _champion_metrics(args.champion_model, X, y, len(labels)) if args.champion_model else None
     emit(
         "result",
         **classification_metrics(y, probabilities),
+        **({"champion": champion} if champion is not None else {}),
         rows=len(y),
         n_features=int(X.shape[1]),
         n_classes=len(labels),
@@ -70,6 +75,19 @@ def main(argv: list[str] | None = None) -> int:
         ).tolist(),
     )
     return 0
+
+
+def _champion_metrics(location: str, X: np.ndarray, y: np.ndarray, n_classes: int) -> dict[str, object]:
+    """The champion's metrics on the challenger's held-out rows, or why it could not be scored there
+    (another input width or class count: then the two models are not comparable on this data)."""
+    try:
+        with storage.local_copy(location) as model:
+            probabilities = load_predictor(model)(X.astype(np.float32))
+    except Exception as exc:  # noqa: BLE001 (any load/predict failure means: not comparable here)
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    if probabilities.shape[1] != n_classes:
+        return {"error": f"it predicts {probabilities.shape[1]} classes, this test set has {n_classes}"}
+    return classification_metrics(y, probabilities)
 
 
 if __name__ == "__main__":

@@ -50,8 +50,16 @@ def write_report(out_dir: str | Path, evaluation: dict[str, Any], training: dict
     lines += ["", "## Final training metrics", "", "| metric | value |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in sorted(training.items())]
     if matrix := evaluation.get("confusion_matrix"):
-        lines += ["", "## Confusion matrix (rows: true class, columns: predicted)", ""]
-        lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in matrix]
+        lines += ["", "## Confusion matrix", "", *_confusion_table(matrix)]
     lines += ["", "## Lineage", ""] + [f"- {key}: `{value}`" for key, value in sorted(lineage.items())]
     (out_dir / REPORT).write_text("\n".join(lines) + "\n")
     return [out_dir / METRICS, out_dir / REPORT]
+
+
+def _confusion_table(matrix: list[list[int]]) -> list[str]:
+    """A Markdown table with a header row (a table without one renders as a single line of text):
+    one row per true class, one column per predicted class."""
+    classes = range(len(matrix))
+    return ["| true \\ predicted | " + " | ".join(f"{c}" for c in classes) + " |",
+            "|---|" + "---:|" * len(matrix),
+            *(f"| **{c}** | " + " | ".join(str(cell) for cell in row) + " |" for c, row in zip(classes, matrix))]

@@ -10,7 +10,9 @@ from airflow_ml_provider.assets import data_asset, model_asset
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 
-with DAG("ml_asset_producer_test", schedule=None, params={"model_name": "asset_test"}) as asset_producer:
+with DAG("ml_asset_producer_test", schedule=None, params={"model_name": "asset_test", "gate_passed": True}) as (
+    asset_producer
+):
 
     @task
     def raw_data(params: dict) -> dict:
@@ -56,10 +58,15 @@ with DAG("ml_asset_producer_test", schedule=None, params={"model_name": "asset_t
             "lineage": {"dag_id": "ml_asset_producer_test", "run_id": run_id, "data_version": "feedface"},
         }
 
+    @task
+    def gate(params: dict) -> dict:
+        return {"passed": params["gate_passed"], "reasons": ["test"]}
+
     DeployModelOperator(
         task_id="deploy",
         model_name="{{ params.model_name }}",
+        model_names=["asset_test*"],
         evaluation=evaluation(),
-        gate={"passed": True, "reasons": ["test"]},
+        gate=gate(),
         outlets=[model_asset("ml_training_pipeline")],
     )

@@ -35,6 +35,7 @@ with DAG("ml_gate_notify_test", schedule=None, params={"model_name": "notify_tes
         task_id="gate",
         evaluation={"metrics": {"accuracy": 0.5}},
         model_name="{{ params.model_name }}",
+        model_names=["notify_*"],
         thresholds={"accuracy": 0.9},
         notifiers=[
             RecordingNotifier(GATE_MESSAGE),

@@ -47,13 +47,13 @@ def test_make_ui_starts_airflow_says_where_to_log_in_and_stops_cleanly(tmp_path)
     try:
         lines = []
         deadline = time.monotonic() + 420
-        while time.monotonic() < deadline and not any("Airflow UI" in line for line in lines):
+        while time.monotonic() < deadline and not any("Ctrl-C stops everything" in line for line in lines):
             line = process.stdout.readline()
             if not line and process.poll() is not None:
                 break
             lines.append(line)
         banner = next((line for line in lines if "Airflow UI" in line), None)
-        assert banner, "".join(lines) + (tmp_path / "standalone.log").read_text(errors="replace")[-3000:]
+        assert banner, "".join(lines) + (tmp_path / "airflow.log").read_text(errors="replace")[-3000:]
         url, user, password = re.search(r"(http://\S+)\s+log in as (\w+) / (\S+)", banner).groups()
         assert url == f"http://127.0.0.1:{port}"
         request = urllib.request.Request(
@@ -76,6 +76,10 @@ def test_make_ui_starts_airflow_says_where_to_log_in_and_stops_cleanly(tmp_path)
                 if exc.code != 404 or time.monotonic() > deadline:
                     raise
                 time.sleep(2)
+        # Issue 25 D12: nothing of `make ui` listens beyond loopback, and it says so
+        listening = _listening(_descendants(process.pid))  # (setproctitle blanks some processes' environ)
+        assert port in {p for _, p in listening} and all(address in LOOPBACK for address, _ in listening), listening
+        assert any(f"Listening on 127.0.0.1 only (Airflow :{port})" in line for line in lines), lines
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
@@ -105,4 +109,49 @@ def _processes_with_home(home) -> list[int]:
                     found.append(int(entry))
         except (OSError, ValueError):
             continue
+    return found
+
+
+LOOPBACK = {"127.0.0.1", "::1"}
+
+
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it (by parent pid)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def _listening(pids: list[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state that one of ``pids`` holds (/proc/net/tcp{,6})."""
+    import ipaddress
+
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = set()
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for row in open(table).read().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))  # per 32-bit word, host order
+            found.add((str(ipaddress.ip_address(raw)), int(port, 16)))
     return found

@@ -150,3 +150,28 @@ def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
         rows = list(csv.DictReader(f))
     assert len(rows) == scored["rows"] == 1000
     assert {row["label"] for row in rows} <= {"0", "1"}
+
+
+
+def test_batch_scoring_does_not_score_a_version_the_gate_rejected(airflow_db):
+    """Issue 25 D2: a version registered after a gate rejection (no alias) triggers the scoring DAG, which
+    names it and scores nothing."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    _sync_dags()
+    producer = load_dag(TEST_DAGS / "ml_asset_test_dags.py", "asset_producer")
+    name = f"asset_test_rejected_{uuid.uuid4().hex[:8]}"
+    produced = producer.test(run_conf={"model_name": name, "gate_passed": False})
+    assert str(produced.state) == "success"
+
+    run_id = _schedule_asset_triggered_run("ml_batch_scoring")
+    consumer = load_dag(REPO / "dags" / "ml_batch_scoring.py")
+    for scoring_task in consumer.tasks:
+        scoring_task.params["model_name"] = name
+    result = _execute(consumer, run_id)
+    assert "score" not in result, "nothing was scored"
+    with create_session() as session:
+        states = {ti.task_id: str(ti.state) for ti in session.query(TaskInstance).filter_by(
+            dag_id="ml_batch_scoring", run_id=run_id)}
+    assert states == {"choose_model": "skipped", "score": "skipped"}, states

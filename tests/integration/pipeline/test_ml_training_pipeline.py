@@ -27,7 +27,7 @@ from airflow_ml_provider.hooks.model_registry import (
 
 pytestmark = pytest.mark.integration
 
-MODEL = f"pipeline_test_{uuid.uuid4().hex[:8]}"
+MODEL = f"ml_training_pipeline.test_{uuid.uuid4().hex[:8]}"  # one of the DAG's own names
 FIRST_RUN_DATE = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NOTES = "; rm -rf /tmp/aml-pipeline-injection $(touch /tmp/aml-pipeline-injection) `id` {{ 7 * 7 }}"
 WEAK = {
@@ -116,25 +116,34 @@ def test_every_step_passes_only_small_references_through_xcom(first):
     assert max(sizes.values()) < 2048, sizes
 
 
-def test_rerunning_the_same_dag_run_registers_no_second_version(first, pipeline, registry):
+def test_rerunning_the_finished_dag_run_retrains_a_new_model_version(first, pipeline, registry):
+    """Clear means retrain (issue 25 D3): the training job of this DAG run succeeded, so running the run
+    again trains from scratch (all 5 rounds, a new model file), evaluates and registers a new version."""
     again = run(pipeline, WEAK, FIRST_RUN_DATE)
     assert (again.state, again.run_id) == ("success", first.run_id)
-    assert again.value("evaluate")["mlflow_run_id"] == first.value("evaluate")["mlflow_run_id"]
-    assert again.value("gate")["passed"], "the champion is this very model"
-    assert again.value("deploy")["version"] == 1 and _versions(registry, MODEL) == [1]
+    before, after = first.value("train_lightgbm"), again.value("train_lightgbm")
+    assert after["job_name"] == before["job_name"] and "/retrain-1/model/" in after["model_path"]
+    assert Path(before["model_path"]).is_file(), "the first model stays"
+    evaluation = again.value("evaluate")
+    assert evaluation["mlflow_run_id"] != first.value("evaluate")["mlflow_run_id"]
+    with registry.mlflow() as mlflow:
+        series = mlflow.MlflowClient().get_metric_history(evaluation["mlflow_run_id"], "train_loss")
+    assert len(series) == 5, "every round trained again, none resumed"
+    assert again.value("deploy")["version"] == 2 and _versions(registry, MODEL) == [1, 2]
 
 
 def test_a_better_challenger_replaces_the_champion_and_rollback_moves_it_back(first, pipeline, registry):
+    held = registry.alias_version(MODEL, CHAMPION)["version"]
     better = run(pipeline, {**WEAK, "boost_rounds": 60, "min_improvement": 0.01, "notes": ""})
     assert better.state == "success", better.states
     gate, deploy = better.value("gate"), better.value("deploy")
-    assert gate["passed"] and gate["champion_version"] == 1 and gate["improvement"] >= 0.01
-    assert (deploy["promoted"], deploy["previous_champion"]) == (True, 1)
+    assert gate["passed"] and gate["champion_version"] == held and gate["improvement"] >= 0.01
+    assert (deploy["promoted"], deploy["previous_champion"]) == (True, held)
     champion = registry.alias_version(MODEL, CHAMPION)
-    assert champion["version"] == deploy["version"] and champion["tags"][PREVIOUS_CHAMPION] == "1"
+    assert champion["version"] == deploy["version"] and champion["tags"][PREVIOUS_CHAMPION] == str(held)
 
-    assert registry.rollback(MODEL) == 1
-    assert registry.alias_version(MODEL, CHAMPION)["version"] == 1
+    assert registry.rollback(MODEL) == held
+    assert registry.alias_version(MODEL, CHAMPION)["version"] == held
     assert registry.alias_version(MODEL, CHALLENGER)["version"] == deploy["version"]
 
 
@@ -157,9 +166,10 @@ def test_a_horovod_challenger_short_of_the_required_margin_is_rejected(first, pi
     )
     gate, deploy = result.value("gate"), result.value("deploy")
     assert not gate["passed"] and "less than the required 0.5" in " ".join(gate["reasons"])
-    assert (deploy["promoted"], deploy["aliases"]) == (False, [CHALLENGER])
+    assert result.value("evaluate")["champion"]["version"] == before, "the LightGBM champion scored on the same rows"
+    assert (deploy["promoted"], deploy["aliases"]) == (False, [])
     assert registry.alias_version(MODEL, CHAMPION)["version"] == before
-    assert registry.alias_version(MODEL, CHALLENGER)["version"] == deploy["version"] > before
+    assert registry.alias_version(MODEL, CHALLENGER)["version"] < deploy["version"], "a rejected version gets no alias"
     assert (
         result.value("evaluate")["framework"] == "keras"
         and result.value("evaluate")["metrics"]["accuracy"] > 0.5
@@ -181,14 +191,16 @@ def test_deploy_renders_a_kserve_inference_service_for_the_version(first, regist
     deploy = DeployModelOperator(
         task_id="deploy_kserve",
         model_name=MODEL,
+        model_names=["ml_training_pipeline.*"],
         evaluation=first.value("evaluate"),
         kserve={"namespace": "models", "min_replicas": 0},
     )
-    result = deploy.execute({"ti": SimpleNamespace(task_id="deploy_kserve", try_number=1, run_id=first.run_id)})
+    ti = SimpleNamespace(dag_id="ml_training_pipeline", task_id="deploy_kserve", try_number=1, run_id=first.run_id)
+    result = deploy.execute({"ti": ti})
     assert result["version"] == 1 and not result["promoted"], "the first run's version, registered once"
     kserve = result["kserve"]
     assert (kserve["name"], kserve["namespace"], kserve["applied"]) == (
-        MODEL.replace("_", "-"),
+        MODEL.replace("_", "-").replace(".", "-"),
         "models",
         None,
     )

@@ -22,7 +22,7 @@ from airflow_ml_provider.runtime import storage
 
 pytestmark = pytest.mark.integration
 
-MODEL = "pipeline_on_s3"
+MODEL = "ml_training_pipeline.on_s3"
 
 
 @pytest.fixture(scope="module")

@@ -56,4 +56,16 @@ def test_report_and_training_curve_are_written(tmp_path):
     assert [f.name for f in files] == [METRICS, REPORT]
     assert json.loads((tmp_path / METRICS).read_text())["held_out"] == {"accuracy": 0.91, "rows": 10}
     report = (tmp_path / REPORT).read_text()
-    assert "| accuracy | 0.91 |" in report and "| 4 | 1 |" in report and "aml-train-x" in report
+    assert "| accuracy | 0.91 |" in report and "aml-train-x" in report
+
+
+def test_the_confusion_matrix_is_a_markdown_table_with_a_header_row(tmp_path):
+    """Issue 25 D9: without a header row MLflow rendered the matrix as one line of text."""
+    import markdown_it
+
+    write_report(tmp_path, {"confusion_matrix": [[4, 1], [0, 5]]}, {}, {})
+    report = (tmp_path / REPORT).read_text()
+    section = report.split("## Confusion matrix", 1)[1].split("##", 1)[0]
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(section)
+    assert html.count("<tr>") == 3 and html.count("</th>") == 3, html  # header + two true classes
+    assert "<td><strong>1</strong></td>\n<td" in html and "<td style=\"text-align:right\">5</td>" in html
