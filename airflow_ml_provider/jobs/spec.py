@@ -149,6 +149,10 @@ class TrainingJobSpec(BaseModel):
     working_dir: Annotated[str, Field(pattern=r"^/[A-Za-z0-9_@%+=:,./-]*$")] | None = None
     checkpoint_dir: Text | None = None
     model_dir: Text | None = None
+    # Files or directories the job only reads that live in another job's directory (an upstream task's
+    # model): the local backend's sandbox shows them read-only; pods reach the artifact root themselves.
+    inputs: list[Annotated[str, AfterValidator(_no_nul), Field(pattern=r"^(/|[a-z][a-z0-9+.-]*://)")]] = Field(
+        default_factory=list)
     min_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
     max_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
     # Wall-clock limit of one attempt, in seconds: the local launcher stops the job when it passes,

@@ -106,6 +106,10 @@ class EvaluateModelOperator(BaseTrainingOperator):
         champion = self._place_champion()
         return command + (["--champion-model", champion["location"]] if champion and "location" in champion else [])
 
+    def job_inputs(self) -> list[str]:
+        """The training job's model, which lives in that job's directory."""
+        return [self.training["model_path"]]
+
     def _place_champion(self) -> dict[str, Any] | None:
         """During a task run with ``model_name``: copy the champion's model file next to this job's
         artifacts (where the job can read it), once. None: no champion, or it is this very model."""

@@ -189,6 +189,10 @@ class BaseTrainingOperator(BaseOperator):
             return 0
         return max((int(match.group(1)) for n in names if (match := _GENERATION.fullmatch(n))), default=0)
 
+    def job_inputs(self) -> list[str]:
+        """What the job reads from other jobs' directories (see ``TrainingJobSpec.inputs``): none here."""
+        return []
+
     def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
         model_dir, checkpoint_dir = self.artifact_dirs(backend, name)
         storage = self.hook.job_environment(backend.name)  # what workers need to reach artifact_root
@@ -209,6 +213,7 @@ class BaseTrainingOperator(BaseOperator):
                 min_workers=self.min_workers,
                 max_workers=self.max_workers,
                 timeout_s=max(1, int(timeout)) if timeout else None,
+                inputs=self.job_inputs(),
             )
         except SpecError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from None

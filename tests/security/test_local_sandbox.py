@@ -259,3 +259,34 @@ def test_without_a_sandbox_the_backend_says_so_once_and_runs_the_job(tmp_path):
     assert result.stderr.count("WARNING Local jobs run unsandboxed: bubblewrap is not installed") == 1, result.stderr
     assert "one SUCCEEDED" in result.stdout and "two SUCCEEDED" in result.stdout
     assert "refused: sandbox: required, but bubblewrap is not installed" in result.stdout
+
+
+@needs_sandbox
+def test_a_job_reads_another_jobs_model_only_as_a_declared_input(tmp_path):
+    """An evaluation reads its training job's model: declared in ``inputs`` it is shown read-only; a job that
+    does not declare it sees nothing, and an input outside the jobs' artifacts is refused naming the field."""
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2)
+    model = backend.root / "artifacts" / "trainer" / "model" / "model.txt"
+    model.parent.mkdir(parents=True)
+    model.write_text("weights")
+    probe = f"""
+        path = {str(model)!r}
+        try:
+            print("READ", open(path).read(), flush=True)
+        except OSError as exc:
+            print("DENIED", type(exc).__name__, flush=True)
+        try:
+            open(path, "a").write("tampered")
+            print("WROTE", flush=True)
+        except OSError:
+            pass
+    """
+    assert backend.submit("evaluator", spec(probe, inputs=[str(model)]), {})
+    assert backend.submit("stranger", spec(probe), {})
+    assert final_status(backend, "evaluator").state is JobState.SUCCEEDED
+    assert final_status(backend, "stranger").state is JobState.SUCCEEDED
+    assert "READ weights" in job_log(backend, "evaluator") and "WROTE" not in job_log(backend, "evaluator")
+    assert "DENIED" in job_log(backend, "stranger") and "WROTE" not in job_log(backend, "stranger")
+    assert model.read_text() == "weights"
+    with pytest.raises(JobSubmissionError, match=r"inputs: '.*owner\.key' is in a place jobs may not see"):
+        backend.submit("snoop", spec(probe, inputs=[str(backend.root / "owner.key")]), {})

@@ -389,6 +389,12 @@ class LocalBackend(Backend):
         writable.append(("the job's artifact directory", self.default_artifact_dir(name)))
         inputs = [path for path in (image, sys.prefix, _PACKAGE_ROOT, spec.working_dir)
                   if path and local_sandbox.inside(path, hidden)]
+        artifacts = [os.path.realpath(self.root / "artifacts")]
+        for path in (path for path in spec.inputs if "://" not in path and local_sandbox.inside(path, hidden)):
+            if not local_sandbox.inside(path, artifacts):  # another job's artifacts, never a record or a secret
+                raise JobSubmissionError(f"inputs: {path!r} is in a place jobs may not see; a job reads other "
+                                         f"jobs' files only under {artifacts[0]}")
+            inputs.append(path)
         try:
             return local_sandbox.mounts(name, hidden, [*writable, ("data", str(self.root / "data"))], inputs)
         except ValueError as exc:
