@@ -6,7 +6,9 @@ champion. ``challenger`` names only a version that passed its gate.
 
 from __future__ import annotations
 
+import os
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -42,7 +44,7 @@ def champion(pipeline, registry):
 
 
 @pytest.fixture(scope="module")
-def easy_data(tmp_path_factory) -> str:
+def easy_data() -> str:
     """Rows of the same task (the generator the pipeline uses, seed 0) that are far from the class
     boundary: an easy test set on which a weak model scores higher than the champion did on its own."""
     from sklearn.datasets import make_classification
@@ -51,7 +53,9 @@ def easy_data(tmp_path_factory) -> str:
     X, y = make_classification(n_samples=20_000, n_features=20, n_informative=10, random_state=0)
     margin = LogisticRegression(max_iter=1000).fit(X, y).decision_function(X)
     easy = (np.abs(margin) > 2.5) & ((margin > 0) == (y == 1))
-    path = tmp_path_factory.mktemp("easy") / "easy.npz"
+    folder = Path(os.environ["AIRFLOW_HOME"]) / "data" / "governance"  # inside the default data roots
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "easy.npz"
     np.savez(path, X=X[easy].astype(np.float32), y=y[easy].astype(np.float32))
     return str(path)
 
