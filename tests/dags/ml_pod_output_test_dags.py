@@ -3,9 +3,7 @@ the search take only what is bounded and typed (tests/integration/operators/test
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
-from pathlib import Path
 
 from airflow.sdk import DAG
 
@@ -120,18 +118,21 @@ with DAG("ml_test_symlink_model", schedule=None, catchup=False, tags=["test"],
 
 # The local backend's log read from Elasticsearch keeps to the local jobs' namespace: a document of
 # another namespace with this job's label (a fail_on line) must not fail the task. The job waits for
-# the test to have planted it (GATE) before it ends.
-GATE = Path(os.environ.get("AIRFLOW_HOME", "/tmp")) / "es-namespace-gate"
+# the test to have planted it (GATE_NAME, in the local root's data folder) before it ends. The data
+# folder is what every local job's sandbox shows of the root; the job finds it from its model directory
+# (<root>/artifacts/<job>/model), since its /tmp is its own and $AIRFLOW_HOME is hidden.
+GATE_NAME = "es-namespace-gate"
 WAIT_FOR_GATE = r"""
 import json, os, sys, time
-while not os.path.exists(sys.argv[1]):
+gate = os.path.normpath(os.path.join(os.environ["AIRFLOW_ML_MODEL_DIR"], "..", "..", "..", "data", sys.argv[1]))
+while not os.path.exists(gate):
     time.sleep(0.1)
 print(json.dumps({"event": "result", "auc": 0.9}), flush=True)
 """
 
 with DAG("ml_test_es_local_namespace", schedule=None, catchup=False, tags=["test"],
          default_args={"retries": 0}) as es_local_namespace:
-    TrainingJobOperator(task_id="train", command=[PY, "-c", WAIT_FOR_GATE, str(GATE)], num_workers=1,
+    TrainingJobOperator(task_id="train", command=[PY, "-c", WAIT_FOR_GATE, GATE_NAME], num_workers=1,
                         elasticsearch_conn_id="es_logs_ns", fail_on=[r"CUDA out of memory"], poll_interval=0.2)
 
 # Issue 19: a wrong S3 artifact root fails the task before any job starts, naming the root and the

@@ -5,10 +5,8 @@ its lines shipped by the Filebeat stand-in, and a document of another namespace 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from elasticsearch import Elasticsearch
@@ -19,7 +17,6 @@ from support import wait_for
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 
 pytestmark = pytest.mark.integration
-GATE = Path(os.environ["AIRFLOW_HOME"]) / "es-namespace-gate"  # as tests/dags/ml_pod_output_test_dags.py has it
 
 
 def test_a_line_of_another_namespace_with_the_local_jobs_label_is_not_read(run_dag, es, es_url, index,
@@ -28,7 +25,8 @@ def test_a_line_of_another_namespace_with_the_local_jobs_label_is_not_read(run_d
         {**json.loads(connection_env(es_url)), "extra": {"index_pattern": index, "settle_s": 8}}))
     monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps(
         {"conn_type": "ml_training", "extra": {"local_root": str(tmp_path / "ml")}}))
-    GATE.unlink(missing_ok=True)
+    gate = tmp_path / "ml" / "data" / "es-namespace-gate"  # where the job waits for it (ml_pod_output_test_dags)
+    gate.parent.mkdir(parents=True)  # before the job starts: its sandbox shows the data folder if it exists
     backend = TrainingBackendHook().get_backend("local")
     stop = threading.Event()
     shipper = threading.Thread(target=ship, args=(Elasticsearch(es_url), index, backend),
@@ -41,7 +39,7 @@ def test_a_line_of_another_namespace_with_the_local_jobs_label_is_not_read(run_d
         name = json.loads(record.read_text())["name"]
         es.index(index=index, document=line_doc(name, "intruder", 0, "CUDA out of memory (planted)",
                                                 datetime.now(timezone.utc), namespace="team-b"), refresh=True)
-        GATE.touch()
+        gate.touch()
 
     intruder = threading.Thread(target=intrude)
     shipper.start()
@@ -49,7 +47,7 @@ def test_a_line_of_another_namespace_with_the_local_jobs_label_is_not_read(run_d
     try:
         result = run_dag("ml_test_es_local_namespace")
     finally:
-        GATE.touch()
+        gate.touch()
         stop.set()
         shipper.join(30)
         intruder.join(30)
