@@ -25,13 +25,14 @@ from airflow_ml_provider.triggers.search import SearchTrigger
 
 pytestmark = pytest.mark.integration
 
-# "gate" waits for a file the test writes, then reports; "sleep" runs until it is stopped.
+# "gate" waits for a file the test writes, then reports; "sleep" runs until it is stopped. The gate lies in
+# the local root's data folder (<tmp>/ml/data), the one place of the root that a job's sandbox shows.
 _TRIAL = """
 import json, os, sys, time
 mode, root = sys.argv[1], sys.argv[2]
 if mode == "sleep":
     time.sleep(600)
-while not os.path.exists(os.path.join(root, "gate")):
+while not os.path.exists(os.path.join(root, "ml", "data", "gate")):
     time.sleep(0.1)
 print(json.dumps({"event": "result", "auc": 0.5}), flush=True)
 """
@@ -60,7 +61,8 @@ def _fail_mid_search(root: Path, study, backend: LocalBackend, search: Callable[
     becomes a directory) and the "gate" trial finishes, so the search's next write raises while the
     "sleep" trial's job still runs. Returns whether the thread still runs, then the "sleep" job's state
     and the trials' processes left. Whatever the outcome, no job of the test outlives it."""
-    journal = root / "optuna.journal"
+    journal, gate = root / "optuna.journal", root / "ml" / "data" / "gate"
+    gate.parent.mkdir(parents=True)  # before any job starts: a sandbox shows the data folder if it exists
     thread = threading.Thread(target=search)
     thread.start()
     try:
@@ -69,11 +71,11 @@ def _fail_mid_search(root: Path, study, backend: LocalBackend, search: Callable[
                         if t.params["mode"] == "sleep")
         shutil.move(journal, root / "journal.saved")
         journal.mkdir()
-        (root / "gate").touch()
+        gate.touch()
         thread.join(timeout=120)
         return thread.is_alive(), backend.status(sleeping).state.value, _trial_processes(root)
     finally:
-        (root / "gate").touch()
+        gate.touch()
         for job in (root / "ml" / "jobs").glob("*"):
             backend.cancel(job.name)
 
