@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 from support import TRAINING_IMAGE, wait_for
 
+from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.search.runner import TrialScheduler
@@ -52,8 +53,15 @@ def _trial_processes(root: Path) -> list[psutil.Process]:
 def _both_running(study, backend: LocalBackend) -> bool:
     running = [t for t in study.get_trials(deepcopy=False) if t.state is TrialState.RUNNING
                and "job_name" in t.user_attrs]
-    return len(running) == 2 and all(backend.status(t.user_attrs["job_name"]).state.value == "RUNNING"
-                                     for t in running)
+    return len(running) == 2 and all(_job_state(backend, t.user_attrs["job_name"]) == "RUNNING" for t in running)
+
+
+def _job_state(backend: LocalBackend, name: str) -> str | None:
+    """None for a job not there yet: a trial names its job just before submitting it."""
+    try:
+        return backend.status(name).state.value
+    except JobNotFound:
+        return None
 
 
 def _fail_mid_search(root: Path, study, backend: LocalBackend, search: Callable[[], None]) -> tuple[bool, str, list]:
