@@ -161,15 +161,16 @@ class TrainingBackendHook(BaseHook):
         extras = self.extras()
         return extras.get(f"image_{framework}") or extras.get("image") or None
 
-    def job_environment(self, backend: str) -> JobEnvironment:
+    def job_environment(self, backend: str, check: bool = True) -> JobEnvironment:
         """What a job's workers need to reach the artifact root (see JobEnvironment), once the root was
         found usable through its connection (``ArtifactStore.check``: a wrong bucket, refused credentials
-        or a down endpoint fail the task before any job starts, naming the root and the connection)."""
+        or a down endpoint fail the task before any job starts, naming the root and the connection).
+        ``check=False`` for a spec that is only rendered (the UI's rendered manifest): no call to the store."""
         store = self.artifact_store(backend)
         if store is None:
             return JobEnvironment()
         try:
-            if store.conn_id and store.root not in self._checked:  # once per task: a search builds many specs
+            if check and store.conn_id and store.root not in self._checked:  # once per task: a search builds many specs
                 store.check()
                 self._checked.add(store.root)
             if backend == "local":

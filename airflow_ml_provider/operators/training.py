@@ -195,7 +195,7 @@ class BaseTrainingOperator(BaseOperator):
 
     def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
         model_dir, checkpoint_dir = self.artifact_dirs(backend, name)
-        storage = self.hook.job_environment(backend.name)  # what workers need to reach artifact_root
+        storage = self.hook.job_environment(backend.name, check=False)  # the store is checked at submission
         timeout = self.execution_timeout.total_seconds() if self.execution_timeout else None
         try:
             return TrainingJobSpec(
@@ -243,12 +243,12 @@ class BaseTrainingOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         identity = JobIdentity.from_context(context)
         backend = self.hook.get_backend(self.backend)
+        environment = self.hook.job_environment(backend.name)  # checks the artifact store before anything reads it
         self._generation = self._choose_generation(backend, identity)
         spec = self.build_spec(backend, identity.name)
         self._job = (backend, identity.name)  # set first: a kill during submission still cancels the job
         try:
-            started = backend.submit(identity.name, spec, identity.labels(),
-                                     **self.hook.job_environment(backend.name).submit_kwargs())
+            started = backend.submit(identity.name, spec, identity.labels(), **environment.submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task_id}: backend {backend.name} refused the job: {exc}") from None
         self.log.info("%s job %s on backend %s with %d worker(s): %s",
