@@ -290,3 +290,16 @@ def test_a_job_reads_another_jobs_model_only_as_a_declared_input(tmp_path):
     assert model.read_text() == "weights"
     with pytest.raises(JobSubmissionError, match=r"inputs: '.*owner\.key' is in a place jobs may not see"):
         backend.submit("snoop", spec(probe, inputs=[str(backend.root / "owner.key")]), {})
+
+
+@needs_sandbox
+def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path):
+    """Each job's /tmp is its own and empty; an environment installed under the machine's /tmp (a clone
+    or CI checkout there) is bound back read-only, so the job still finds its Python."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    assert str(env).startswith("/tmp/")
+    backend = LocalBackend(tmp_path / "ml", image=str(env), cancel_grace_s=2)
+    assert backend.submit("tmp-env", spec("import sys; print('prefix', sys.prefix)"), {})
+    assert final_status(backend, "tmp-env").state is JobState.SUCCEEDED, job_log(backend, "tmp-env")
+    assert sandboxed(backend, "tmp-env") and f"prefix {env}" in job_log(backend, "tmp-env")

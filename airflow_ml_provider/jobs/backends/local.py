@@ -387,13 +387,14 @@ class LocalBackend(Backend):
         writable = [(field, path) for field in ("model_dir", "checkpoint_dir")
                     if (path := getattr(spec, field)) and "://" not in path]
         writable.append(("the job's artifact directory", self.default_artifact_dir(name)))
+        unseen = [*hidden, local_sandbox.PRIVATE_TMP]  # e.g. a training environment installed under /tmp
         inputs = [path for path in (image, sys.prefix, _PACKAGE_ROOT, spec.working_dir)
-                  if path and local_sandbox.inside(path, hidden)]
+                  if path and local_sandbox.inside(path, unseen)]
         artifacts = [os.path.realpath(self.root / "artifacts")]
-        for path in (path for path in spec.inputs if "://" not in path and local_sandbox.inside(path, hidden)):
-            if not local_sandbox.inside(path, artifacts):  # another job's artifacts, never a record or a secret
+        for path in (path for path in spec.inputs if "://" not in path and local_sandbox.inside(path, unseen)):
+            if local_sandbox.inside(path, hidden) and not local_sandbox.inside(path, artifacts):
                 raise JobSubmissionError(f"inputs: {path!r} is in a place jobs may not see; a job reads other "
-                                         f"jobs' files only under {artifacts[0]}")
+                                         f"jobs' files only under {artifacts[0]}")  # never a record or a secret
             inputs.append(path)
         try:
             return local_sandbox.mounts(name, hidden, [*writable, ("data", str(self.root / "data"))], inputs)

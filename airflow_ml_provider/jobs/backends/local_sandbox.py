@@ -25,8 +25,9 @@ import subprocess
 from enum import Enum
 from pathlib import Path
 
+PRIVATE_TMP = "/tmp"  # each job gets its own, empty: what lies under the machine's /tmp is shown only when bound
 _BASE = ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-         "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+         "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", PRIVATE_TMP]
 _SQLITE = "sqlite:///"
 
 
