@@ -293,13 +293,21 @@ def test_a_job_reads_another_jobs_model_only_as_a_declared_input(tmp_path):
 
 
 @needs_sandbox
-def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path):
+def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path, monkeypatch):
     """Each job's /tmp is its own and empty; an environment installed under the machine's /tmp (a clone
-    or CI checkout there) is bound back read-only, so the job still finds its Python."""
+    or CI checkout there) is bound back read-only, so the job still finds its Python, while an
+    $AIRFLOW_HOME inside it (as `make test` has it) stays hidden."""
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     assert str(env).startswith("/tmp/")
+    home = env / "airflow-home"
+    home.mkdir()
+    (home / "airflow.cfg").write_text("fernet_key = secret")
+    monkeypatch.setenv("AIRFLOW_HOME", str(home))
     backend = LocalBackend(tmp_path / "ml", image=str(env), cancel_grace_s=2)
-    assert backend.submit("tmp-env", spec("import sys; print('prefix', sys.prefix)"), {})
+    assert backend.submit("tmp-env", spec(f"""
+        import os, sys
+        print("prefix", sys.prefix, "home", os.listdir({str(home)!r}), flush=True)
+    """), {})
     assert final_status(backend, "tmp-env").state is JobState.SUCCEEDED, job_log(backend, "tmp-env")
-    assert sandboxed(backend, "tmp-env") and f"prefix {env}" in job_log(backend, "tmp-env")
+    assert sandboxed(backend, "tmp-env") and f"prefix {env} home []" in job_log(backend, "tmp-env")

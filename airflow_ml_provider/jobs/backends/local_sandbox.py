@@ -95,14 +95,16 @@ def argv(sandbox: dict, cwd: str | None) -> list[str]:
     to hide or to show). The command starts in ``cwd``, by default ``/tmp`` (its private one)."""
     args = [shutil.which("bwrap") or "bwrap", *_BASE]
     emptied = [path for path in sorted(sandbox["hide"], key=_depth) if os.path.isdir(path)]  # outer ones first
-    for path in sorted(sandbox["hide"], key=_depth):
-        if os.path.isdir(path):
+    # Outer paths first, hiding before binding at one depth: a bind shown again (an environment under /tmp)
+    # never uncovers a hidden path inside it, and what is bound inside a hidden directory stays bound.
+    steps = ([(p, "hide") for p in sandbox["hide"]] + [(p, "--ro-bind") for p in sandbox["readable"]]
+             + [(p, "--bind") for p in sandbox["writable"]])
+    for path, option in sorted(steps, key=lambda step: (_depth(step[0]), step[1] != "hide")):
+        if option == "hide" and os.path.isdir(path):
             args += ["--tmpfs", path]
-        elif os.path.exists(path):
+        elif option == "hide" and os.path.exists(path):
             args += ["--ro-bind", "/dev/null", path]
-    binds = [(p, "--ro-bind") for p in sandbox["readable"]] + [(p, "--bind") for p in sandbox["writable"]]
-    for path, option in sorted(binds, key=lambda bind: _depth(bind[0])):
-        if os.path.exists(path):
+        elif option != "hide" and os.path.exists(path):
             args += [option, path, path]
     for path in emptied:  # the empty directories that hide things are read-only too (binds in them stay as bound)
         args += ["--remount-ro", path]
