@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from airflow.sdk.exceptions import ParamValidationError
-from dag_runs import load_dag, run
-from support import REPO, needs_horovod
+from dag_runs import run
+from support import needs_horovod
 
 from airflow_ml_provider.hooks.model_registry import (
     CHALLENGER,
     CHAMPION,
     PREVIOUS_CHAMPION,
-    ModelRegistryHook,
 )
 
 pytestmark = pytest.mark.integration
@@ -37,16 +36,6 @@ WEAK = {
     "min_accuracy": 0.5,
     "notes": NOTES,
 }
-
-
-@pytest.fixture(scope="module")
-def pipeline(airflow_db):
-    return load_dag(REPO / "dags" / "ml_training_pipeline.py")
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return ModelRegistryHook()
 
 
 @pytest.fixture(scope="module")

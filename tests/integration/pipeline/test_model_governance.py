@@ -14,24 +14,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
-from dag_runs import load_dag, run
-from support import REPO
+from dag_runs import run
 
-from airflow_ml_provider.hooks.model_registry import CHALLENGER, CHAMPION, ModelRegistryHook
+from airflow_ml_provider.hooks.model_registry import CHALLENGER, CHAMPION
 
 pytestmark = pytest.mark.integration
 
 MODEL = f"ml_training_pipeline.governance_{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def pipeline(airflow_db):
-    return load_dag(REPO / "dags" / "ml_training_pipeline.py")
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return ModelRegistryHook()
 
 
 @pytest.fixture(scope="module")
