@@ -24,6 +24,7 @@ demo: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
 test: crds control-env training-env kube-apiserver mlflow-env docs-env chromium sshd bwrap
+	rm -rf .airflow-test  # every run starts from nothing: no job record or DB row of an earlier run
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # The documentation (docs/, Markdown through Sphinx + MyST): every warning, a broken internal link

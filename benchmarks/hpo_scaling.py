@@ -49,11 +49,11 @@ def scaling(parallelism: list[int], trials: int, rows: int, rounds: int) -> list
     """Wall time of the same ``trials`` LightGBM trial jobs at each max_parallel."""
     times = []
     with tempfile.TemporaryDirectory(prefix="bench-hpo-") as tmp:
-        root = Path(tmp)
-        write_synthetic(root / "train.npz", root / "valid.npz", rows=rows, features=20, seed=0)
+        root, data = Path(tmp), Path(tmp, "ml", "data")  # the backend's data directory: its jobs see it
+        write_synthetic(data / "train.npz", data / "valid.npz", rows=rows, features=20, seed=0)
         params = {"objective": "binary", "seed": 0, **{name: f"{{{{ params.{name} }}}}" for name in SPACE}}
         command = ["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data",
-                   str(root / "train.npz"), "--valid-data", str(root / "valid.npz"), "--params-json",
+                   str(data / "train.npz"), "--valid-data", str(data / "valid.npz"), "--params-json",
                    json.dumps(params), "--num-boost-round", str(rounds)]
         backend = LocalBackend(root / "ml", image=str(TRAIN_ENV))
         space = parse_space(SPACE)

@@ -41,7 +41,7 @@ def main() -> int:
           f"count; image {TRAIN_ENV}")
     results: dict[int, dict[str, list[float]]] = {n: {"auc": [], "seconds": []} for n in (1, 2)}
     with tempfile.TemporaryDirectory(prefix="bench-lightgbm-") as tmp:
-        train, valid = Path(tmp, "train.npz"), Path(tmp, "valid.npz")
+        train, valid = Path(tmp, "data", "train.npz"), Path(tmp, "data", "valid.npz")  # <root>/data: jobs see it
         write_synthetic(train, valid, rows=args.rows, features=20, seed=0)
         backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
         command = ["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data", str(train),

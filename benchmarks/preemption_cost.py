@@ -145,7 +145,7 @@ def fixed_size_job(args: argparse.Namespace, work: Path) -> tuple[str, str, list
         return trainer, f"horovod_keras, {args.epochs} epochs x {args.steps_per_epoch} steps", [
             "python", "-m", trainer, "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps_per_epoch)]
     trainer = "airflow_ml_provider.runtime.lightgbm_trainer"
-    data, valid = work / "train.npz", work / "valid.npz"  # metrics every 5 rounds, checkpoints every 10
+    data, valid = work / "ml" / "data" / "train.npz", work / "ml" / "data" / "valid.npz"  # the backend's data dir
     write_synthetic(data, valid, rows=args.rows, features=20, seed=0)
     return trainer, f"lightgbm, {args.rounds} rounds on {args.rows:,} x 20", [
         "python", "-m", trainer, "--train-data", str(data), "--valid-data", str(valid),

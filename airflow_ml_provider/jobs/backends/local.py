@@ -386,7 +386,6 @@ class LocalBackend(Backend):
         hidden = local_sandbox.hidden_paths(self.root)
         writable = [(field, path) for field in ("model_dir", "checkpoint_dir")
                     if (path := getattr(spec, field)) and "://" not in path]
-        writable.append(("the job's artifact directory", self.default_artifact_dir(name)))
         unseen = [*hidden, local_sandbox.PRIVATE_TMP]  # e.g. a training environment installed under /tmp
         inputs = [path for path in (image, sys.prefix, _PACKAGE_ROOT, spec.working_dir)
                   if path and local_sandbox.inside(path, unseen)]
