@@ -311,3 +311,26 @@ def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path
     """), {})
     assert final_status(backend, "tmp-env").state is JobState.SUCCEEDED, job_log(backend, "tmp-env")
     assert sandboxed(backend, "tmp-env") and f"prefix {env} home []" in job_log(backend, "tmp-env")
+
+
+@needs_sandbox
+def test_a_file_under_the_machines_tmp_named_in_the_command_is_not_seen_and_the_submit_says_so(tmp_path, caplog):
+    """Each job's /tmp is its own: a data file under the machine's /tmp that the command names is not
+    there for the job, and the submit warns naming it; declared in ``inputs`` the job reads it."""
+    data = tmp_path / "train.csv"
+    data.write_text("rows")
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2)
+    reader = TrainingJobSpec(framework="generic", num_workers=1, command=[
+        "python", "-c", "import sys; print('READ', open(sys.argv[1].partition('=')[2]).read(), flush=True)",
+        f"--data={data}"])
+    with caplog.at_level("WARNING", logger="airflow_ml_provider.jobs.backends.local"):
+        assert backend.submit("unseen", reader, {})
+    assert f"Job unseen names {data} under /tmp, which it will not see" in caplog.text
+    assert final_status(backend, "unseen").state is JobState.FAILED
+    assert "FileNotFoundError" in job_log(backend, "unseen")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="airflow_ml_provider.jobs.backends.local"):
+        assert backend.submit("declared", reader.model_copy(update={"inputs": [str(data)]}), {})
+    assert "will not see" not in caplog.text
+    assert final_status(backend, "declared").state is JobState.SUCCEEDED
+    assert "READ rows" in job_log(backend, "declared")

@@ -396,9 +396,14 @@ class LocalBackend(Backend):
                                          f"jobs' files only under {artifacts[0]}")  # never a record or a secret
             inputs.append(path)
         try:
-            return local_sandbox.mounts(name, hidden, [*writable, ("data", str(self.root / "data"))], inputs)
+            sandbox = local_sandbox.mounts(name, hidden, [*writable, ("data", str(self.root / "data"))], inputs)
         except ValueError as exc:
             raise JobSubmissionError(str(exc)) from None
+        if unseen := local_sandbox.unseen_arguments(spec.command, sandbox):
+            _log.warning("Job %s names %s under /tmp, which it will not see: each local job has a /tmp of its "
+                         "own. Put such files under %s, or name them in the job's inputs.",
+                         name, ", ".join(unseen), self.root / "data")
+        return sandbox
 
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix

@@ -111,6 +111,15 @@ def argv(sandbox: dict, cwd: str | None) -> list[str]:
     return [*args, "--setenv", "TMPDIR", "/tmp", "--chdir", cwd or "/tmp", "--"]
 
 
+def unseen_arguments(command: list[str], sandbox: dict) -> list[str]:
+    """The paths ``command`` names (``/p`` or ``--flag=/p``) that exist under this machine's ``/tmp`` but
+    that the job cannot see: its ``/tmp`` is its own, and nothing bound brings them back."""
+    shown = [*sandbox["readable"], *sandbox["writable"]]
+    paths = (argument.partition("=")[2] if argument.startswith("-") else argument for argument in command)
+    return [path for path in paths if path.startswith(PRIVATE_TMP + "/") and os.path.exists(path)
+            and not inside(path, shown)]
+
+
 def inside(path: str, roots: list[str]) -> bool:
     """Whether ``path`` is one of ``roots`` or below one."""
     real = Path(os.path.realpath(path))

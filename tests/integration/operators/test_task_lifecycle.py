@@ -69,9 +69,10 @@ def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
     assert _backend().status(name).state is JobState.CANCELLED
 
 
-def test_a_second_execution_attaches_to_the_running_job(tmp_path):
+def test_a_second_execution_attaches_to_the_running_job():
     """A retry or a restarted worker executes the same task instance again while its job runs."""
-    marker = tmp_path / "started"
+    marker = _backend().root / "data" / f"started-{uuid.uuid4().hex}"  # the jobs' shared, writable directory
+    marker.parent.mkdir(parents=True, exist_ok=True)
     command = ["python", "-c", f"open({str(marker)!r}, 'a').write('x'); import time; time.sleep(4); print('done')"]
     run_id = f"manual__{uuid.uuid4().hex}"  # a fresh task instance, whatever earlier runs left in AIRFLOW_HOME
     context = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id=run_id, map_index=-1, try_number=1)}

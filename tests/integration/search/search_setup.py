@@ -26,9 +26,14 @@ def backend(root: Path) -> LocalBackend:
     return LocalBackend(root / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=5)
 
 
+def data_dir(root: Path) -> Path:
+    return root / "ml" / "data"
+
+
 def lightgbm_template(root: Path, rounds: int = 15):
-    """Job name -> a one-worker LightGBM trial spec with the search parameters' placeholders."""
-    train, valid = root / "train.npz", root / "valid.npz"
+    """Job name -> a one-worker LightGBM trial spec with the search parameters' placeholders; its data
+    in the backend's data directory (a job's /tmp is its own: the test's tmp_path is not there)."""
+    train, valid = data_dir(root) / "train.npz", data_dir(root) / "valid.npz"
     if not train.exists():
         write_synthetic(train, valid, rows=3000, features=12, seed=5)
     params = {"objective": "binary", "learning_rate": "{{ params.learning_rate }}",

@@ -163,8 +163,8 @@ time.sleep(600)
 
 @pytest.mark.parametrize("pruner", ["median", "successive_halving"])
 def test_a_trial_worse_than_the_others_is_pruned_and_its_running_job_deleted(tmp_path, pruner):
-    markers = tmp_path / "markers"
-    markers.mkdir()
+    markers = search_setup.data_dir(tmp_path) / "markers"  # the jobs' shared, writable directory
+    markers.mkdir(parents=True)
     spec = TrainingJobSpec(framework="generic", num_workers=1,
                            command=["python", "-c", _PACED, "{{ params.quality }}", str(markers)])
     search = search_setup.scheduler(tmp_path, lambda name: spec, {"quality": ["good_a", "good_b", "bad"]},
@@ -208,7 +208,7 @@ def test_cancelling_the_running_trials_stops_their_jobs(tmp_path):
 
 def test_a_systematic_failure_stops_the_search_instead_of_spending_its_budget(tmp_path):
     template = search_setup.lightgbm_template(tmp_path)
-    (tmp_path / "train.npz").unlink()  # every trial fails: its data is missing
+    (search_setup.data_dir(tmp_path) / "train.npz").unlink()  # every trial fails: its data is missing
     search = search_setup.scheduler(tmp_path, template, search_setup.LIGHTGBM_SPACE,
                                     sampler="random", n_trials=20, max_parallel=1, seed=0)
     search.run()

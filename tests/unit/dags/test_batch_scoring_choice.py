@@ -15,9 +15,10 @@ from support import REPO
 MODEL = "ml_training_pipeline.model"
 
 
-def _event(version: int, minutes: int, name: str = "churn") -> SimpleNamespace:
-    """The fields of Airflow's AssetEventDagRunReference that choose_model reads."""
-    extra = {"name": name, "version": version, "run_id": f"run-{version}", "metrics": {"auc": 0.9}}
+def _event(version: int, minutes: int, name: str = "churn", gate_passed: bool = True) -> SimpleNamespace:
+    """The fields of Airflow's AssetEventDagRunReference that choose_model reads (as DeployModelOperator sends them)."""
+    extra = {"name": name, "version": version, "run_id": f"run-{version}", "metrics": {"auc": 0.9},
+             "gate_passed": gate_passed}
     return SimpleNamespace(extra=extra, timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=minutes))
 
 
@@ -33,6 +34,14 @@ def test_the_newest_queued_event_wins_in_any_order():
         chosen = choose(params, triggering_asset_events=_Events(by_asset))
         assert chosen["model_uri"] == "models:/churn/3" and chosen["trigger"] == "asset event of DAG run run-3"
     assert choose(params, triggering_asset_events=None)["model_uri"] == "models:/churn@champion"
+
+
+def test_a_newer_version_whose_gate_failed_is_not_scored_with():
+    choose = _choose()
+    events = [_event(2, 20), _event(3, 30, gate_passed=False)]
+    assert choose({"model_name": "churn"}, triggering_asset_events=_Events({MODEL: events}))["model_uri"] == "models:/churn/2"
+    with pytest.raises(AirflowSkipException, match="passed its gate"):
+        choose({"model_name": "churn"}, triggering_asset_events=_Events({MODEL: events[1:]}))
 
 
 def test_a_newer_version_of_another_model_is_not_scored_with():
