@@ -13,7 +13,6 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-
 # URI schemes start with "x-": Airflow normalizes no such URI, while any other scheme makes it load every
 # installed provider's asset URI handlers when the DAG file is parsed (the amazon provider's imports
 # boto3: about 0.5 s of CPU per parse).

@@ -29,11 +29,11 @@ import optuna
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.runtime.datasets import write_synthetic
 from airflow_ml_provider.search.runner import TrialScheduler, summarize
 from airflow_ml_provider.search.space import make_sampler, parse_settings, parse_space
 from airflow_ml_provider.search.study import open_storage, open_study, study_name
-from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.runtime.datasets import write_synthetic
 
 TRAIN_ENV = Path(__file__).resolve().parent.parent / ".venv-train"
 SPACE = {

@@ -46,8 +46,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from etcd_server import start_etcd  # noqa: E402
 import psutil  # noqa: E402
+from etcd_server import start_etcd  # noqa: E402
 
 from airflow_ml_provider.jobs.backends.local import JOB_UID_ENV, LocalBackend  # noqa: E402
 from airflow_ml_provider.jobs.follow import ResumePoint  # noqa: E402

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="watch-scale-"))
 
-from kube_cluster import apiserver_binary, start_cluster  # noqa: E402
 import urllib3  # noqa: E402
+from kube_cluster import apiserver_binary, start_cluster  # noqa: E402
 
 urllib3.disable_warnings()  # the test API server has a self-generated certificate
 

@@ -151,9 +151,8 @@ class Progress(threading.Thread):
 
 def run_quietly(dag: Any, log_path: Path, say: Callable[[str], None], **test_kwargs: Any):
     """``dag.test(**test_kwargs)`` with Airflow's output in ``log_path`` and progress through ``say``."""
-    from sqlalchemy.orm import configure_mappers
-
     from airflow.models import import_all_models
+    from sqlalchemy.orm import configure_mappers
 
     import_all_models()  # here, not in the thread: concurrent first imports of the models deadlock
     configure_mappers()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 import support  # noqa: F401  (sets AIRFLOW_HOME and the DAG bundles before anything imports Airflow)
 
 

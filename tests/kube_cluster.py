@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlparse
 
 from support import REPO
 
+
 class ApiError(RuntimeError):
     def __init__(self, status: int, message: str):
         super().__init__(message)

@@ -17,10 +17,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 from typing import Any
-from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook, conf

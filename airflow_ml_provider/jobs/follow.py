@@ -25,7 +25,6 @@ from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.logs.rules import LogRules, RuleMatch, Verdict
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSourceUnavailable
 
-
 TAIL_LINE_CHARS = 4096  # of a line kept in the tail (the saved state): a pod's lines can be any length
 TAIL_SOURCE_CHARS = 256
 

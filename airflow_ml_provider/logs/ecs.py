@@ -14,7 +14,6 @@ from typing import Any
 
 from airflow_ml_provider.labels import JOB_NAME
 
-
 # The namespace of the local backend's jobs' documents: no Kubernetes namespace of their own, so the
 # shipper (tools/filebeat_shipper.py; a Filebeat ``fields`` setting on a real host) stamps this one, and
 # their reader keeps to it as a Kubernetes job's reader keeps to its namespace.

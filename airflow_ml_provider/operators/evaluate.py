@@ -11,9 +11,14 @@ from typing import Any
 from airflow.sdk import literal
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.hooks.model_registry import CHAMPION, LINEAGE_KEY, ModelRegistryHook, check_model_name
-from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.artifacts import evaluation_dir, join
+from airflow_ml_provider.hooks.model_registry import (
+    CHAMPION,
+    LINEAGE_KEY,
+    ModelRegistryHook,
+    check_model_name,
+)
+from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
 from airflow_ml_provider.operators.links import MLflowEvaluationLink, job_links

@@ -10,7 +10,12 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.hooks.model_registry import CHAMPION, LINEAGE_KEY, ModelRegistryHook, check_model_name
+from airflow_ml_provider.hooks.model_registry import (
+    CHAMPION,
+    LINEAGE_KEY,
+    ModelRegistryHook,
+    check_model_name,
+)
 from airflow_ml_provider.logs.metrics import metric_goal
 from airflow_ml_provider.operators.notify import notify_all
 

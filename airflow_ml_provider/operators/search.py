@@ -19,6 +19,8 @@ from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.follow import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.search.space import (
     MAX_PARALLEL,
     MAX_TRIALS,
@@ -29,8 +31,6 @@ from airflow_ml_provider.search.space import (
     parse_space,
 )
 from airflow_ml_provider.search.template import check_template, placeholder, portable_template, spec_template
-from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 _SETTINGS = ("sampler", "n_trials", "max_parallel", "objective_metric", "direction", "seed", "pruner",
              "pruning_startup_trials", "pruning_warmup_steps", "metric_patterns", "poll_interval")

@@ -27,11 +27,6 @@ def as_text(value: object) -> str:
     return str(value)
 
 
-def render_argv(template: Sequence[str], values: Mapping[str, object]) -> list[str]:
-    """Replace every placeholder with its value's text. Raises KeyError for an unknown name."""
-    return ArgvTemplate(template).render(values)
-
-
 class ArgvTemplate:
     """A command template split once into literal text and placeholder names, so rendering thousands of
     trials (at DAG parse time) is a join per argument, not a regex pass."""

@@ -20,9 +20,15 @@ from airflow.sdk import DAG, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
-from airflow_ml_provider.recipes.budgets import Budgets, Clock
 from airflow_ml_provider.recipes import cache
-from airflow_ml_provider.recipes.loader import Issue, RecipeError, budget_problems, parse_recipe, read_recipe_text
+from airflow_ml_provider.recipes.budgets import Budgets, Clock
+from airflow_ml_provider.recipes.loader import (
+    Issue,
+    RecipeError,
+    budget_problems,
+    parse_recipe,
+    read_recipe_text,
+)
 from airflow_ml_provider.recipes.model import INVALID_DAG_ID_PREFIX, Recipe
 from airflow_ml_provider.recipes.safe_yaml import format_path
 from airflow_ml_provider.recipes.search import search_operator

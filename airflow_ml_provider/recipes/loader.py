@@ -16,8 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
-from airflow_ml_provider.recipes.budgets import Budgets
 from airflow_ml_provider.recipes.argv import IDENTIFIER, JINJA_SYNTAX, placeholders
+from airflow_ml_provider.recipes.budgets import Budgets
 from airflow_ml_provider.recipes.model import BUILTINS, Experiment, Gpu, Hardware, RangeSpec, Recipe, Search
 from airflow_ml_provider.recipes.safe_yaml import RecipeFileError, compose_and_load, format_path, read_text
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_ml_provider.search.template import placeholder
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.recipes.argv import PLACEHOLDER, as_text
 from airflow_ml_provider.recipes.model import Experiment, RangeSpec, Recipe
+from airflow_ml_provider.search.template import placeholder
 
 
 def search_space(experiment: Experiment) -> dict[str, Any]:

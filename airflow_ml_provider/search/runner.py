@@ -19,16 +19,16 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from airflow_ml_provider import labels
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
-from airflow_ml_provider import labels
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmit
-from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
-from airflow_ml_provider.search.template import render_trial
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState, JobStatus
+from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
+from airflow_ml_provider.search.template import render_trial
 
 TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it
 JOB_NAME_ATTR = "job_name"

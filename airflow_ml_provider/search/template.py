@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_ml_provider.artifacts import job_dirs
-from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError
 
 PLACEHOLDER = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 

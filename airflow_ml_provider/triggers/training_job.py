@@ -11,8 +11,9 @@ from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.drivers import follow_async
 from airflow_ml_provider.jobs.follow import Follower, FollowOptions, Step
-from airflow_ml_provider.triggers.durable import DurableFollowTrigger
 from airflow_ml_provider.observability import JobMetrics
+from airflow_ml_provider.triggers.durable import DurableFollowTrigger
+
 
 class TrainingJobTrigger(DurableFollowTrigger):
     """Follows one job through the follow core and fires once it decides: ``finish``, ``resubmit``

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from support import REPO, TEST_DAGS
 
 pytestmark = pytest.mark.integration

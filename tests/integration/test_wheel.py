@@ -17,10 +17,10 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from support import REPO, TRAINING_IMAGE
 
 import airflow_ml_provider
 from airflow_ml_provider.get_provider_info import get_provider_info
+from support import REPO, TRAINING_IMAGE
 
 pytestmark = pytest.mark.integration
 UV = REPO / ".tools" / "bin" / "uv"

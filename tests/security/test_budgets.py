@@ -12,7 +12,6 @@ import time
 import psutil
 import pytest
 from airflow.sdk import DAG
-from support import TEST_DAGS
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import WORKERS_PER_CPU, LocalBackend
@@ -20,6 +19,7 @@ from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.search.space import SearchSpaceError
+from support import TEST_DAGS
 
 TRIAL = {"framework": "generic", "num_workers": 1, "command": ["python", "-c", "print({{ params.x }})"]}
 SPACE = {"x": {"type": "int", "low": 0, "high": 9}}

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support import TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
 
 from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import ForgedJobRecord, LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from support import TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
 
 pytestmark = pytest.mark.integration
 needs_sandbox = pytest.mark.skipif(local_sandbox.unavailable() is not None,

@@ -13,12 +13,12 @@ import os
 import stat
 
 import pytest
-from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
 

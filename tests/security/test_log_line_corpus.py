@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from airflow_ml_provider.jobs.follow import FollowOptions, Follower
+from airflow_ml_provider.jobs.follow import Follower, FollowOptions
 from airflow_ml_provider.logs.source import LogBatch, LogLine
 
 ROOT = "/srv/ml/artifacts/aml-train-1234"

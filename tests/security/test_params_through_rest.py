@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 from airflow_stack import AirflowStack
+
 from support import REPO, TRAINING_IMAGE, wait_for
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from airflow_stack import AirflowStack, free_port
+
 from support import REPO, TRAINING_IMAGE
 
 CHROMIUM = Path("/usr/bin/chromium")

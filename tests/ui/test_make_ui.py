@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 from airflow_stack import free_port
+
 from support import REPO
 
 pytestmark = pytest.mark.integration

@@ -13,6 +13,7 @@ import re
 from urllib.parse import unquote
 
 import pytest
+
 from support import wait_for
 
 pytestmark = pytest.mark.integration

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from support import REPO
-
 from airflow_ml_provider.cli import main
 from airflow_ml_provider.recipes import load_recipe
+from support import REPO
 
 MNIST = str(REPO / "recipes" / "mnist.yaml")
 INVALID = REPO / "tests" / "fixtures" / "recipes_invalid"

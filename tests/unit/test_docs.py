@@ -12,10 +12,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from support import REPO
 
 import airflow_ml_provider
 from airflow_ml_provider.get_provider_info import DOCS_URL, get_provider_info
+from support import REPO
 
 SPHINX = REPO / ".venv-docs" / "bin" / "sphinx-build"
 

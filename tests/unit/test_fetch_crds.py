@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from kube_cluster import CRDS_DIR
+
 from support import REPO
 
 SCRIPT = REPO / "scripts" / "fetch_crds.py"

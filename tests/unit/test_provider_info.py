@@ -8,9 +8,8 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from support import REPO
-
 from airflow_ml_provider.get_provider_info import get_provider_info
+from support import REPO
 
 
 def test_entry_point_resolves_to_provider_info():

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO
 
 import airflow_ml_provider
 from airflow_ml_provider.get_provider_info import get_provider_info
 from airflow_ml_provider.recipes.budgets import Budgets
+from support import REPO
 
 
 def _public_classes() -> dict[str, list[type]]:

@@ -6,6 +6,7 @@ import importlib
 import sys
 
 import pytest
+
 from support import REPO
 
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 import logging
 
 from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.jobs.backends.pod_template import (
-    container, deadline_s, metadata, pod_template, refuse_unused,
+    container,
+    deadline_s,
+    metadata,
+    pod_template,
+    refuse_unused,
 )
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 
 # Job condition types (batch/v1) and what each means once true.
 CONDITION_STATES = {

@@ -21,10 +21,22 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.base import (
+    Backend,
+    BackendAccessError,
+    JobNotFound,
+    JobSubmissionError,
+)
 from airflow_ml_provider.jobs.backends.kube_rest import (
-    OBJECT, RETRYABLE, TransientApiError, api_message, collection_path, dns_label, dns_subdomain,
-    missing_object, object_path,
+    OBJECT,
+    RETRYABLE,
+    TransientApiError,
+    api_message,
+    collection_path,
+    dns_label,
+    dns_subdomain,
+    missing_object,
+    object_path,
 )
 from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
 from airflow_ml_provider.jobs.backends.pod_logs import PodLogSource

@@ -41,12 +41,26 @@ from pathlib import Path
 
 import psutil
 
-from airflow_ml_provider.jobs.backends.base import BackendAccessError, Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.backends.local_common import (
-    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, job_processes, mkdir_private, open_private, owner_token, read_json,
-    terminate, write_json, write_private,
-)
 from airflow_ml_provider.jobs.backends import local_sandbox
+from airflow_ml_provider.jobs.backends.base import (
+    Backend,
+    BackendAccessError,
+    JobNotFound,
+    JobSubmissionError,
+)
+from airflow_ml_provider.jobs.backends.local_common import (
+    JOB_UID_ENV,
+    NEVER_LAUNCHED_STATUS,
+    allowed_env,
+    job_processes,
+    mkdir_private,
+    open_private,
+    owner_token,
+    read_json,
+    terminate,
+    write_json,
+    write_private,
+)
 from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
 from airflow_ml_provider.jobs.backends.local_sandbox import SandboxMode
 from airflow_ml_provider.jobs.etcd_kv import EtcdError, EtcdKV

@@ -54,12 +54,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.elastic_launch import ELASTIC_GLOO_TIMEOUT_S
 from airflow_ml_provider.jobs.backends.local_common import (
-    JOB_UID_ENV, NEVER_LAUNCHED_STATUS, allowed_env, is_sandbox_process, job_processes, open_private, read_json,
-    signal_process, terminate, write_json,
+    JOB_UID_ENV,
+    NEVER_LAUNCHED_STATUS,
+    allowed_env,
+    is_sandbox_process,
+    job_processes,
+    open_private,
+    read_json,
+    signal_process,
+    terminate,
+    write_json,
 )
-from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.local_output import lines
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 

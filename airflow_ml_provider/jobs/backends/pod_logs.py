@@ -9,7 +9,13 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from airflow_ml_provider.jobs.backends.base import BackendAccessError
-from airflow_ml_provider.jobs.backends.kube_rest import OBJECT, RETRYABLE, api_message, dns_label, dns_subdomain
+from airflow_ml_provider.jobs.backends.kube_rest import (
+    OBJECT,
+    RETRYABLE,
+    api_message,
+    dns_label,
+    dns_subdomain,
+)
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource, LogSourceUnavailable
 
 

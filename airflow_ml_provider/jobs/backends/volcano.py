@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from airflow_ml_provider.jobs.backends.elastic_launch import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.jobs.backends.pod_template import (
-    ROLE_LABEL, container, deadline_s, metadata, pod_template, refuse_unused, user_argv,
+    ROLE_LABEL,
+    container,
+    deadline_s,
+    metadata,
+    pod_template,
+    refuse_unused,
+    user_argv,
 )
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 
 # Every phase of the Job CRD's status.state.phase enum. Aborted and Terminated jobs were stopped
 # before finishing: failures, never successes.

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 from dag_runs import load_dag
+
 from support import REPO, TEST_DAGS
 
 pytestmark = pytest.mark.integration

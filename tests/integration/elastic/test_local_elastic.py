@@ -10,7 +10,6 @@ from urllib.parse import urlparse
 
 import pytest
 from elastic_support import events, last_step, rank_process
-from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import LocalBackend
@@ -18,6 +17,7 @@ from airflow_ml_provider.jobs.etcd_kv import EtcdKV
 from airflow_ml_provider.jobs.local_discovery import slot_host, slots_prefix, write_slots
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -8,12 +8,12 @@ import time
 
 import psutil
 import pytest
-from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
 

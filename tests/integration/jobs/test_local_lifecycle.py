@@ -12,11 +12,11 @@ import textwrap
 import time
 
 import pytest
-from support import REPO, TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState
+from support import REPO, TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
 
 pytestmark = pytest.mark.integration
 

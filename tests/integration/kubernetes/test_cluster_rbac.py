@@ -10,16 +10,16 @@ import json
 import pytest
 import yaml
 from kube_cluster import TRAINER_TOKEN, new_namespace
-from support import REPO
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.backends.kube_rest import resource_path
-from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.logs.source import LogLine
+from support import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -10,16 +10,16 @@ from urllib.parse import urlparse
 
 import pytest
 from kube_cluster import TOKEN
-from support import wait_for
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.kube_rest import resource_path
-from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.jobs.backends.pod_template import ROLE_LABEL
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
 from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
+from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 

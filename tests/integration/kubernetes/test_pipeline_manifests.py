@@ -15,9 +15,9 @@ import json
 import pytest
 import yaml
 from dag_runs import load_dag
-from support import REPO
 
 from airflow_ml_provider.jobs.naming import JobIdentity
+from support import REPO
 
 pytestmark = pytest.mark.integration
 

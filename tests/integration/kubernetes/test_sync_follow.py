@@ -9,7 +9,6 @@ import logging
 import threading
 
 import pytest
-from support import wait_for
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.kube_rest import resource_path
@@ -18,6 +17,7 @@ from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Ste
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 

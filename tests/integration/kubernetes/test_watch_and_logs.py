@@ -11,12 +11,12 @@ from kube_cluster import play_mpi_operator
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
 from airflow_ml_provider.jobs.backends.kube_rest import resource_path
-from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
+from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 

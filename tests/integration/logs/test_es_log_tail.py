@@ -14,8 +14,8 @@ from kubernetes.client import ApiClient
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.jobs.backends.indexed_job import IndexedJobBackend
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource, unpack_seen
 from airflow_ml_provider.logs.ecs import LOCAL_NAMESPACE
+from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource, unpack_seen
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ import pytest
 from elasticsearch import Elasticsearch
 from es_logs_support import connection_env, line_doc
 from shipper_support import ship
-from support import wait_for
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,13 +11,13 @@ import threading
 import pytest
 from elasticsearch import Elasticsearch
 from shipper_support import SHIPPER, ship
-from support import wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource
 from airflow_ml_provider.logs.files import FileLogSource
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 

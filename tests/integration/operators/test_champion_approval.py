@@ -8,6 +8,7 @@ import threading
 
 import pytest
 from dag_runs import load_dag, record, run
+
 from support import TEST_DAGS, wait_for
 
 pytestmark = pytest.mark.integration

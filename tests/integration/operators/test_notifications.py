@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from dag_runs import load_dag, run
+
 from support import TEST_DAGS
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from dag_runs import load_dag, run
+
 from support import TEST_DAGS
 
 pytestmark = pytest.mark.integration

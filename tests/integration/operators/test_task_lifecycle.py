@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from support import TEST_DAGS, needs_horovod, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.operators.training import TrainingJobOperator
+from support import TEST_DAGS, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,7 @@ import re
 import pytest
 from dag_runs import load_dag, run
 from statsd_support import loopback_statsd
+
 from support import TEST_DAGS
 
 pytestmark = pytest.mark.integration

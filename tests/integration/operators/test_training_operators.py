@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from support import needs_horovod
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.drivers import replay
+from support import needs_horovod
 
 pytestmark = pytest.mark.integration
 

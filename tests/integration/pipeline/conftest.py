@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from dag_runs import load_dag
-from support import REPO
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
+from support import REPO
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from airflow.sdk.exceptions import ParamValidationError
 from dag_runs import run
-from support import needs_horovod
 
 from airflow_ml_provider.hooks.model_registry import (
     CHALLENGER,
     CHAMPION,
     PREVIOUS_CHAMPION,
 )
+from support import needs_horovod
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from dag_runs import load_dag, run
-from support import TEST_DAGS
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.recipes import load_recipe
+from support import TEST_DAGS
 
 pytestmark = pytest.mark.integration
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support import TRAINING_IMAGE
-
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.runtime.datasets import write_synthetic
 from airflow_ml_provider.search.runner import TrialScheduler
 from airflow_ml_provider.search.space import parse_settings, parse_space
 from airflow_ml_provider.search.study import open_storage, open_study, study_name
-from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.runtime.datasets import write_synthetic
+from support import TRAINING_IMAGE
 
 LIGHTGBM_SPACE = {
     "learning_rate": {"type": "float", "low": 0.02, "high": 0.3, "log": True},

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
-from support import REPO, TRAINING_IMAGE, wait_for
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.labels import DAG_ID as DAG_ID_LABEL
 from airflow_ml_provider.search.space import parse_settings, parse_space
 from airflow_ml_provider.search.study import open_storage, open_study
 from airflow_ml_provider.triggers.search import SearchTrigger
+from support import REPO, TRAINING_IMAGE, wait_for
 
 pytestmark = pytest.mark.integration
 DAG_ID = "ml_test_search_deferred"

@@ -13,16 +13,16 @@ from pathlib import Path
 import psutil
 import pytest
 from optuna.trial import TrialState
-from support import TRAINING_IMAGE, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.search.runner import TrialScheduler
 from airflow_ml_provider.search.space import parse_settings, parse_space
 from airflow_ml_provider.search.study import open_storage, open_study
-from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.triggers.search import SearchTrigger
+from support import TRAINING_IMAGE, wait_for
 
 pytestmark = pytest.mark.integration
 

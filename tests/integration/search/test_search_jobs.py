@@ -14,13 +14,13 @@ import psutil
 import pytest
 import search_setup
 from optuna.trial import TrialState
-from support import REPO, wait_for
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.drivers import replay
-from airflow_ml_provider.search.runner import summarize
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED
+from airflow_ml_provider.search.runner import summarize
+from support import REPO, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from dag_runs import load_dag, run
 from s3_server import SECRET_KEY
-from support import REPO
 
 from airflow_ml_provider.hooks.model_registry import CHAMPION, ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.runtime import storage
+from support import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,6 @@ import uuid
 import numpy as np
 import psutil
 import pytest
-from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 from airflow_ml_provider.artifacts import job_artifact_dir, job_dirs
 from airflow_ml_provider.jobs.backends.local import JOB_UID_ENV, LocalBackend
@@ -27,6 +26,7 @@ from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.datasets import write_synthetic
+from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from dag_runs import load_dag, run
 from s3_server import REGION
-from support import TEST_DAGS
 
 from airflow_ml_provider.hooks.artifacts import ArtifactStoreError
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from support import TEST_DAGS
 
 pytestmark = pytest.mark.integration
 

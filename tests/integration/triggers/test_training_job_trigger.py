@@ -7,11 +7,11 @@ import json
 import re
 
 import pytest
-from support import TRAINING_IMAGE
 
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
+from support import TRAINING_IMAGE
 
 pytestmark = pytest.mark.integration
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from airflow.sdk.exceptions import AirflowSkipException
+
 from support import REPO
 
 MODEL = "ml_training_pipeline.model"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import runpy
 
 import pytest
+
 from support import REPO
 
 

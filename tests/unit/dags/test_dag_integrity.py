@@ -6,9 +6,8 @@ import json
 import subprocess
 import sys
 
-from support import REPO
-
 from airflow_ml_provider.recipes import load_recipe
+from support import REPO
 
 HEAVY = ("tensorflow", "keras", "horovod", "lightgbm", "mlflow", "matplotlib", "sklearn", "pandas")
 _PARSE = """

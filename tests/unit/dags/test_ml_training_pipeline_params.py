@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+
 from support import REPO
 
 PIPELINE = runpy.run_path(str(REPO / "dags" / "ml_training_pipeline.py"))

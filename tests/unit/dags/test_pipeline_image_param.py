@@ -10,6 +10,7 @@ import runpy
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+
 from support import REPO
 
 

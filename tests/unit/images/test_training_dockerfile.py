@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 import yaml
-from support import REPO
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from support import REPO
 
 DOCKERFILE = REPO / "images" / "training" / "Dockerfile"
 LOCK = REPO / "requirements" / "training.lock"

@@ -9,9 +9,9 @@ from pathlib import Path
 from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
 from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.follow import FollowOptions, ResumePoint
-from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
 from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, RESUME_ENV, resubmission
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
 from airflow_ml_provider.logs.files import FileLogSource
 
 SPEC = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, env={"A": "1"})

@@ -17,6 +17,7 @@ from airflow_ml_provider.jobs.follow import Follower, FollowOptions
 from airflow_ml_provider.logs.files import FileLogSource
 from airflow_ml_provider.logs.source import LogSourceUnavailable
 
+
 class Died(Exception):
     """The process stopped right after its state was saved."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ml_provider.recipes import RecipeError, load_recipe, parse_recipe
-from airflow_ml_provider.recipes.argv import render_argv
+from airflow_ml_provider.recipes.argv import ArgvTemplate
 from airflow_ml_provider.recipes.model import Trial
 
 REPO = Path(__file__).resolve().parents[3]
@@ -83,7 +83,7 @@ def test_samples_default_to_one_per_discrete_combination():
     ["; rm -rf /tmp/x", "$(touch /tmp/x)", "`touch /tmp/x`", "{{ 7 * 7 }}", "{{lr}}", "{% raw %}", "a b\nc"],
 )
 def test_values_are_substituted_once_as_plain_text(value):
-    assert render_argv(["prog", "--v", "{{v}}", "x={{v}}"], {"v": value}) == [
+    assert ArgvTemplate(["prog", "--v", "{{v}}", "x={{v}}"]).render({"v": value}) == [
         "prog",
         "--v",
         value,
@@ -92,7 +92,7 @@ def test_values_are_substituted_once_as_plain_text(value):
 
 
 def test_booleans_and_numbers_are_spelled_as_in_yaml():
-    assert render_argv(["p", "{{a}}", "{{b}}", "{{c}}"], {"a": True, "b": 0.5, "c": 3}) == [
+    assert ArgvTemplate(["p", "{{a}}", "{{b}}", "{{c}}"]).render({"a": True, "b": 0.5, "c": 3}) == [
         "p",
         "true",
         "0.5",

@@ -13,10 +13,10 @@ import textwrap
 import time
 
 import pytest
-from support import REPO
 
 from airflow_ml_provider.cli import main
 from airflow_ml_provider.recipes import RecipeError, load_recipe, parse_recipe
+from support import REPO
 
 ALIASED = "version: 1\nname: aliased\nexperiments:\n" + "  e000: &e {framework: generic, samples: 10000, " \
     "command: [python, t.py]}\n" + "".join(f"  e{i:03}: *e\n" for i in range(1, 400))

@@ -9,9 +9,9 @@ import shutil
 import textwrap
 
 import pytest
-from support import REPO
 
 from airflow_ml_provider.recipes import RecipeError, dag_from_recipe
+from support import REPO
 
 RECIPE = textwrap.dedent("""\
     version: 1

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+
 from support import REPO
 
 GOOD = textwrap.dedent("""\

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+
 from support import REPO
 
 HOSTILE = textwrap.dedent("""\

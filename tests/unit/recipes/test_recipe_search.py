@@ -9,12 +9,12 @@ import pytest
 
 from airflow_ml_provider.hooks.artifacts import JobEnvironment
 from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.search.space import parse_space
-from airflow_ml_provider.search.template import check_template, render_trial
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
 from airflow_ml_provider.recipes import RecipeError, parse_recipe
 from airflow_ml_provider.recipes.dag import build_dag
+from airflow_ml_provider.search.space import parse_space
+from airflow_ml_provider.search.template import check_template, render_trial
 
 RECIPE = textwrap.dedent("""\
     version: 1

@@ -7,9 +7,9 @@ import os
 import subprocess
 
 import pytest
-from support import TRAINING_IMAGE
 
 from airflow_ml_provider.runtime.quiet import NOISE
+from support import TRAINING_IMAGE
 
 pytestmark = pytest.mark.integration
 

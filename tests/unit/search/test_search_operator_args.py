@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from airflow.sdk import DAG
 
-from airflow_ml_provider.search.space import SearchSpaceError
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.operators.training import LightGBMTrainingOperator
+from airflow_ml_provider.search.space import SearchSpaceError
 
 SPACE = {"num_leaves": {"type": "int", "low": 4, "high": 31}}
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 from airflow_ml_provider.search.space import SearchSpaceError, parse_space
 from airflow_ml_provider.search.template import check_template, render_trial
-from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 
 
 def _spec(*command: str, env: dict[str, str] | None = None) -> TrainingJobSpec:

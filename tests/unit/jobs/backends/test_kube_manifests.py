@@ -8,8 +8,7 @@ import logging
 
 import pytest
 
-from airflow_ml_provider.jobs.backends import get_backend
-from airflow_ml_provider.jobs.backends import indexed_job
+from airflow_ml_provider.jobs.backends import get_backend, indexed_job
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 
