@@ -52,7 +52,8 @@ for i in range(2000):
     values.update({f"{'b' * 115}_{i:04d}_{j:02d}": rand.random() for j in range(25)})
     print(json.dumps({"event": "metrics", "step": (2**63 - 2001 + i), **values}), flush=True)
 print(json.dumps({"event": "model_saved", "path": os.environ["AIRFLOW_ML_MODEL_DIR"] + "/model.txt"}), flush=True)
-print(json.dumps({"event": "result", **{f"r{k:02d}" + "c" * 120: "v" * 1000 for k in range(80)}}), flush=True)
+# a result line of 70 values (64 kept), just under the launcher's 64 KiB line split
+print(json.dumps({"event": "result", **{f"r{k:02d}" + "c" * 120: "v" * 700 for k in range(70)}}), flush=True)
 for i in range(25):
     print("x" * 100_000, flush=True)
 """
