@@ -69,6 +69,10 @@ def test_a_killed_triggerer_loses_no_line_and_repeats_none_unlabelled(stack):
     stack.restart("triggerer", sig=signal.SIGKILL)  # a crash: nothing is flushed or handed over
     assert stack.wait_for_run("ml_test_triggerer_restart", run_id, timeout=300) == "success", stack.log_tails()
 
+    deadline = time.monotonic() + 120  # the new triggerer's part of the task log can be written after the run ends
+    while LINES - 1 not in streamed(stack, run_id) + streamed(stack, run_id, again=True):
+        assert time.monotonic() < deadline, "the job's last line never reached the task log"
+        time.sleep(1)
     lines, again = streamed(stack, run_id), streamed(stack, run_id, again=True)
     assert lines == sorted(set(lines)), "no line shown twice unlabelled, none out of order"
     assert sorted(set(lines) | set(again)) == list(range(LINES)), "no line lost across the restart"
