@@ -179,6 +179,7 @@ class Follower:
                 points.extend(self._feed(line, warnings))
                 if (match := self.rules.check(line)) is not None:
                     break
+            self._keep_tail(lines)
         progress = {"lines": lines, "status": status, "points": points, "warnings": warnings}
         if match is not None:
             return self._verdict(match, progress)
@@ -253,8 +254,6 @@ class Follower:
     # -- internals --------------------------------------------------------------------------------------
 
     def _feed(self, line: LogLine, warnings: list[str]) -> list[tuple[str, int, float]]:
-        self.tail.append([_cut(line.source, TAIL_SOURCE_CHARS), _cut(line.text, TAIL_LINE_CHARS)])
-        del self.tail[: -self.options.tail_lines]
         before = (self.tracker.model_path, self.tracker.checkpoint)
         points = self.tracker.feed(line, self.rules)
         warnings.extend(self.tracker.warnings)
@@ -272,6 +271,13 @@ class Follower:
                 warnings.append(f"ignored checkpoint {checkpoint['path']!r} reported by [{line.source}]: "
                                 f"{self._outside()}")
         return points
+
+    def _keep_tail(self, lines: list[LogLine]) -> None:
+        """The newest ``tail_lines`` lines, each cut short (once per batch: only its end can be kept)."""
+        keep = max(self.options.tail_lines, 0)
+        tail = self.tail + [[_cut(line.source, TAIL_SOURCE_CHARS), _cut(line.text, TAIL_LINE_CHARS)]
+                            for line in lines[max(len(lines) - keep, 0):]]
+        self.tail = tail[max(len(tail) - keep, 0):]
 
     def _outside(self) -> str:
         if not self.options.artifact_roots:

@@ -78,6 +78,15 @@ def test_a_failed_job_fails_with_its_exit_codes_and_keeps_the_last_lines():
     assert [line.text for line in follower.last_lines()] == ["two", "three"]
 
 
+def test_the_last_lines_span_batches_and_a_rule_match_ends_them():
+    follower = Follower(FollowOptions(tail_lines=3, rules={"fail_on": ["boom"]}))
+    follower.observe(RUNNING, batch("a", "b"), now=0)
+    follower.observe(RUNNING, batch("c"), now=1)
+    assert [line.text for line in follower.last_lines()] == ["a", "b", "c"]
+    follower.observe(RUNNING, batch("d", "boom", "never read"), now=2)
+    assert [line.text for line in follower.last_lines()] == ["c", "d", "boom"]
+
+
 def test_paths_from_log_lines_outside_the_artifact_roots_are_ignored_with_a_warning(tmp_path):
     root = str(tmp_path)
     follower = Follower(FollowOptions(artifact_roots=(root, "s3://bucket/jobs/j1")))
