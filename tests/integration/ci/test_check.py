@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,15 +17,13 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
+import yaml
 
 from airflow_ml_provider.ci.results import relative
 from airflow_ml_provider.cli import main
 from support import REPO
 
 pytestmark = pytest.mark.integration
-
-CLI = [sys.executable, "-m", "airflow_ml_provider.cli"]
-
 
 def _clean_env(home: Path) -> dict[str, str]:
     """A CI job's environment: a fresh AIRFLOW_HOME (no database), no connection defined."""
@@ -32,11 +32,24 @@ def _clean_env(home: Path) -> dict[str, str]:
     return {**env, "AIRFLOW_HOME": str(home)}
 
 
+def _hook(hook_id: str) -> dict:
+    """A hook of .pre-commit-hooks.yaml: pre-commit runs ``entry`` + ``args`` (+ the changed files)."""
+    [hook] = [hook for hook in yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text()) if hook["id"] == hook_id]
+    return hook
+
+
+def _hook_argv(hook: dict) -> list[str]:
+    """The hook's command run by this interpreter's environment (where pre-commit would install the package)."""
+    command, *rest = shlex.split(hook["entry"])
+    return [str(Path(sys.executable).parent / command), *rest, *hook.get("args", [])]
+
+
 def test_the_shipped_dags_and_recipes_are_clean(tmp_path):
+    """As the pre-commit hook ``airflow-ml-check`` runs it (``airflow-ml check dags/ recipes/``)."""
     home = tmp_path / "airflow"
     home.mkdir()
     started = time.monotonic()
-    done = subprocess.run([*CLI, "check", "dags/", "recipes/", "--format", "junit"], cwd=REPO,
+    done = subprocess.run([*_hook_argv(_hook("airflow-ml-check")), "--format", "junit"], cwd=REPO,
                           env=_clean_env(home), capture_output=True, text=True, timeout=500)
     print(f"airflow-ml check dags/ recipes/: {time.monotonic() - started:.1f}s (shared CPUs)")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -123,3 +136,19 @@ def test_a_job_the_backend_refuses_is_a_finding_and_usage_errors_exit_2(tmp_path
     with pytest.raises(SystemExit) as exited:
         main(["check", "dags/", "--format", "xml"])
     assert exited.value.code == 2
+
+
+def test_the_recipe_hook_validates_the_changed_recipes(tmp_path):
+    """``airflow-ml-validate`` gets the changed files matching its ``files`` pattern: the shipped recipes
+    pass, a bad one fails naming its file and line."""
+    hook = _hook("airflow-ml-validate")
+    shipped = [str(path.relative_to(REPO)) for path in sorted((REPO / "recipes").glob("*.yaml"))]
+    assert shipped and all(re.search(hook["files"], path) for path in shipped)
+    done = subprocess.run([*_hook_argv(hook), *shipped], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "recipes").mkdir()
+    shutil.copy(REPO / "tests" / "fixtures" / "recipes_invalid" / "bad_recipe_name.yaml", tmp_path / "recipes")
+    done = subprocess.run([*_hook_argv(hook), "recipes/bad_recipe_name.yaml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    assert re.match(r"recipes/bad_recipe_name\.yaml:\d+: name: ", done.stderr), done.stderr
