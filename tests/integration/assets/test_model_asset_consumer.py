@@ -11,7 +11,9 @@ tasks: the consumer reads the event's extra and scores with exactly that model v
 from __future__ import annotations
 
 import csv
+import json
 import uuid
+from pathlib import Path
 
 import pytest
 from dag_runs import load_dag
@@ -123,6 +125,7 @@ def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
         "metrics": {"accuracy": 0.9}, "run_id": produced.run_id, "data_version": "feedface",
     }
     assert extra["mlflow_run_id"]
+    assert extra["bundle_version"] == "unversioned"  # dag.test(): no bundle checkout (see test_bundle_lineage.py)
     with create_session() as session:
         [data_event] = (
             session.query(AssetEvent)
@@ -151,6 +154,10 @@ def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
         rows = list(csv.DictReader(f))
     assert len(rows) == scored["rows"] == 1000
     assert {row["label"] for row in rows} <= {"0", "1"}
+    with open(Path(scored["predictions"]).with_name("lineage.json")) as f:  # which version scored, beside its output
+        assert json.load(f) == {"model_name": NAME, "version": 1, "model_uri": f"models:/{NAME}/1",
+                                "dag_id": "ml_batch_scoring", "run_id": run_id, "predictions": "predictions.csv"}
+    assert (scored["model_name"], scored["version"]) == (NAME, 1)
 
 
 
