@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from uuid import UUID
 
 import pytest
+from dag_runs import run_tasks
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
 
@@ -144,7 +145,7 @@ def test_a_run_started_on_the_first_commit_finishes_on_it_and_its_model_names_it
     from airflow.models.dagbag import DBDagBag
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState, TaskInstanceState
+    from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType
 
     repo = tmp_path / "pipelines"
@@ -180,14 +181,8 @@ def test_a_run_started_on_the_first_commit_finishes_on_it_and_its_model_names_it
         dag_run.state = DagRunState.RUNNING
         session.commit()
         states = {}
-        while dag_run.state == DagRunState.RUNNING:
-            session.expire_all()
-            for ti in dag_run.update_state(session=session)[0]:
-                ti.try_number += 1
-                ti.state = TaskInstanceState.SCHEDULED
-            session.commit()
-            for ti in dag_run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
-                states[ti.task_id] = _run_task_on_worker(ti, dag_run.bundle_version, dag_run.dag)
+        run_tasks(dag_run, session, lambda ti: states.update(
+            {ti.task_id: _run_task_on_worker(ti, dag_run.bundle_version, dag_run.dag)}))
         assert str(dag_run.state) == "success", states
 
     registry = ModelRegistryHook()

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dag_runs import load_dag
+from dag_runs import load_dag, run_tasks
 
 from support import REPO, TEST_DAGS
 
@@ -83,20 +83,12 @@ def _execute(dag, run_id: str) -> dict:
     from airflow.sdk.definitions.dag import _run_task
     from airflow.serialization.serialized_objects import DagSerialization
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState, TaskInstanceState
 
     scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
     with create_session() as session:
         dag_run = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
         dag_run.dag = scheduler_dag
-        while dag_run.state == DagRunState.RUNNING:
-            session.expire_all()
-            for ti in dag_run.update_state(session=session)[0]:
-                ti.try_number += 1
-                ti.state = TaskInstanceState.SCHEDULED
-            session.commit()
-            for ti in dag_run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
-                _run_task(ti=ti, task=dag.task_dict[ti.task_id])
+        run_tasks(dag_run, session, lambda ti: _run_task(ti=ti, task=dag.task_dict[ti.task_id]))
         rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run_id, key="return_value")
         return {"state": str(dag_run.state), **{row.task_id: row.value for row in rows}}
 
