@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from airflow_ml_provider.jobs.backends import BACKENDS, get_backend
@@ -60,6 +61,48 @@ def _render_recipe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    """Check DAG files, folders and recipes for CI: imports, every job's spec with default Params, every job
+    rendered for its backend (optionally dry-run on a cluster); exit 1 on any finding."""
+    from pathlib import Path
+
+    paths = [Path(path) for path in args.paths]
+    if missing := [str(path) for path in paths if not path.exists()]:
+        print(f"airflow-ml check: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    from airflow_ml_provider.ci import results
+    from airflow_ml_provider.ci.targets import Targets
+
+    targets = Targets(args.backend, args.server_dry_run, args.namespace)
+    with contextlib.redirect_stdout(sys.stderr):  # Airflow's and the DAG files' output: stdout is the report's
+        cases = _checked(paths, targets)
+    render = {"text": results.as_text, "json": results.as_json, "junit": results.as_junit}[args.format]
+    report = render(cases)
+    if args.output:
+        Path(args.output).write_text(report + "\n")
+        print(results.as_text(cases))
+    else:
+        print(report)
+    return 1 if results.findings(cases) else 0
+
+
+def _checked(paths, targets) -> list:
+    from airflow_ml_provider.ci.dags import check_dag, load
+    from airflow_ml_provider.ci.recipes import check_recipe, is_recipe
+
+    cases = []
+    for path in paths:
+        recipes = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path] * is_recipe(path)
+        for recipe in recipes:
+            cases += check_recipe(recipe, targets)
+        if path.is_dir() or path.suffix == ".py":
+            loaded, dags = load(path)
+            cases += loaded
+            for dag in dags:
+                cases += check_dag(dag, targets)
+    return cases
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow-ml", description=__doc__)
     commands = parser.add_subparsers(dest="command_name", required=True)
@@ -77,9 +120,20 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("command", nargs=argparse.REMAINDER, help="the worker argv after --, or a recipe file")
     validate = commands.add_parser("validate", help=_validate.__doc__)
     validate.add_argument("recipes", nargs="+", help="recipe YAML files")
+    check = commands.add_parser("check", help=_check.__doc__)
+    check.add_argument("paths", nargs="+", help="DAG folders, DAG files and recipe files")
+    check.add_argument("--backend", choices=sorted(BACKENDS), default=None,
+                       help="render every job for this backend (default: the one each task would use)")
+    check.add_argument("--server-dry-run", metavar="KUBECONFIG_OR_CONN_ID", default=None,
+                       help="send every Kubernetes manifest to this cluster with dryRun=All (nothing is created)")
+    check.add_argument("--namespace", default=None, help="the dry run's namespace")
+    check.add_argument("--format", choices=["text", "json", "junit"], default="text")
+    check.add_argument("--output", default=None, help="write the report to this file (a text summary is printed)")
     args = parser.parse_args(argv)
     if args.command_name == "validate":
         return _validate(args)
+    if args.command_name == "check":
+        return _check(args)
     if len(args.command) == 1 and args.command[0].endswith((".yaml", ".yml")):
         return _render_recipe(args)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command

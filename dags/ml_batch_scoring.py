@@ -60,7 +60,8 @@ with DAG(
         events = list(triggering_asset_events[MODEL]) if triggering_asset_events else []
         if not events:
             log.info("Scoring with %s@champion: triggered by hand, the registry's champion", name)
-            return {"model_uri": f"models:/{name}@champion", "trigger": "manual", "why": "the champion"}
+            return {"model_name": name, "version": None, "model_uri": f"models:/{name}@champion", "trigger": "manual",
+                    "why": "the champion"}
         ours = [event for event in events if (event.extra or {}).get("name") == name]
         if not ours:
             others = sorted({str((event.extra or {}).get("name")) for event in events})
@@ -76,14 +77,19 @@ with DAG(
         why = "the champion" if extra.get("promoted", True) else "it passed its gate (a reviewer kept the champion)"
         log.info("Scoring with %s version %s: %s", name, extra["version"], why)
         return {
+            "model_name": name,
+            "version": extra["version"],
             "model_uri": f"models:/{extra['name']}/{extra['version']}",
             "trigger": f"asset event of DAG run {extra['run_id']}",
             "why": why,
             "metrics": extra.get("metrics", {}),
         }
 
-    @task(doc_md="Scores a generated batch and writes `predictions.csv` under the artifact root.")
+    @task(doc_md="Scores a generated batch and writes `predictions.csv` under the artifact root, with "
+                 "`lineage.json` naming the model version that scored it.")
     def score(model: dict, params: dict, run_id: str) -> dict:
+        import json
+
         import numpy as np
 
         from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
@@ -91,7 +97,15 @@ with DAG(
         from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
 
         # MLflow's output in the task log at its own level, minus its type-hint warning (the model has a signature)
-        with ModelRegistryHook().mlflow() as mlflow, mlflow_output_to_task_log():
+        registry = ModelRegistryHook()
+        if model.get("version") is None:  # by hand: the champion's number, resolved once, is what scores
+            with mlflow_output_to_task_log():
+                champion = registry.alias_version(model["model_name"], "champion")
+            if champion is None:
+                raise ValueError(f"model {model['model_name']!r} has no champion to score with")
+            model = {**model, "version": champion["version"],
+                     "model_uri": f"models:/{model['model_name']}/{champion['version']}"}
+        with registry.mlflow() as mlflow, mlflow_output_to_task_log():
             loaded = mlflow.pyfunc.load_model(model["model_uri"])
             width = loaded.metadata.get_input_schema().inputs[0].shape[-1]
             batch = np.random.default_rng(0).normal(size=(params["rows"], width)).astype(np.float32)
@@ -105,6 +119,10 @@ with DAG(
         with store.path(*where, "predictions.csv").open("w") as f:
             f.write("row,label\n")
             f.writelines(f"{i},{label}\n" for i, label in enumerate(labels.tolist()))
+        scored_by = {"model_name": model["model_name"], "version": model["version"], "model_uri": model["model_uri"],
+                     "dag_id": dag.dag_id, "run_id": run_id, "predictions": "predictions.csv"}
+        with store.path(*where, "lineage.json").open("w") as f:  # which model version made these predictions
+            json.dump(scored_by, f, indent=2)
         return {**model, "rows": len(labels), "predictions": store.url(*where, "predictions.csv"),
                 "label_counts": {str(k): int(v) for k, v in zip(*np.unique(labels, return_counts=True))}}
 

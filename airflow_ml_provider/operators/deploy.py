@@ -20,6 +20,7 @@ from airflow_ml_provider.hooks.model_registry import (
     check_model_name,
 )
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.operators import lineage
 from airflow_ml_provider.operators.links import MLflowModelVersionLink
 from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
 
@@ -36,7 +37,11 @@ class DeployModelOperator(BaseOperator):
 
     The version carries the model (an MLflow pyfunc around the trained file), its signature, the
     evaluation metrics (``metric.<name>``), the champion's metrics on the same rows
-    (``champion_metric.<name>``, with ``airflow.compared_with_version``), lineage tags (DAG, run, task, training job, data version) and ``description``.
+    (``champion_metric.<name>``, with ``airflow.compared_with_version``), lineage tags (``airflow.bundle_name``
+    and ``airflow.bundle_version``: the DAG bundle and the version the run started on, a git commit for a
+    GitDagBundle; ``airflow.dag_id``, ``airflow.run_id``, ``airflow.task_id``, ``airflow.data_version``,
+    ``airflow.training_job``, ``airflow.training_backend``, ``airflow.image``; see ``operators.lineage``)
+    and ``description``.
     Registering is idempotent: the version made from the same evaluation run is reused.
 
     Args:
@@ -49,10 +54,9 @@ class DeployModelOperator(BaseOperator):
             Kubernetes connection.
 
     Returns (XCom): ``{"model_name", "version", "aliases", "promoted", "previous_champion", "url",
-    "model_uri", "kserve"}``. Every Asset in ``outlets`` gets an event whose ``extra`` holds ``name``,
+    "model_uri", "kserve", "lineage"}``. Every Asset in ``outlets`` gets an event whose ``extra`` holds ``name``,
     ``version``, ``model_uri``, ``aliases``, ``gate_passed``, ``promoted``, ``metrics``, ``run_id``,
-    ``mlflow_run_id`` and ``data_version``
-    (see ``airflow_ml_provider.assets``).
+    ``mlflow_run_id``, ``data_version`` and ``bundle_version`` (see ``airflow_ml_provider.assets``).
     """
 
     template_fields: Sequence[str] = ("model_name", "evaluation", "gate", "approval", "description", "kserve")
@@ -107,7 +111,7 @@ class DeployModelOperator(BaseOperator):
 
     def _deploy(self, context, requirements: list[str]) -> dict[str, Any]:
         evaluation, ti = self.evaluation, context["ti"]
-        tags = {f"airflow.{k}": str(v) for k, v in evaluation["lineage"].items()}
+        tags = lineage.model_tags(context, evaluation["lineage"])
         tags.update(
             {
                 "airflow.deploy_task_id": ti.task_id,
@@ -157,12 +161,14 @@ class DeployModelOperator(BaseOperator):
             "url": self.registry.version_url(self.model_name, number),
             "model_uri": f"models:/{self.model_name}/{number}",
             "kserve": self._kserve(number, evaluation) if self.kserve else None,
+            "lineage": lineage.shown(tags),
         }
         assets.emit(context, self.outlets, {
             "name": self.model_name, "version": number, "model_uri": result["model_uri"],
             "aliases": result["aliases"], "gate_passed": passed, "promoted": promoted,
             "metrics": evaluation["metrics"], "run_id": ti.run_id,
             "mlflow_run_id": evaluation["mlflow_run_id"], "data_version": evaluation["lineage"].get("data_version"),
+            "bundle_version": tags["airflow.bundle_version"],
         })
         return result
 

@@ -179,6 +179,8 @@ class EvaluateModelOperator(BaseTrainingOperator):
             "run_id": ti.run_id,
             "task_id": ti.task_id,
             "training_job": trained["job_name"],
+            "training_backend": trained.get("backend") or "unknown",
+            "image": trained.get("image") or "unknown",
             "data_version": self.data_version or "unknown",
             "model_sha256": result["model_sha256"],
         }

@@ -25,6 +25,7 @@ def run_summary(evaluation: dict[str, Any], gate: dict[str, Any], deploy: dict[s
             "model_uri": deploy.get("model_uri"),
             "url": deploy.get("url") or None,
         },
+        "lineage": dict(deploy.get("lineage") or {}),
         "evaluation": {
             "mlflow_run_id": evaluation.get("mlflow_run_id"),
             "url": evaluation.get("url") or None,
@@ -56,6 +57,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     )
     if model["url"]:
         lines.append(f"            MLflow model version: {model['url']}")
+    if lineage := summary.get("lineage"):
+        lines.append("lineage     " + "  ".join(f"{key}={value}" for key, value in lineage.items()))
     return lines
 
 

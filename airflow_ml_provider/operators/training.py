@@ -286,7 +286,7 @@ class BaseTrainingOperator(BaseOperator):
             if step.action is Action.FINISH:
                 self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(follower.metrics))
                 return {"job_name": name, "backend": backend.name, "state": state.value,
-                        "metrics": follower.metrics,
+                        "metrics": follower.metrics, "image": self._image(backend),
                         "model_path": follower.model_path or self.artifact_dirs(backend, name)[0]}
             message = follower.failure(f"{self.task_id}: job {name}: {step.message}")
             if not step.retryable:
@@ -298,6 +298,11 @@ class BaseTrainingOperator(BaseOperator):
             ):
                 backend.delete(name)
             self._job = None
+
+    def _image(self, backend: Backend) -> str | None:
+        """The image the job ran (lineage): the task's, the connection's, else the local backend's environment."""
+        return (self.image or self.hook.default_image(backend.name, self.framework.value)
+                or getattr(backend, "image", None))
 
     def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
         """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""

@@ -40,8 +40,8 @@ def dag_from_recipe(path: str | Path, **dag_kwargs: Any) -> DAG:
     """Build the DAG of a recipe file (validated first; an invalid recipe raises RecipeError).
 
     A relative ``path`` is looked up from the calling DAG file's folder, then its parent (so a
-    ``dags/`` file finds ``recipes/`` beside it), then the working directory. ``dag_kwargs`` go to
-    ``DAG`` (for example ``default_args``) and override what the recipe sets.
+    ``dags/`` file finds ``recipes/`` beside it): inside the DAG's own bundle, never the working directory.
+    ``dag_kwargs`` go to ``DAG`` (for example ``default_args``) and override what the recipe sets.
     """
     recipe_path = _resolve(Path(path), Path(sys._getframe(1).f_globals.get("__file__", ".")).resolve().parent)
     budgets = Budgets.from_config()
@@ -237,7 +237,8 @@ def invalid_recipe_dag(path: Path, errors: str, taken: Container[str] = ()) -> D
 def _resolve(path: Path, caller_dir: Path) -> Path:
     if path.is_absolute():
         return path
-    candidates = [caller_dir / path, caller_dir.parent / path, Path.cwd() / path]
+    # never the process's working directory: a DAG bundle version checked out elsewhere reads its own recipes
+    candidates = [caller_dir / path, caller_dir.parent / path]
     for candidate in candidates:
         if candidate.is_file():
             return candidate

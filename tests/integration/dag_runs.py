@@ -53,3 +53,18 @@ def run(dag, conf: dict[str, Any] | None = None, logical_date: datetime | None =
     kwargs = {"logical_date": logical_date, "run_after": logical_date} if logical_date else {}
     dag_run = dag.test(run_conf=conf, **kwargs)
     return record(dag.dag_id, dag_run.run_id, str(dag_run.state))
+
+
+def run_tasks(dag_run, session, run_task) -> None:
+    """Run an existing DAG run's tasks until the run ends, scheduled as the scheduler would schedule them
+    (``dag_run.dag`` set to its serialized DAG); ``run_task(ti)`` runs one task instance."""
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    while dag_run.state == DagRunState.RUNNING:
+        session.expire_all()
+        for ti in dag_run.update_state(session=session)[0]:
+            ti.try_number += 1
+            ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        for ti in dag_run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
+            run_task(ti)

@@ -19,7 +19,7 @@ LAYERS = [
     {"triggers"},
     {"operators", "sensors"},
     {"recipes"},  # YAML recipe -> DAG
-    {"cli", "get_provider_info"},
+    {"ci", "cli", "get_provider_info"},  # ci: `airflow-ml check`, which loads DAGs and recipes
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -119,7 +119,9 @@ class KubernetesBackend(Backend):
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
         return yaml.safe_dump_all(self._checked_manifests(name, spec, labels), sort_keys=False)
 
-    def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
+    def check_spec(self, spec: TrainingJobSpec) -> None:
+        """What this backend requires of a spec before any call (``airflow-ml check`` asks it too).
+        Raises JobSubmissionError naming the field."""
         if spec.framework not in self.frameworks:
             raise JobSubmissionError(
                 f"framework: the {self.name} backend runs {sorted(f.value for f in self.frameworks)}, "
@@ -127,6 +129,9 @@ class KubernetesBackend(Backend):
             )
         if not spec.image:
             raise JobSubmissionError(f"image: the {self.name} backend needs a container image")
+
+    def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
+        self.check_spec(spec)
         primary, *others = self._checked_manifests(name, spec, labels)
         try:
             self._create(primary)
@@ -146,6 +151,26 @@ class KubernetesBackend(Backend):
                     self.delete(name)
                     raise self._refusal(exc, f"{obj['kind']} {name} rejected") from None
         return True
+
+    def dry_run(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[str]:
+        """Send every manifest of the job with ``dryRun=All``: the API server validates it (schema, admission
+        webhooks, quota, RBAC) and stores nothing. Returns what each object's answer was; raises the
+        server's refusal (JobSubmissionError, or BackendAccessError for 401/403 and a missing CRD).
+        An object that already exists (409) is reported, not refused: its manifest was not the problem."""
+        self.check_spec(spec)
+        answers = []
+        for obj in self._checked_manifests(name, spec, labels):
+            what = f"{obj['kind']} {self.namespace}/{obj['metadata']['name']}"
+            try:
+                self._call("POST", collection_path(obj["apiVersion"], obj["kind"]), body=obj,
+                           query=[("dryRun", "All")])
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise self._refusal(exc, f"{what} rejected (dry run)") from None
+                answers.append(f"{what}: exists already (dry run: {api_message(exc)})")
+            else:
+                answers.append(f"{what}: accepted (dry run, nothing created)")
+        return answers
 
     def status(self, name: str) -> JobStatus:
         obj = self.get(self.kind, name)
@@ -279,14 +304,17 @@ class KubernetesBackend(Backend):
             time.sleep(0.5)
         raise TransientApiError(f"{obj['kind']} {obj['metadata']['name']} was not deleted within {timeout_s}s")
 
-    def _call(self, method: str, path: str, name: str | None = None, body: Any = None) -> dict:
+    def _call(self, method: str, path: str, name: str | None = None, body: Any = None,
+              query: list[tuple[str, str]] | None = None) -> dict:
         """One REST call on ``path`` (a template: the client fills in and quotes the namespace and
-        ``name``); 429/5xx and dropped connections are retried with exponential backoff."""
+        ``name``) with ``query`` parameters; 429/5xx and dropped connections are retried with exponential
+        backoff."""
         params = {"namespace": self.namespace, **({"name": name} if name is not None else {})}
         for attempt in range(self.retries):
             try:
                 return self.api.call_api(
-                    path, method, path_params=params, body=body, response_types_map=OBJECT,
+                    path, method, path_params=params, query_params=query or [], body=body,
+                    response_types_map=OBJECT,
                     auth_settings=["BearerToken"],
                     header_params={"Accept": "application/json", "Content-Type": "application/json"},
                     _return_http_data_only=True, _request_timeout=30,

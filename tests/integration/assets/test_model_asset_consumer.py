@@ -11,10 +11,12 @@ tasks: the consumer reads the event's extra and scores with exactly that model v
 from __future__ import annotations
 
 import csv
+import json
 import uuid
+from pathlib import Path
 
 import pytest
-from dag_runs import load_dag
+from dag_runs import load_dag, run_tasks
 
 from support import REPO, TEST_DAGS
 
@@ -81,20 +83,12 @@ def _execute(dag, run_id: str) -> dict:
     from airflow.sdk.definitions.dag import _run_task
     from airflow.serialization.serialized_objects import DagSerialization
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState, TaskInstanceState
 
     scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
     with create_session() as session:
         dag_run = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
         dag_run.dag = scheduler_dag
-        while dag_run.state == DagRunState.RUNNING:
-            session.expire_all()
-            for ti in dag_run.update_state(session=session)[0]:
-                ti.try_number += 1
-                ti.state = TaskInstanceState.SCHEDULED
-            session.commit()
-            for ti in dag_run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
-                _run_task(ti=ti, task=dag.task_dict[ti.task_id])
+        run_tasks(dag_run, session, lambda ti: _run_task(ti=ti, task=dag.task_dict[ti.task_id]))
         rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run_id, key="return_value")
         return {"state": str(dag_run.state), **{row.task_id: row.value for row in rows}}
 
@@ -123,6 +117,7 @@ def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
         "metrics": {"accuracy": 0.9}, "run_id": produced.run_id, "data_version": "feedface",
     }
     assert extra["mlflow_run_id"]
+    assert extra["bundle_version"] == "unversioned"  # dag.test(): no bundle checkout (see test_bundle_lineage.py)
     with create_session() as session:
         [data_event] = (
             session.query(AssetEvent)
@@ -151,6 +146,10 @@ def test_batch_scoring_runs_on_the_model_asset_event(airflow_db):
         rows = list(csv.DictReader(f))
     assert len(rows) == scored["rows"] == 1000
     assert {row["label"] for row in rows} <= {"0", "1"}
+    with open(Path(scored["predictions"]).with_name("lineage.json")) as f:  # which version scored, beside its output
+        assert json.load(f) == {"model_name": NAME, "version": 1, "model_uri": f"models:/{NAME}/1",
+                                "dag_id": "ml_batch_scoring", "run_id": run_id, "predictions": "predictions.csv"}
+    assert (scored["model_name"], scored["version"]) == (NAME, 1)
 
 
 

@@ -22,7 +22,7 @@ from airflow_ml_provider.hooks.model_registry import (
     CHAMPION,
     PREVIOUS_CHAMPION,
 )
-from support import needs_horovod
+from support import TRAINING_IMAGE, needs_horovod
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +74,12 @@ def test_first_model_is_registered_with_lineage_and_becomes_champion(first, regi
         assert tags["airflow.dag_id"] == "ml_training_pipeline" and tags["airflow.run_id"] == first.run_id
         assert tags["airflow.data_version"] == first.value("prepare_data", "data_version")
         assert tags["airflow.training_job"] == first.value("train_lightgbm")["job_name"]
+        assert tags["airflow.training_backend"] == "local" and tags["airflow.image"] == str(TRAINING_IMAGE)
+        # dag.test() runs tasks in this process, not from a bundle checkout (test_bundle_lineage.py does that)
+        assert (tags["airflow.bundle_name"], tags["airflow.bundle_version"]) == ("unknown", "unversioned")
+        assert first.value("summary")["lineage"] == {key: tags[f"airflow.{key}"] for key in (
+            "bundle_name", "bundle_version", "dag_id", "run_id", "data_version", "training_job", "training_backend",
+            "image")}
         assert (
             tags["framework"] == "lightgbm"
             and float(tags["metric.accuracy"]) == evaluation["metrics"]["accuracy"]
