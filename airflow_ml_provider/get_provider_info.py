@@ -81,6 +81,12 @@ _TRAINING_FIELDS = {
         examples=["volcano"],
         **_DNS_LABEL_SCHEMA,
     ),
+    "queueing": _field(
+        "Kubernetes: queueing",
+        "kueue: Kueue admits the jobs (scheduling.queue is the LocalQueue, scheduling.priority_class the "
+        "WorkloadPriorityClass; jobs are created suspended). Empty: no queueing system.",
+        enum=["kueue"],
+    ),
     "image": _field(
         "Kubernetes: training image",
         "Image of the jobs' pods unless the task or a framework image sets one.",

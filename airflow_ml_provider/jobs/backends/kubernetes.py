@@ -14,6 +14,8 @@ import logging
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import yaml
@@ -21,6 +23,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from airflow_ml_provider.jobs.backends import kueue
 from airflow_ml_provider.jobs.backends.base import (
     Backend,
     BackendAccessError,
@@ -45,6 +48,13 @@ from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 
 __all__ = ["KubernetesBackend", "TransientApiError"]
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """A change of the followed job's Kueue Workload (``obj``; DELETED when it has none)."""
+
+    obj: dict
 log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
 _GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending
@@ -85,15 +95,19 @@ class KubernetesBackend(Backend):
         gang_scheduler: the MPI operator's ``--gang-scheduling`` setting (``volcano``, or the name of a
             scheduler-plugins scheduler); None when it runs without one, as a default install does.
             Only MPIJobs use it: Volcano Jobs always have Volcano, Indexed Jobs no gang scheduler.
+        queueing: ``kueue`` where Kueue admits the cluster's jobs (see ``kueue``): the job is created
+            suspended, labelled with its queue and priority class, and its Workload is followed too.
     """
 
     api_version: ClassVar[str]
     kind: ClassVar[str]
     frameworks: ClassVar[frozenset[Framework]]
+    # The primary object's field that holds it suspended until Kueue admits it; None: Kueue cannot manage the kind.
+    suspend_field: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, api_client: ApiClient, namespace: str = "default", retries: int = 5,
                  backoff_s: float = 0.5, async_api_factory: Callable[[], Any] | None = None,
-                 watch_key: str | None = None, gang_scheduler: str | None = None):
+                 watch_key: str | None = None, gang_scheduler: str | None = None, queueing: str | None = None):
         self.api = api_client
         self.namespace = dns_label("namespace", namespace)
         self.retries = retries
@@ -101,6 +115,7 @@ class KubernetesBackend(Backend):
         self.async_api_factory = async_api_factory
         self.watch_key = watch_key
         self.gang_scheduler = dns_label("gang_scheduler", gang_scheduler) if gang_scheduler else None
+        self.queueing = kueue.queueing(queueing)
 
     @abstractmethod
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -133,7 +148,7 @@ class KubernetesBackend(Backend):
         except ApiException as exc:
             if exc.status != 409:
                 raise self._refusal(exc, f"{self.kind} {name} rejected") from None
-            if not self.status(name).state.is_terminal:
+            if not self.status(name).ended:
                 return False  # the same task instance's job is still going: attach to it
             self.delete(name)
             self._wait_gone(primary)
@@ -149,7 +164,16 @@ class KubernetesBackend(Backend):
 
     def status(self, name: str) -> JobStatus:
         obj = self.get(self.kind, name)
-        return self.with_gang(obj, self.job_status(obj))
+        status = self.with_gang(obj, self.job_status(obj))
+        if self.queueing is None:
+            return status
+        owned = kueue.owner_key(self.api_version, self.kind, name)  # one list: a Workload's name is Kueue's hash
+        try:
+            listing = self._call("GET", collection_path(kueue.WORKLOAD_API, "Workload"))
+        except ApiException as exc:
+            raise self._refusal(exc, "list Kueue Workloads") from None
+        workload = next((item for item in listing.get("items") or [] if kueue.workload_owner(item) == owned), None)
+        return kueue.workload_status(workload, status)
 
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
         """From the shared watch of this namespace's jobs (one list+watch per connection, namespace and
@@ -167,8 +191,8 @@ class KubernetesBackend(Backend):
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
             collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
-        obj, pending, gang_at = None, None, 0.0
-        async with watcher.subscribe(name) as changes:
+        obj, workload, pending, gang_at = None, None, None, 0.0
+        async with watcher.subscribe(name) as changes, self._workloads(name, changes):
             while True:
                 try:
                     change = await asyncio.wait_for(changes.get(), interval)
@@ -176,7 +200,9 @@ class KubernetesBackend(Backend):
                     change = None
                 if isinstance(change, BaseException):
                     raise change
-                if change is DELETED or (change is None and name not in watcher.objects):
+                if isinstance(change, _Workload):
+                    workload = None if change.obj is DELETED else change.obj
+                elif change is DELETED or (change is None and name not in watcher.objects):
                     # deleted, or not (yet) seen by the watch: ask the API server directly
                     obj = await asyncio.to_thread(self.get, self.kind, name)
                 elif change is not None:
@@ -186,7 +212,31 @@ class KubernetesBackend(Backend):
                     if change is not None or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
                         gang_at, pending = time.monotonic(), await asyncio.to_thread(self.with_gang, obj, status)
                     status = pending
-                yield status
+                yield status if self.queueing is None else kueue.workload_status(workload, status)
+
+    @asynccontextmanager
+    async def _workloads(self, name: str, changes: asyncio.Queue):
+        """With Kueue, the job's Workload from the shared watch of the namespace's Workloads, put on
+        ``changes`` (as ``_Workload``) now and after every change; nothing without queueing."""
+        if self.queueing is None:
+            yield
+            return
+        watcher = CollectionWatcher.shared(
+            (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
+            collection_path(kueue.WORKLOAD_API, "Workload"), {"namespace": self.namespace}, "",
+            by=kueue.workload_owner)
+
+        async def forward(workloads: asyncio.Queue) -> None:
+            while True:
+                item = await workloads.get()
+                changes.put_nowait(item if isinstance(item, BaseException) else _Workload(item))
+
+        async with watcher.subscribe(kueue.owner_key(self.api_version, self.kind, name)) as workloads:
+            forwarding = asyncio.create_task(forward(workloads))
+            try:
+                yield
+            finally:
+                forwarding.cancel()
 
     def get(self, kind: str, name: str, api_version: str | None = None) -> dict:
         name = dns_label("job_name", name)
@@ -254,7 +304,16 @@ class KubernetesBackend(Backend):
         """The manifests, or JobSubmissionError naming the field (job name, option) they cannot be made from."""
         try:
             name = dns_label("job_name", name)  # the watch and the pod log reader select by this label
-            return self.manifests(name, spec, {**labels, JOB_NAME_LABEL: name})
+            if self.queueing is None:
+                return self.manifests(name, spec, {**labels, JOB_NAME_LABEL: name})
+            if self.suspend_field is None:
+                raise ValueError(f"queueing: Kueue does not manage {self.kind} objects of the {self.name} backend "
+                                 "(no Kueue integration for them); use another backend or unset queueing")
+            spec, queue_labels = kueue.queued(spec)
+            primary, *others = self.manifests(name, spec, {**labels, JOB_NAME_LABEL: name})
+            primary["metadata"]["labels"].update(queue_labels)
+            kueue.suspend(primary, self.suspend_field)
+            return [primary, *others]
         except ValueError as exc:
             raise JobSubmissionError(str(exc)) from None
 
