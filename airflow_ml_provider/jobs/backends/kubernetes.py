@@ -14,7 +14,7 @@ import logging
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -55,6 +55,33 @@ class _Workload:
     """A change of the followed job's Kueue Workload (``obj``; DELETED when it has none)."""
 
     obj: dict
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """A pod of the followed job that is being disrupted (``obj``; DELETED once it is gone)."""
+
+    obj: dict
+
+
+def disruption(pod: dict) -> str | None:
+    """Why a pod is being disrupted, from its ``DisruptionTarget`` condition (node shutdown, a node
+    gone (PodGC), preemption by the scheduler, eviction), or None."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            said = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+            return f"pod {pod['metadata']['name']} is disrupted ({said or 'DisruptionTarget'})"
+    return None
+
+
+def _disrupted_job(pod: dict) -> str | None:
+    """Files a disrupted pod under its job's name; the pod watch keeps no other pod."""
+    return (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) if disruption(pod) else None
+
+
+def _owned_by(pod: dict, obj: dict | None) -> bool:
+    uid = (obj or {}).get("metadata", {}).get("uid")
+    return bool(uid) and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
 log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
 _GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending
@@ -166,14 +193,37 @@ class KubernetesBackend(Backend):
         obj = self.get(self.kind, name)
         status = self.with_gang(obj, self.job_status(obj))
         if self.queueing is None:
-            return status
+            return self.with_disruption(obj, status)
         owned = kueue.owner_key(self.api_version, self.kind, name)  # one list: a Workload's name is Kueue's hash
         try:
             listing = self._call("GET", collection_path(kueue.WORKLOAD_API, "Workload"))
         except ApiException as exc:
             raise self._refusal(exc, "list Kueue Workloads") from None
         workload = next((item for item in listing.get("items") or [] if kueue.workload_owner(item) == owned), None)
-        return kueue.workload_status(workload, status)
+        return self.with_disruption(obj, kueue.workload_status(workload, status))
+
+    def with_disruption(self, obj: dict, status: JobStatus) -> JobStatus:
+        """``status``, or PREEMPTED while a pod of the job (owned by it) is disrupted: one list of the
+        job's pods. Pods that cannot be listed mean no disruption information (one warning)."""
+        if status.ended:
+            return status
+        name = obj["metadata"]["name"]
+        try:
+            pods = self._call("GET", collection_path("v1", "Pod"), query=[("labelSelector", f"{JOB_NAME_LABEL}={name}")])
+        except (ApiException, TransientApiError) as exc:
+            self._pods_unreadable(f"{exc.status} {api_message(exc)}" if isinstance(exc, ApiException) else exc)
+            return status
+        for pod in pods.get("items") or []:
+            if _owned_by(pod, obj) and (disrupted := disruption(pod)):
+                return JobStatus(JobState.PREEMPTED, disrupted)
+        return status
+
+    def _pods_unreadable(self, reason: object) -> None:
+        key = (self.watch_key or id(self.api), "pods", self.namespace)
+        if key not in _warned:
+            _warned.add(key)
+            log.warning("pods in namespace %s cannot be read, so a disrupted (spot, evicted) pod is not reported "
+                        "as PREEMPTED (%s)", self.namespace, reason)
 
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
         """From the shared watch of this namespace's jobs (one list+watch per connection, namespace and
@@ -191,8 +241,9 @@ class KubernetesBackend(Backend):
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
             collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
-        obj, workload, pending, gang_at = None, None, None, 0.0
-        async with watcher.subscribe(name) as changes, self._workloads(name, changes):
+        obj, workload, disrupted, pending, gang_at = None, None, None, None, 0.0
+        async with watcher.subscribe(name) as changes, self._workloads(name, changes), \
+                self._disruptions(name, changes):
             while True:
                 try:
                     change = await asyncio.wait_for(changes.get(), interval)
@@ -202,6 +253,9 @@ class KubernetesBackend(Backend):
                     raise change
                 if isinstance(change, _Workload):
                     workload = None if change.obj is DELETED else change.obj
+                elif isinstance(change, _Pod):
+                    if change.obj is not DELETED and _owned_by(change.obj, obj):
+                        disrupted = disrupted or disruption(change.obj)
                 elif change is DELETED or (change is None and name not in watcher.objects):
                     # deleted, or not (yet) seen by the watch: ask the API server directly
                     obj = await asyncio.to_thread(self.get, self.kind, name)
@@ -209,10 +263,12 @@ class KubernetesBackend(Backend):
                     obj = change
                 status = self.job_status(obj)
                 if status.state is JobState.PENDING:
-                    if change is not None or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
+                    if isinstance(change, dict) or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
                         gang_at, pending = time.monotonic(), await asyncio.to_thread(self.with_gang, obj, status)
                     status = pending
-                yield status if self.queueing is None else kueue.workload_status(workload, status)
+                if self.queueing is not None:
+                    status = kueue.workload_status(workload, status)
+                yield JobStatus(JobState.PREEMPTED, disrupted) if disrupted and not status.ended else status
 
     @asynccontextmanager
     async def _workloads(self, name: str, changes: asyncio.Queue):
@@ -237,6 +293,29 @@ class KubernetesBackend(Backend):
                 yield
             finally:
                 forwarding.cancel()
+
+    @asynccontextmanager
+    async def _disruptions(self, name: str, changes: asyncio.Queue):
+        """The job's disrupted pods from the shared watch of the namespace's pods (which keeps only
+        disrupted ones), put on ``changes`` as ``_Pod``. Pods that cannot be watched (no ``watch`` on
+        pods) mean no disruption information: one warning, and the job is followed without it."""
+        watcher = CollectionWatcher.shared(
+            (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
+            collection_path("v1", "Pod"), {"namespace": self.namespace}, JOB_NAME_LABEL, by=_disrupted_job)
+
+        async def forward(pods: asyncio.Queue) -> None:
+            while not isinstance(item := await pods.get(), BaseException):
+                changes.put_nowait(_Pod(item))
+            self._pods_unreadable(item)
+
+        async with AsyncExitStack() as stack:
+            try:
+                pods = await stack.enter_async_context(watcher.subscribe(name))
+            except (BackendAccessError, TransientApiError) as exc:
+                self._pods_unreadable(exc)
+            else:
+                stack.callback(asyncio.create_task(forward(pods)).cancel)
+            yield
 
     def get(self, kind: str, name: str, api_version: str | None = None) -> dict:
         name = dns_label("job_name", name)
@@ -338,14 +417,15 @@ class KubernetesBackend(Backend):
             time.sleep(0.5)
         raise TransientApiError(f"{obj['kind']} {obj['metadata']['name']} was not deleted within {timeout_s}s")
 
-    def _call(self, method: str, path: str, name: str | None = None, body: Any = None) -> dict:
+    def _call(self, method: str, path: str, name: str | None = None, body: Any = None,
+              query: list[tuple[str, str]] | None = None) -> dict:
         """One REST call on ``path`` (a template: the client fills in and quotes the namespace and
         ``name``); 429/5xx and dropped connections are retried with exponential backoff."""
         params = {"namespace": self.namespace, **({"name": name} if name is not None else {})}
         for attempt in range(self.retries):
             try:
                 return self.api.call_api(
-                    path, method, path_params=params, body=body, response_types_map=OBJECT,
+                    path, method, path_params=params, query_params=query or [], body=body, response_types_map=OBJECT,
                     auth_settings=["BearerToken"],
                     header_params={"Accept": "application/json", "Content-Type": "application/json"},
                     _return_http_data_only=True, _request_timeout=30,

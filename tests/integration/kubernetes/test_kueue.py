@@ -265,9 +265,9 @@ async def _first_status(backend, name: str):
         return status
 
 
-def test_followers_of_queued_jobs_read_nothing_beyond_the_two_shared_watches(kueue, namespace):
+def test_followers_of_queued_jobs_read_nothing_beyond_the_shared_watches(kueue, namespace):
     """Three queued jobs followed at once, Kueue changing their Workloads: one list and one watch of the
-    MPIJobs and one of the Workloads in all, no per-job read (the sync client makes no call at all)."""
+    MPIJobs, of the Workloads and of the pods in all, no per-job read (the sync client makes no call)."""
     CollectionWatcher._shared.clear()
     backend = TrainingBackendHook().get_backend("mpijob")  # as a follower builds it: from the connection
     names = [JobIdentity("watch", f"queued-{i}", "manual__1").name for i in range(3)]
@@ -299,5 +299,5 @@ def test_followers_of_queued_jobs_read_nothing_beyond_the_two_shared_watches(kue
     assert sorted(_history) == sorted(names)
     for statuses in seen:
         assert statuses[-1] == JobStatus(JobState.QUEUED, f"Pending: {NO_QUOTA}")
-    assert (watchers, requests) == (2, 4), "one list and one watch per collection"
+    assert (watchers, requests) == (3, 6), "one list and one watch per collection (jobs, Workloads, pods)"
     assert sync_calls == [], "no per-job read"
