@@ -204,8 +204,9 @@ class KubernetesBackend(Backend):
 
     def with_disruption(self, obj: dict, status: JobStatus) -> JobStatus:
         """``status``, or PREEMPTED while a pod of the job (owned by it) is disrupted: one list of the
-        job's pods. Pods that cannot be listed mean no disruption information (one warning)."""
-        if status.ended:
+        job's pods. Pods that cannot be listed mean no disruption information (one warning). A job that
+        has ended, or that Kueue evicted and requeues (PREEMPTED, REQUEUED), stays as it is."""
+        if status.state.is_terminal:
             return status
         name = obj["metadata"]["name"]
         try:
@@ -241,34 +242,40 @@ class KubernetesBackend(Backend):
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
             collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
-        obj, workload, disrupted, pending, gang_at = None, None, None, None, 0.0
+        obj, workload, disrupted, pending, gang_at, first = None, None, None, None, 0.0, True
         async with watcher.subscribe(name) as changes, self._workloads(name, changes), \
                 self._disruptions(name, changes):
             while True:
                 try:
-                    change = await asyncio.wait_for(changes.get(), interval)
+                    arrived = [await asyncio.wait_for(changes.get(), interval)]
                 except asyncio.TimeoutError:
-                    change = None
-                if isinstance(change, BaseException):
-                    raise change
-                if isinstance(change, _Workload):
-                    workload = None if change.obj is DELETED else change.obj
-                elif isinstance(change, _Pod):
-                    if change.obj is not DELETED and _owned_by(change.obj, obj):
-                        disrupted = disrupted or disruption(change.obj)
-                elif change is DELETED or (change is None and name not in watcher.objects):
-                    # deleted, or not (yet) seen by the watch: ask the API server directly
-                    obj = await asyncio.to_thread(self.get, self.kind, name)
-                elif change is not None:
-                    obj = change
+                    arrived = [None]
+                while first and not changes.empty():  # the first status: the job with its Workload and pods
+                    arrived.append(changes.get_nowait())
+                first = False
+                job_changed = False
+                for change in arrived:
+                    if isinstance(change, BaseException):
+                        raise change
+                    if isinstance(change, _Workload):
+                        workload = None if change.obj is DELETED else change.obj
+                    elif isinstance(change, _Pod):
+                        if change.obj is not DELETED and _owned_by(change.obj, obj):
+                            disrupted = disrupted or disruption(change.obj)
+                    elif change is DELETED or (change is None and name not in watcher.objects):
+                        # deleted, or not (yet) seen by the watch: ask the API server directly
+                        obj, job_changed = await asyncio.to_thread(self.get, self.kind, name), change is not None
+                    elif change is not None:
+                        obj, job_changed = change, True
                 status = self.job_status(obj)
                 if status.state is JobState.PENDING:
-                    if isinstance(change, dict) or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
+                    if job_changed or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
                         gang_at, pending = time.monotonic(), await asyncio.to_thread(self.with_gang, obj, status)
                     status = pending
                 if self.queueing is not None:
                     status = kueue.workload_status(workload, status)
-                yield JobStatus(JobState.PREEMPTED, disrupted) if disrupted and not status.ended else status
+                # a disruption Kueue answers by evicting (REQUEUED) is left to Kueue: no resubmission
+                yield JobStatus(JobState.PREEMPTED, disrupted) if disrupted and not status.state.is_terminal else status
 
     @asynccontextmanager
     async def _workloads(self, name: str, changes: asyncio.Queue):
@@ -288,6 +295,7 @@ class KubernetesBackend(Backend):
                 changes.put_nowait(item if isinstance(item, BaseException) else _Workload(item))
 
         async with watcher.subscribe(kueue.owner_key(self.api_version, self.kind, name)) as workloads:
+            changes.put_nowait(_Workload(workloads.get_nowait()))  # with the job's first status
             forwarding = asyncio.create_task(forward(workloads))
             try:
                 yield
@@ -314,6 +322,7 @@ class KubernetesBackend(Backend):
             except (BackendAccessError, TransientApiError) as exc:
                 self._pods_unreadable(exc)
             else:
+                changes.put_nowait(_Pod(pods.get_nowait()))  # with the job's first status
                 stack.callback(asyncio.create_task(forward(pods)).cancel)
             yield
 

@@ -22,7 +22,7 @@ from airflow_ml_provider.jobs.backends.kueue import PRIORITY_LABEL, QUEUE_LABEL,
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
 from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
 from support import REPO, wait_for
 
@@ -301,3 +301,32 @@ def test_followers_of_queued_jobs_read_nothing_beyond_the_shared_watches(kueue, 
         assert statuses[-1] == JobStatus(JobState.QUEUED, f"Pending: {NO_QUOTA}")
     assert (watchers, requests) == (3, 6), "one list and one watch per collection (jobs, Workloads, pods)"
     assert sync_calls == [], "no per-job read"
+
+
+def test_a_disrupted_pod_of_a_job_kueue_evicts_is_left_to_kueue(kueue, namespace):
+    """Kueue evicts a job whose pod is being disrupted (e.g. its spot node shuts down): the job stays
+    PREEMPTED with reason Requeued, which the follower waits through, not a preemption to resubmit."""
+    backend = TrainingBackendHook().get_backend("mpijob")
+    name = JobIdentity("spot", "kueue", "manual__1").name
+    backend.submit(name, SPEC, {})
+    double = KueueDouble(kueue, namespace)
+    job = double.job
+    kueue.request("POST", f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"{name}-worker-0", "labels": job["metadata"]["labels"], "ownerReferences": [{
+                "apiVersion": job["apiVersion"], "kind": job["kind"], "name": name, "uid": job["metadata"]["uid"],
+                "controller": True}]},
+        "spec": {"nodeName": "fake-node", "containers": [{"name": "worker", "image": "img:1"}]}})
+    kueue.patch_status(f"/api/v1/namespaces/{namespace}/pods/{name}-worker-0", {"conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": "node shutdown",
+         "lastTransitionTime": "2026-11-26T00:00:00Z"}]})
+    assert backend.status(name).message.startswith(f"pod {name}-worker-0 is disrupted")  # queued: not left to Kueue
+    double.conditions(_condition("Evicted", True, "PodsReadyTimeout", "pods not ready", "05"))
+
+    async def first() -> JobStatus:
+        async for status in backend.statuses(name, interval=0.5):
+            return status
+
+    for status in (backend.status(name), asyncio.run(asyncio.wait_for(first(), 60))):
+        assert (status.state, status.reason) == (JobState.PREEMPTED, REQUEUED), status
+        assert status.message.startswith("evicted by Kueue (PodsReadyTimeout: pods not ready)")
