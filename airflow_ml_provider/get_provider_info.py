@@ -86,6 +86,7 @@ _TRAINING_FIELDS = {
         "kueue: Kueue admits the jobs (scheduling.queue is the LocalQueue, scheduling.priority_class the "
         "WorkloadPriorityClass; jobs are created suspended). Empty: no queueing system.",
         enum=["kueue"],
+        values_display={"kueue": "kueue: Kueue admits the jobs (created suspended, labelled with their queue)"},
     ),
     "image": _field(
         "Kubernetes: training image",
