@@ -81,6 +81,13 @@ _TRAINING_FIELDS = {
         examples=["volcano"],
         **_DNS_LABEL_SCHEMA,
     ),
+    "queueing": _field(
+        "Kubernetes: queueing",
+        "kueue: Kueue admits the jobs (scheduling.queue is the LocalQueue, scheduling.priority_class the "
+        "WorkloadPriorityClass; jobs are created suspended). Empty: no queueing system.",
+        enum=["kueue"],
+        values_display={"kueue": "kueue: Kueue admits the jobs (created suspended, labelled with their queue)"},
+    ),
     "image": _field(
         "Kubernetes: training image",
         "Image of the jobs' pods unless the task or a framework image sets one.",

@@ -7,6 +7,10 @@ per minute of waiting, beside what a per-job 2-second status poll would need (N 
 and the process's CPU time per job-minute while the jobs run; the one-off set-up reads (the list and
 the watch) are reported apart. The MPI operator here has no gang scheduler (a default install), so no
 PodGroup is looked up. Needs `make kube-apiserver`.
+
+``--queueing kueue``: the jobs are queued by Kueue (played here: Kueue v0.19.2's Workload CRD from
+`make crds`, one Workload per job saying the ClusterQueue has no quota for it), so the followers wait
+on QUEUED jobs through the shared watches of the MPIJobs, the Workloads and the pods.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ _METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[
 
 def trigger_reads(cluster) -> int:
     """GET/LIST/WATCH requests the API server has answered so far, on any resource the followers read
-    (mpijobs, and podgroups for the gang check of pending jobs); the benchmark's own writes are PATCHes."""
+    (mpijobs, podgroups for the gang check of pending jobs, workloads, pods); the benchmark's own
+    writes are POSTs and PATCHes."""
     import ssl
     import urllib.request
 
@@ -47,7 +52,7 @@ def trigger_reads(cluster) -> int:
     for line in text.splitlines():
         match = _METRIC.match(line)
         labels = match and match["labels"]
-        if labels and re.search(r'resource="(mpijobs|podgroups)"', labels) and re.search(r'verb="(GET|LIST|WATCH)"', labels):
+        if labels and re.search(r'resource="(mpijobs|podgroups|workloads|pods)"', labels) and re.search(r'verb="(GET|LIST|WATCH)"', labels):
             total += int(float(match["value"]))
     return total
 
@@ -84,32 +89,59 @@ async def follow(names: list[str], wait_s: float, cluster, namespace: str):
     return before - start_reads, waiting, trigger_reads(cluster) - start_reads
 
 
+def queue(cluster, namespace: str, job: dict) -> None:
+    """What Kueue does for a job it cannot admit: a Workload owned by the job, QuotaReserved false."""
+    from airflow_ml_provider.jobs.backends.kueue import WORKLOAD_API
+
+    path = f"/apis/{WORKLOAD_API}/namespaces/{namespace}/workloads"
+    name = f"mpijob-{job['metadata']['name']}"
+    cluster.request("POST", path, {
+        "apiVersion": WORKLOAD_API, "kind": "Workload", "metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"],
+            "uid": job["metadata"]["uid"], "controller": True}]},
+        "spec": {"queueName": "team-a", "podSets": [
+            {"name": "worker", "count": 2, "template": {"spec": {"containers": [{"name": "w", "image": "img:1"}]}}}]}})
+    cluster.patch_status(f"{path}/{name}", {"conditions": [{
+        "type": "QuotaReserved", "status": "False", "reason": "Pending", "lastTransitionTime": "2026-11-26T00:00:00Z",
+        "message": "couldn't assign flavors to pod set worker: insufficient quota for nvidia.com/gpu in flavor spot"}]})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10,100,1000")
     parser.add_argument("--wait", type=float, default=30.0, help="seconds the jobs run while being followed")
+    parser.add_argument("--queueing", choices=["kueue"], help="the jobs wait in Kueue's queue (QUEUED) meanwhile")
     args = parser.parse_args()
     binary = apiserver_binary()
     if binary is None:
         print("no kube-apiserver: run `make kube-apiserver` first", file=sys.stderr)
         return 1
-    cluster = start_cluster(binary)
+    from kube_cluster import CRDS_DIR
+
+    cluster = start_cluster(binary, crds=sorted(CRDS_DIR.glob("*.yaml")) + (
+        [CRDS_DIR / "next" / "kueue.x-k8s.io_workloads.yaml"] if args.queueing else []))
     namespace = "bench"
     cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cluster.kubeconfig), "namespace": namespace}})
+    if args.queueing:
+        os.environ["AIRFLOW_CONN_ML_TRAINING_DEFAULT"] = json.dumps(
+            {"conn_type": "ml_training", "extra": {"queueing": args.queueing}})
     from airflow_ml_provider import labels
     from airflow_ml_provider.jobs.backends import get_backend
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
-    jobs = get_backend("mpijob", api_client=cluster.api_client(), namespace=namespace)
-    spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, image="img:1")
+    jobs = get_backend("mpijob", api_client=cluster.api_client(), namespace=namespace, queueing=args.queueing)
+    spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, image="img:1",
+                           scheduling={"queue": "team-a"})
     rows = []
     try:
         for size in (int(n) for n in args.sizes.split(",")):
             names = [f"bench-{size}-{i}" for i in range(size)]
             for name in names:
                 jobs.submit(name, spec, {labels.JOB_NAME: name})
+                if args.queueing:
+                    queue(cluster, namespace, jobs.get("MPIJob", name))
             setup, (reads, cpu, elapsed), total = asyncio.run(follow(names, args.wait, cluster, namespace))
             per_minute = reads / elapsed * 60
             rows.append((size, setup, reads, per_minute, size * 30, cpu / size / elapsed * 60 * 1000, total))

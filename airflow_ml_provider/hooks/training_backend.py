@@ -27,8 +27,8 @@ class TrainingBackendHook(BaseHook):
     (``auto``, the default: each local job in a bubblewrap sandbox where it works; ``required``; ``off``),
     and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
-    context; default ``kubernetes_default``), ``namespace`` and ``gang_scheduler`` (the MPI operator's
-    ``--gang-scheduling`` setting, if it has one).
+    context; default ``kubernetes_default``), ``namespace``, ``gang_scheduler`` (the MPI operator's
+    ``--gang-scheduling`` setting, if it has one) and ``queueing`` (``kueue`` where Kueue admits the jobs).
 
     Artifacts (``artifact_root`` extra, else ``[ml_training] artifact_root``, else the local root
     ``$AIRFLOW_HOME/ml`` for local jobs): a local/mounted path or ``s3://``/``gs://`` URL under which
@@ -100,7 +100,8 @@ class TrainingBackendHook(BaseHook):
         namespace = extras.get("namespace") or kubernetes.get_namespace() or "default"
         return get_backend(name, api_client=kubernetes.api_client, namespace=namespace,
                            async_api_factory=self.async_api_factory(), watch_key=self.kubernetes_conn_id(extras),
-                           gang_scheduler=extras.get("gang_scheduler") or None)
+                           gang_scheduler=extras.get("gang_scheduler") or None,
+                           queueing=extras.get("queueing") or None)
 
     def artifact_store(self, backend: str | None = None) -> ArtifactStore | None:
         """Where jobs on ``backend`` keep artifacts. None for a cluster backend with no root configured

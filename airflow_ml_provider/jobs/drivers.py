@@ -95,6 +95,8 @@ def _report(step: Step, log: logging.Logger, on_step: Callable[[Step], None] | N
     ``on_step`` (e.g. observability.JobMetrics); True when the driver must now cancel its own job."""
     for warning in step.warnings:
         log.warning("%s", warning)
+    for event in step.events:
+        log.info("%s", event)
     for line in step.lines:
         log.info("%s", format_line(line))
     if on_step is not None:

@@ -20,13 +20,14 @@ from enum import Enum
 from typing import Any
 
 from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound
-from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.logs.rules import LogRules, RuleMatch, Verdict
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSourceUnavailable
 
 TAIL_LINE_CHARS = 4096  # of a line kept in the tail (the saved state): a pod's lines can be any length
 TAIL_SOURCE_CHARS = 256
+_REASONS_SHOWN = frozenset({JobState.QUEUED, JobState.GANG_PENDING})  # a new reason of these is logged again
 
 
 class Action(str, Enum):
@@ -63,6 +64,7 @@ class Step:
     timed_out: bool = False  # FAIL: the deadline passed
     points: list[tuple[str, int, float]] = field(default_factory=list)  # new metric observations
     warnings: list[str] = field(default_factory=list)  # to log: ignored log content, outages
+    events: list[str] = field(default_factory=list)  # to log: the job's state changes (and a waiting job's reason)
 
     def to_dict(self) -> dict[str, Any]:
         """A final step as JSON (a trigger event carries it): what the task needs to conclude."""
@@ -90,7 +92,11 @@ class FollowOptions:
 
     Args:
         rules: ``fail_on``/``retry_on``/``succeed_on``/``metrics`` regexes (see LogRules).
-        max_preemptions: resubmissions after a preemption before the task fails (0: none).
+        max_preemptions: resubmissions after a preemption before the task fails (0: none). A preemption
+            the job's queue takes back by itself (Kueue's eviction: reason REQUEUED) is waited through,
+            never resubmitted, and not counted.
+        max_queue_s: how long the job may wait for admission by its queue (QUEUED, or evicted and
+            requeued) before it is stopped and the task fails with the queue's last reason; None: no limit.
         poll_interval: seconds between rounds while nothing is new.
         settle_s: how long after the job ended lines may still arrive (a shipped log); 0 for files.
         outage_grace_s: how long the log store may stay unreadable before the task fails (retryably).
@@ -105,6 +111,7 @@ class FollowOptions:
 
     rules: dict[str, list[str]] = field(default_factory=dict)
     max_preemptions: int = 3
+    max_queue_s: float | None = None
     poll_interval: float = 1.0
     settle_s: float = 0.0
     outage_grace_s: float = 600.0
@@ -115,7 +122,8 @@ class FollowOptions:
     max_lines: int = 5000
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rules": self.rules, "max_preemptions": self.max_preemptions, "poll_interval": self.poll_interval,
+        return {"rules": self.rules, "max_preemptions": self.max_preemptions,
+                "max_queue_s": self.max_queue_s, "poll_interval": self.poll_interval,
                 "settle_s": self.settle_s, "outage_grace_s": self.outage_grace_s, "deadline": self.deadline,
                 "artifact_roots": list(self.artifact_roots), "metric_goals": self.metric_goals,
                 "tail_lines": self.tail_lines, "max_lines": self.max_lines}
@@ -141,12 +149,15 @@ class Follower:
         self.outage_since: float | None = state.get("outage_since")
         self.outage_failures: int = state.get("outage_failures", 0)
         self.seq: int = state.get("seq", 0)  # grows with every observed batch: newer state wins
+        self.shown: list[str] | None = state.get("shown")  # the job's state (and reason) last logged
+        self.waiting_since: float | None = state.get("waiting_since")  # waiting for admission since
 
     @property
     def state(self) -> dict[str, Any]:
         return {"cursor": self.cursor, "metrics": self.tracker.state(), "preemptions": self.preemptions,
                 "tail": [list(entry) for entry in self.tail], "ended_at": self.ended_at,
-                "outage_since": self.outage_since, "outage_failures": self.outage_failures, "seq": self.seq}
+                "outage_since": self.outage_since, "outage_failures": self.outage_failures, "seq": self.seq,
+                "shown": self.shown, "waiting_since": self.waiting_since}
 
     # -- rounds -----------------------------------------------------------------------------------------
 
@@ -170,6 +181,7 @@ class Follower:
         when following a status alone). A terminal status followed by an empty read, at least
         ``settle_s`` after the job ended, means every line has been seen."""
         warnings = self._recovered(now)
+        events = self._transition(status, now)
         lines, points, match = [], [], None
         if batch is not None:
             self.seq += 1
@@ -180,16 +192,21 @@ class Follower:
                 if (match := self.rules.check(line)) is not None:
                     break
             self._keep_tail(lines)
-        progress = {"lines": lines, "status": status, "points": points, "warnings": warnings}
+        progress = {"lines": lines, "status": status, "points": points, "warnings": warnings, "events": events}
         if match is not None:
             return self._verdict(match, progress)
-        if self.options.deadline is not None and now >= self.options.deadline and not (status and status.state.is_terminal):
+        if (limit := self.options.max_queue_s) is not None and status is not None and self.waiting_since is not None \
+                and now - self.waiting_since >= limit:
+            return Step(Action.FAIL, **progress, cancel=True, retryable=False,
+                        message=f"the job was not admitted by its queue within max_queue_s ({limit:g} s); "
+                                f"the queue's last reason: {status.message or 'none given'}")
+        if self.options.deadline is not None and now >= self.options.deadline and not (status and status.ended):
             return Step(Action.FAIL, **progress, cancel=True, timed_out=True,
                         message=f"the job did not finish by its deadline ({self.options.deadline - now:+.0f} s)")
         more = batch is not None and len(batch.lines) >= self.options.max_lines
         if more:
             return Step(Action.WAIT, **progress, delay=0.0)
-        if status is None or not status.state.is_terminal:
+        if status is None or not status.ended:
             self.ended_at = None
             return Step(Action.WAIT, **progress, delay=self.options.poll_interval)
         if self.ended_at is None:
@@ -285,6 +302,19 @@ class Follower:
                     "the task's model_dir/checkpoint_dir)")
         return (f"it is outside the job's artifact directories {list(self.options.artifact_roots)} once resolved "
                 "(symlinks, '..')")
+
+    def _transition(self, status: JobStatus | None, now: float) -> list[str]:
+        """A line for the log when the job's state changes, or a waiting job's reason does (Kueue's
+        "insufficient quota" becoming another reason): each once, whatever the number of rounds."""
+        if status is None:
+            return []
+        waiting = status.state is JobState.QUEUED or status.reason == REQUEUED
+        self.waiting_since = (now if self.waiting_since is None else self.waiting_since) if waiting else None
+        shown = [status.state.value, status.message if status.state in _REASONS_SHOWN or waiting else ""]
+        if shown == self.shown:
+            return []
+        self.shown = shown
+        return [f"Job is {status.state.value}" + (f": {status.message}" if status.message else "")]
 
     def _recovered(self, now: float) -> list[str]:
         if self.outage_since is None:

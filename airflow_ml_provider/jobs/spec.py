@@ -103,12 +103,18 @@ class Volume(BaseModel):
         return self
 
 
+# A node label's key (an optional DNS-subdomain prefix and a name) and value, as Kubernetes checks them:
+# what a spot pool's node selector and taint tolerations name (e.g. cloud.google.com/gke-spot: "true").
+LabelKey = Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")]
+LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")]
+
+
 class Toleration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: str | None = None
+    key: LabelKey | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
 
@@ -117,7 +123,7 @@ class KubernetesOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
     image_pull_secrets: list[str] = Field(default_factory=list)
     service_account: str | None = None

@@ -9,6 +9,7 @@ from enum import Enum
 class JobState(str, Enum):
     PENDING = "PENDING"
     GANG_PENDING = "GANG_PENDING"  # accepted, but the whole gang of workers cannot be placed yet
+    QUEUED = "QUEUED"  # waiting for a queueing system (Kueue) to admit it: quota, before any placement
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
     PREEMPTED = "PREEMPTED"  # workers were evicted or killed from outside; resumable from a checkpoint
@@ -25,6 +26,7 @@ TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCE
 
 # Machine-readable reasons (``JobStatus.reason``): what callers branch on, never the message's wording.
 NEVER_LAUNCHED = "NeverLaunched"  # FAILED before any worker started (its submitter died): safe to submit again
+REQUEUED = "Requeued"  # PREEMPTED, but its queue (Kueue) admits the same job object again: wait, never resubmit
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,11 @@ class JobStatus:
     message: str = ""
     exit_codes: dict[int, int] = field(default_factory=dict)
     reason: str = ""
+
+    @property
+    def ended(self) -> bool:
+        """Terminal for good: a REQUEUED preemption is not, since the same job comes back by itself."""
+        return self.state.is_terminal and self.reason != REQUEUED
 
     def to_dict(self) -> dict:
         return {

@@ -61,7 +61,9 @@ class BaseTrainingOperator(BaseOperator):
     A job that ends PREEMPTED (evicted pods, a worker killed from outside) is resubmitted under the
     same name, up to ``max_preemptions`` times, without spending an Airflow retry: the attempt carries
     ``AIRFLOW_ML_PREEMPTIONS`` and ``AIRFLOW_ML_RESUME_FROM`` (the last checkpoint its log reported).
-    A FAILED job (the user's code exited non-zero) is never resubmitted this way.
+    A FAILED job (the user's code exited non-zero) is never resubmitted this way. Where Kueue admits
+    jobs (the connection's ``queueing: kueue``), a job Kueue evicts is requeued by Kueue itself: the
+    task waits for the same job to be admitted again, and ``max_queue_s`` bounds each wait for admission.
 
     Clear means retrain: a new try of a task whose job already SUCCEEDED (the task was cleared, or
     the DAG run re-run) starts a fresh job with its own, empty model and checkpoint directories
@@ -104,6 +106,7 @@ class BaseTrainingOperator(BaseOperator):
         model_dir: str | None = None,
         checkpoint_dir: str | None = None,
         max_preemptions: int = 3,
+        max_queue_s: float | None = None,
         fail_on: list[str] | None = None,
         retry_on: list[str] | None = None,
         ml_conn_id: str = TrainingBackendHook.default_conn_name,
@@ -127,6 +130,9 @@ class BaseTrainingOperator(BaseOperator):
         self.model_dir = model_dir
         self.checkpoint_dir = checkpoint_dir
         self.max_preemptions = max_preemptions
+        if max_queue_s is not None and not max_queue_s > 0:
+            raise ValueError(f"max_queue_s: must be a positive number of seconds (got {max_queue_s!r})")
+        self.max_queue_s = max_queue_s
         self.fail_on = list(fail_on or [])
         self.retry_on = list(retry_on or [])
         LogRules(fail_on=self.fail_on, retry_on=self.retry_on)  # bad regexes fail at parse time
@@ -225,7 +231,8 @@ class BaseTrainingOperator(BaseOperator):
     def base_follow_options(self) -> FollowOptions:
         """This task's log rules, preemption budget and poll interval: a search applies them to its trials."""
         return FollowOptions(rules={"fail_on": self.fail_on, "retry_on": self.retry_on},
-                             max_preemptions=self.max_preemptions, poll_interval=self.poll_interval)
+                             max_preemptions=self.max_preemptions, max_queue_s=self.max_queue_s,
+                             poll_interval=self.poll_interval)
 
     def _source(self, backend: Backend, name: str) -> LogSource:
         """The job's log, built once per attempt (at submission, at each resubmission): the follow

@@ -58,6 +58,7 @@ class IndexedJobBackend(KubernetesBackend):
     api_version = "batch/v1"
     kind = "Job"
     frameworks = frozenset({Framework.LIGHTGBM, Framework.GENERIC})
+    suspend_field = ("spec", "suspend")  # Kueue's batch/job integration
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         check_options(spec)

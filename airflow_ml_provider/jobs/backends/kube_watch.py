@@ -37,6 +37,10 @@ class ApiRefusal(RuntimeError):
         self.status = status
 
 
+def _name(obj: dict) -> str:
+    return obj["metadata"]["name"]
+
+
 def _version(obj: dict | None) -> str | None:
     return obj["metadata"].get("resourceVersion") if obj else None
 
@@ -59,15 +63,19 @@ class CollectionWatcher:
         path: the collection's template, e.g. ``/apis/kubeflow.org/v2beta1/namespaces/{namespace}/mpijobs``.
         path_params: its parameters (``{"namespace": ...}``), quoted by the client.
         selector: label selector limiting the watch to this provider's jobs.
+        key: what a subscriber names an object by (default: its own name); objects it gives None are
+            not kept. Kueue's Workloads are filed under the job that owns them.
     """
 
     _shared: dict[tuple, CollectionWatcher] = {}
 
-    def __init__(self, api_factory: Callable[[], Any], path: str, path_params: dict[str, str], selector: str):
+    def __init__(self, api_factory: Callable[[], Any], path: str, path_params: dict[str, str], selector: str,
+                 key: Callable[[dict], str | None] = _name):
         self.api_factory = api_factory
         self.path = path
         self.path_params = dict(path_params)
         self.selector = selector
+        self.key = key
         self.where = path.format(**path_params)  # for messages
         self.objects: dict[str, dict] = {}
         self.listed = asyncio.Event()  # the first list is in (or the watch failed for good: see failure)
@@ -79,12 +87,12 @@ class CollectionWatcher:
 
     @classmethod
     def shared(cls, key: tuple, api_factory: Callable[[], Any], path: str, path_params: dict[str, str],
-               selector: str) -> CollectionWatcher:
+               selector: str, by: Callable[[dict], str | None] = _name) -> CollectionWatcher:
         """The watcher of this collection in this event loop, started by whoever subscribes first."""
-        index = (key, path, tuple(sorted(path_params.items())), selector)
+        index = (key, path, tuple(sorted(path_params.items())), selector, by)
         watcher = cls._shared.get(index)
         if watcher is None or not watcher.alive():
-            watcher = cls._shared[index] = cls(api_factory, path, path_params, selector)
+            watcher = cls._shared[index] = cls(api_factory, path, path_params, selector, by)
         return watcher
 
     def alive(self) -> bool:
@@ -157,7 +165,7 @@ class CollectionWatcher:
                                      response_types_map=OBJECT, auth_settings=["BearerToken"],
                                      header_params={"Accept": "application/json"}, _return_http_data_only=True,
                                      _request_timeout=60)
-        current = {item["metadata"]["name"]: item for item in listing.get("items", [])}
+        current = {key: item for item in listing.get("items", []) if (key := self.key(item)) is not None}
         previous, self.objects = self.objects, current
         if self.listed.is_set():  # a re-list: tell subscribers what changed meanwhile
             for name in set(previous) - set(current):
@@ -194,7 +202,9 @@ class CollectionWatcher:
                 version = obj["metadata"].get("resourceVersion", version)
                 if event["type"] == "BOOKMARK":
                     continue
-                name = obj["metadata"]["name"]
+                name = self.key(obj)
+                if name is None:
+                    continue
                 if event["type"] == "DELETED":
                     self.objects.pop(name, None)
                     self._deliver(name, DELETED)

@@ -14,6 +14,8 @@ import logging
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import yaml
@@ -21,6 +23,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from airflow_ml_provider.jobs.backends import kueue
 from airflow_ml_provider.jobs.backends.base import (
     Backend,
     BackendAccessError,
@@ -45,6 +48,40 @@ from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 
 __all__ = ["KubernetesBackend", "TransientApiError"]
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """A change of the followed job's Kueue Workload (``obj``; DELETED when it has none)."""
+
+    obj: dict
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """A pod of the followed job that is being disrupted (``obj``; DELETED once it is gone)."""
+
+    obj: dict
+
+
+def disruption(pod: dict) -> str | None:
+    """Why a pod is being disrupted, from its ``DisruptionTarget`` condition (node shutdown, a node
+    gone (PodGC), preemption by the scheduler, eviction), or None."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            said = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+            return f"pod {pod['metadata']['name']} is disrupted ({said or 'DisruptionTarget'})"
+    return None
+
+
+def _disrupted_job(pod: dict) -> str | None:
+    """Files a disrupted pod under its job's name; the pod watch keeps no other pod."""
+    return (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) if disruption(pod) else None
+
+
+def _owned_by(pod: dict, obj: dict | None) -> bool:
+    uid = (obj or {}).get("metadata", {}).get("uid")
+    return bool(uid) and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
 log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
 _GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending
@@ -85,15 +122,19 @@ class KubernetesBackend(Backend):
         gang_scheduler: the MPI operator's ``--gang-scheduling`` setting (``volcano``, or the name of a
             scheduler-plugins scheduler); None when it runs without one, as a default install does.
             Only MPIJobs use it: Volcano Jobs always have Volcano, Indexed Jobs no gang scheduler.
+        queueing: ``kueue`` where Kueue admits the cluster's jobs (see ``kueue``): the job is created
+            suspended, labelled with its queue and priority class, and its Workload is followed too.
     """
 
     api_version: ClassVar[str]
     kind: ClassVar[str]
     frameworks: ClassVar[frozenset[Framework]]
+    # The primary object's field that holds it suspended until Kueue admits it; None: Kueue cannot manage the kind.
+    suspend_field: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, api_client: ApiClient, namespace: str = "default", retries: int = 5,
                  backoff_s: float = 0.5, async_api_factory: Callable[[], Any] | None = None,
-                 watch_key: str | None = None, gang_scheduler: str | None = None):
+                 watch_key: str | None = None, gang_scheduler: str | None = None, queueing: str | None = None):
         self.api = api_client
         self.namespace = dns_label("namespace", namespace)
         self.retries = retries
@@ -101,6 +142,7 @@ class KubernetesBackend(Backend):
         self.async_api_factory = async_api_factory
         self.watch_key = watch_key
         self.gang_scheduler = dns_label("gang_scheduler", gang_scheduler) if gang_scheduler else None
+        self.queueing = kueue.queueing(queueing)
 
     @abstractmethod
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -138,7 +180,7 @@ class KubernetesBackend(Backend):
         except ApiException as exc:
             if exc.status != 409:
                 raise self._refusal(exc, f"{self.kind} {name} rejected") from None
-            if not self.status(name).state.is_terminal:
+            if not self.status(name).ended:
                 return False  # the same task instance's job is still going: attach to it
             self.delete(name)
             self._wait_gone(primary)
@@ -174,7 +216,40 @@ class KubernetesBackend(Backend):
 
     def status(self, name: str) -> JobStatus:
         obj = self.get(self.kind, name)
-        return self.with_gang(obj, self.job_status(obj))
+        status = self.with_gang(obj, self.job_status(obj))
+        if self.queueing is None:
+            return self.with_disruption(obj, status)
+        owned = kueue.owner_key(self.api_version, self.kind, name)  # one list: a Workload's name is Kueue's hash
+        try:
+            listing = self._call("GET", collection_path(kueue.WORKLOAD_API, "Workload"))
+        except ApiException as exc:
+            raise self._refusal(exc, "list Kueue Workloads") from None
+        workload = next((item for item in listing.get("items") or [] if kueue.workload_owner(item) == owned), None)
+        return self.with_disruption(obj, kueue.workload_status(workload, status))
+
+    def with_disruption(self, obj: dict, status: JobStatus) -> JobStatus:
+        """``status``, or PREEMPTED while a pod of the job (owned by it) is disrupted: one list of the
+        job's pods. Pods that cannot be listed mean no disruption information (one warning). A job that
+        has ended, or that Kueue evicted and requeues (PREEMPTED, REQUEUED), stays as it is."""
+        if status.state.is_terminal:
+            return status
+        name = obj["metadata"]["name"]
+        try:
+            pods = self._call("GET", collection_path("v1", "Pod"), query=[("labelSelector", f"{JOB_NAME_LABEL}={name}")])
+        except (ApiException, TransientApiError) as exc:
+            self._pods_unreadable(f"{exc.status} {api_message(exc)}" if isinstance(exc, ApiException) else exc)
+            return status
+        for pod in pods.get("items") or []:
+            if _owned_by(pod, obj) and (disrupted := disruption(pod)):
+                return JobStatus(JobState.PREEMPTED, disrupted)
+        return status
+
+    def _pods_unreadable(self, reason: object) -> None:
+        key = (self.watch_key or id(self.api), "pods", self.namespace)
+        if key not in _warned:
+            _warned.add(key)
+            log.warning("pods in namespace %s cannot be read, so a disrupted (spot, evicted) pod is not reported "
+                        "as PREEMPTED (%s)", self.namespace, reason)
 
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
         """From the shared watch of this namespace's jobs (one list+watch per connection, namespace and
@@ -192,26 +267,89 @@ class KubernetesBackend(Backend):
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
             collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
-        obj, pending, gang_at = None, None, 0.0
-        async with watcher.subscribe(name) as changes:
+        obj, workload, disrupted, pending, gang_at, first = None, None, None, None, 0.0, True
+        async with watcher.subscribe(name) as changes, self._workloads(name, changes), \
+                self._disruptions(name, changes):
             while True:
                 try:
-                    change = await asyncio.wait_for(changes.get(), interval)
+                    arrived = [await asyncio.wait_for(changes.get(), interval)]
                 except asyncio.TimeoutError:
-                    change = None
-                if isinstance(change, BaseException):
-                    raise change
-                if change is DELETED or (change is None and name not in watcher.objects):
-                    # deleted, or not (yet) seen by the watch: ask the API server directly
-                    obj = await asyncio.to_thread(self.get, self.kind, name)
-                elif change is not None:
-                    obj = change
+                    arrived = [None]
+                while first and not changes.empty():  # the first status: the job with its Workload and pods
+                    arrived.append(changes.get_nowait())
+                first = False
+                job_changed = False
+                for change in arrived:
+                    if isinstance(change, BaseException):
+                        raise change
+                    if isinstance(change, _Workload):
+                        workload = None if change.obj is DELETED else change.obj
+                    elif isinstance(change, _Pod):
+                        if change.obj is not DELETED and _owned_by(change.obj, obj):
+                            disrupted = disrupted or disruption(change.obj)
+                    elif change is DELETED or (change is None and name not in watcher.objects):
+                        # deleted, or not (yet) seen by the watch: ask the API server directly
+                        obj, job_changed = await asyncio.to_thread(self.get, self.kind, name), change is not None
+                    elif change is not None:
+                        obj, job_changed = change, True
                 status = self.job_status(obj)
                 if status.state is JobState.PENDING:
-                    if change is not None or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
+                    if job_changed or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
                         gang_at, pending = time.monotonic(), await asyncio.to_thread(self.with_gang, obj, status)
                     status = pending
-                yield status
+                if self.queueing is not None:
+                    status = kueue.workload_status(workload, status)
+                # a disruption Kueue answers by evicting (REQUEUED) is left to Kueue: no resubmission
+                yield JobStatus(JobState.PREEMPTED, disrupted) if disrupted and not status.state.is_terminal else status
+
+    @asynccontextmanager
+    async def _workloads(self, name: str, changes: asyncio.Queue):
+        """With Kueue, the job's Workload from the shared watch of the namespace's Workloads, put on
+        ``changes`` (as ``_Workload``) now and after every change; nothing without queueing."""
+        if self.queueing is None:
+            yield
+            return
+        watcher = CollectionWatcher.shared(
+            (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
+            collection_path(kueue.WORKLOAD_API, "Workload"), {"namespace": self.namespace}, "",
+            by=kueue.workload_owner)
+
+        async def forward(workloads: asyncio.Queue) -> None:
+            while True:
+                item = await workloads.get()
+                changes.put_nowait(item if isinstance(item, BaseException) else _Workload(item))
+
+        async with watcher.subscribe(kueue.owner_key(self.api_version, self.kind, name)) as workloads:
+            changes.put_nowait(_Workload(workloads.get_nowait()))  # with the job's first status
+            forwarding = asyncio.create_task(forward(workloads))
+            try:
+                yield
+            finally:
+                forwarding.cancel()
+
+    @asynccontextmanager
+    async def _disruptions(self, name: str, changes: asyncio.Queue):
+        """The job's disrupted pods from the shared watch of the namespace's pods (which keeps only
+        disrupted ones), put on ``changes`` as ``_Pod``. Pods that cannot be watched (no ``watch`` on
+        pods) mean no disruption information: one warning, and the job is followed without it."""
+        watcher = CollectionWatcher.shared(
+            (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
+            collection_path("v1", "Pod"), {"namespace": self.namespace}, JOB_NAME_LABEL, by=_disrupted_job)
+
+        async def forward(pods: asyncio.Queue) -> None:
+            while not isinstance(item := await pods.get(), BaseException):
+                changes.put_nowait(_Pod(item))
+            self._pods_unreadable(item)
+
+        async with AsyncExitStack() as stack:
+            try:
+                pods = await stack.enter_async_context(watcher.subscribe(name))
+            except (BackendAccessError, TransientApiError) as exc:
+                self._pods_unreadable(exc)
+            else:
+                changes.put_nowait(_Pod(pods.get_nowait()))  # with the job's first status
+                stack.callback(asyncio.create_task(forward(pods)).cancel)
+            yield
 
     def get(self, kind: str, name: str, api_version: str | None = None) -> dict:
         name = dns_label("job_name", name)
@@ -279,7 +417,16 @@ class KubernetesBackend(Backend):
         """The manifests, or JobSubmissionError naming the field (job name, option) they cannot be made from."""
         try:
             name = dns_label("job_name", name)  # the watch and the pod log reader select by this label
-            return self.manifests(name, spec, {**labels, JOB_NAME_LABEL: name})
+            if self.queueing is None:
+                return self.manifests(name, spec, {**labels, JOB_NAME_LABEL: name})
+            if self.suspend_field is None:
+                raise ValueError(f"queueing: Kueue does not manage {self.kind} objects of the {self.name} backend "
+                                 "(no Kueue integration for them); use another backend or unset queueing")
+            spec, queue_labels = kueue.queued(spec)
+            primary, *others = self.manifests(name, spec, {**labels, JOB_NAME_LABEL: name})
+            primary["metadata"]["labels"].update(queue_labels)
+            kueue.suspend(primary, self.suspend_field)
+            return [primary, *others]
         except ValueError as exc:
             raise JobSubmissionError(str(exc)) from None
 

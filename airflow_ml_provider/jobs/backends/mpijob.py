@@ -43,6 +43,7 @@ class MPIJobBackend(KubernetesBackend):
     api_version = "kubeflow.org/v2beta1"
     kind = "MPIJob"
     frameworks = frozenset({Framework.HOROVOD, Framework.GENERIC})
+    suspend_field = ("spec", "runPolicy", "suspend")  # Kueue's MPIJob integration (kubeflow.org/mpijob)
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         refuse_unused(spec, self.name, "worker_port")  # workers talk MPI over ssh, not LightGBM's port

@@ -59,7 +59,8 @@ async def _states_until_terminal(backend, name: str, action, interval: float = 3
 
 
 def test_statuses_follow_jobs_through_one_shared_watch(mpijobs, kube_cluster, namespace):
-    """Three followers of three jobs in one process: one list and one watch in all, no per-job polling."""
+    """Three followers of three jobs in one process: one list and one watch of the jobs (and one of their
+    pods, for disruptions) in all, no per-job polling."""
     CollectionWatcher._shared.clear()
     backend = TrainingBackendHook().get_backend("mpijob")  # as a follower builds it: from the connection
     others = [JobIdentity("watch", f"train-{i}", "manual__1") for i in range(2)]
@@ -73,17 +74,17 @@ def test_statuses_follow_jobs_through_one_shared_watch(mpijobs, kube_cluster, na
         first = asyncio.create_task(followers[0])
         rest = [asyncio.create_task(follower) for follower in followers[1:]]
         states = await asyncio.wait_for(first, 60)
-        (watcher,) = CollectionWatcher._shared.values()
+        watchers = list(CollectionWatcher._shared.values())
         for identity in others:
             await asyncio.to_thread(mpijobs.delete, identity.name)
         for task in rest:
             with pytest.raises(JobNotFound):
                 await asyncio.wait_for(task, 60)
-        return states, watcher.requests
+        return states, {watcher.path.rsplit("/", 1)[-1]: watcher.requests for watcher in watchers}
 
     states, requests = asyncio.run(scenario())
     assert states[0] is JobState.PENDING and states[-2:] == [JobState.RUNNING, JobState.SUCCEEDED]
-    assert requests == 2, "one list and one watch: no per-job polling"
+    assert requests == {"mpijobs": 2, "pods": 2}, "one list and one watch of each: no per-job polling"
 
 
 def test_a_job_deleted_behind_our_back_ends_the_statuses_as_vanished(mpijobs, kube_cluster, namespace):

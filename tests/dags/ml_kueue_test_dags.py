@@ -1,0 +1,25 @@
+"""DAGs for the Kueue tests: MPIJobs that Kueue (played by the test) admits, evicts and admits again,
+followed by a sync and a deferred task; and one whose wait for admission is bounded by max_queue_s."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG
+
+from airflow_ml_provider.operators.training import HorovodTrainingOperator
+
+SCHEDULING = {"queue": "team-a", "priority_class": "high-priority"}
+
+
+def _kueue_dag(dag_id: str, deferrable: bool, **options) -> DAG:
+    with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
+        HorovodTrainingOperator(task_id="train", num_workers=2, backend="mpijob", image="registry.example/train:1",
+                                checkpoint_dir="/ckpt", scheduling=SCHEDULING, deferrable=deferrable,
+                                poll_interval=0.5, retries=0, execution_timeout=timedelta(minutes=5), **options)
+    return dag
+
+
+kueue_sync = _kueue_dag("ml_test_kueue_sync", deferrable=False)
+kueue_deferred = _kueue_dag("ml_test_kueue_deferred", deferrable=True)
+kueue_max_queue = _kueue_dag("ml_test_kueue_max_queue", deferrable=False, max_queue_s=10)
