@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import psutil
@@ -89,3 +90,44 @@ def test_two_ddp_workers_train_in_step_and_reach_the_one_worker_loss(run_dag, ca
     assert two["metrics"]["accuracy"] > 0.9, two["metrics"]
     task_log = capfd.readouterr().out
     assert "[rank 0]" in task_log and "[rank 1]" in task_log, "rank-prefixed worker lines missing from the task log"
+def test_a_killed_rank_reforms_an_elastic_job_and_preempts_a_fixed_one(run_dag, capfd):
+    backend = _backend()
+    jobs = backend.root / "jobs"
+    before = set(jobs.glob("*")) if jobs.is_dir() else set()
+    killed: dict = {}
+
+    def chaos() -> None:
+        _kill_rank_1(backend, "aml-elastic-", before, killed)
+        _kill_rank_1(backend, "aml-preempted-", before, killed)
+
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    result = run_dag("ml_test_pytorch_chaos")
+    thread.join(10)
+    assert result.state == "success", result.task_states
+    assert set(killed) == {"aml-elastic-", "aml-preempted-"}, "the chaos thread did not kill both jobs' rank 1"
+
+    # Elastic: one job, which torchrun restarted; every epoch trained once, the group resumed from a checkpoint.
+    elastic = killed["aml-elastic-"]
+    assert not elastic.with_name(elastic.name + ".1").exists(), "the elastic job was resubmitted, not re-formed"
+    assert json.loads((elastic / "status.json").read_text())["state"] == "SUCCEEDED"
+    trained = [e["step"] for e in _events(elastic, "metrics")]
+    assert trained == list(range(1, LONG + 1)), "an epoch was trained twice or skipped"
+    resumed = _events(elastic, "resumed")  # every rank of the re-formed group, the killed one's agent restarted
+    assert {e["rank"] for e in resumed} == {0, 1} and min(e["epoch"] for e in resumed) >= 3, resumed
+    assert max(e["restart"] for e in resumed) >= 1, resumed
+    assert len({e["checksum"] for e in _events(elastic, "weights_checksum")}) == 1
+
+    # Fixed size: PREEMPTED, then resubmitted under the same name from its last checkpoint.
+    job_dir = killed["aml-preempted-"]
+    first = job_dir.with_name(job_dir.name + ".1")
+    status = json.loads((first / "status.json").read_text())
+    assert status["state"] == "PREEMPTED" and "rank 1 was killed by a signal" in status["message"], status
+    last_checkpoint = _events(first, "checkpoint")[-1]
+    [resumed] = [e for e in _events(job_dir, "resumed") if e["rank"] == 0]
+    assert (resumed["epoch"], resumed["path"]) == (last_checkpoint["epoch"], last_checkpoint["path"])
+    trained = [e["step"] for e in _events(job_dir, "metrics")]
+    assert trained == list(range(last_checkpoint["epoch"] + 1, LONG + 1)), "an epoch was trained twice or skipped"
+    checksums = {e["rank"]: e["checksum"] for e in _events(job_dir, "weights_checksum")}
+    assert set(checksums) == {0, 1} and checksums[0] == checksums[1]
+    assert "Resubmitting it (preemption 1 of at most 2; not an Airflow retry)" in capfd.readouterr().out
