@@ -121,9 +121,11 @@ class KubernetesBackend(Backend):
 
     def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
         if spec.framework not in self.frameworks:
+            from airflow_ml_provider.jobs.backends import backends_for
+
             raise JobSubmissionError(
                 f"framework: the {self.name} backend runs {sorted(f.value for f in self.frameworks)}, "
-                f"not {spec.framework.value!r}"
+                f"not {spec.framework.value!r}; backends that run it: {', '.join(backends_for(spec.framework.value))}"
             )
         if not spec.image:
             raise JobSubmissionError(f"image: the {self.name} backend needs a container image")
