@@ -63,8 +63,9 @@ def main() -> int:
         backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
         for run in range(1, args.runs + 1):
             name = f"torch-overhead-{run}"
-            command = trainer + artifact_args(Path(backend.default_artifact_dir(name)))
-            spec = TrainingJobSpec(framework="pytorch", num_workers=WORKERS, command=command)
+            artifacts = Path(backend.default_artifact_dir(name))  # the spec's dirs: the sandbox lets the job write them
+            spec = TrainingJobSpec(framework="pytorch", num_workers=WORKERS, command=trainer,
+                                   model_dir=str(artifacts / "model"), checkpoint_dir=str(artifacts / "ckpt"))
             seconds, lines, inner = run_job(backend, name, spec, "sync")
             times["operator"].append(seconds)
             print(f"run {run}  (a) operator path {seconds:6.1f} s  ({len(lines)} lines; the agents inside it "
