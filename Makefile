@@ -1,7 +1,7 @@
 # The two commands a user needs: `make demo` and `make test`. Everything they need is installed
 # here, from pinned lock files, into two environments (as in production, training runs in its own
 # image): .venv (control: Airflow, providers, LightGBM, MLflow, this package) and .venv-train
-# (training: TensorFlow + Horovod, built once and cached by version; see scripts/build_horovod.sh).
+# (training: TensorFlow + Horovod, CPU PyTorch; Horovod built once and cached by version; see scripts/build_horovod.sh).
 SHELL := /bin/bash
 PYTHON ?= python3
 UV_VERSION := 0.13.9
@@ -13,6 +13,9 @@ DOCS_VENV := .venv-docs
 # Where make docs writes the HTML (the docs test builds into a temporary folder).
 DOCS_OUT ?= docs/_build/html
 export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
+# Where the training env's CPU-only torch wheel (torch==2.13.0+cpu in requirements/training.lock) is found:
+# the machine's wheel folder when it has one, else PyTorch's CPU wheel index (`+cpu` builds are not on PyPI).
+TORCH_WHEELS ?= $(if $(wildcard /opt/wheels/torch-*+cpu-*.whl),/opt/wheels,https://download.pytorch.org/whl/cpu/torch/)
 PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist; tests/conftest.py keeps each file on one worker): most tests wait on
 # real processes (Airflow components, training jobs), so three keep two cores busy.
@@ -49,6 +52,7 @@ bench: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/search_scale.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/preemption_cost.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/sandbox_start.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/torch_overhead.py
 
 lint: control-env
 	$(UV) pip install --python $(VENV)/bin/python --quiet ruff==0.14.5
@@ -97,7 +101,7 @@ $(VENV)/.installed: requirements/control.lock setup.cfg | $(UV)
 # The package goes in without dependencies: workers need its runtime/, not Airflow.
 $(TRAIN_VENV)/.installed: requirements/training.lock scripts/build_horovod.sh setup.cfg | $(UV)
 	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(TRAIN_VENV)
-	$(UV) pip install --quiet --python $(TRAIN_VENV)/bin/python -r requirements/training.lock
+	$(UV) pip install --quiet --python $(TRAIN_VENV)/bin/python --find-links $(TORCH_WHEELS) -r requirements/training.lock
 	scripts/build_horovod.sh $(TRAIN_VENV)
 	$(UV) pip install --quiet --python $(TRAIN_VENV)/bin/python --no-deps -e .
 	touch $@

@@ -99,6 +99,9 @@ _TRAINING_FIELDS = {
     "image_lightgbm": _field(
         "Kubernetes: LightGBM image", "Image for LightGBM jobs. Empty: the training image."
     ),
+    "image_pytorch": _field(
+        "Kubernetes: PyTorch image", "Image for PyTorch jobs (torchrun). Empty: the training image."
+    ),
     "image_generic": _field("Kubernetes: generic image", "Image for other jobs. Empty: the training image."),
     "artifact_root": _field(
         "Artifact root",

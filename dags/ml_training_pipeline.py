@@ -2,7 +2,7 @@
 gate -> deploy to the model marketplace (MLflow Model Registry) -> summary.
 
 **Trigger it** with the defaults (a generated dataset, LightGBM on the connection's default backend,
-the local one unless configured), or pick the Params: framework (LightGBM or Horovod), backend,
+the local one unless configured), or pick the Params: framework (LightGBM, Horovod or PyTorch), backend,
 workers, epochs/rounds, learning rate, your own data, gate thresholds. The trigger form checks
 types and choices; ranges and names are checked by the server when you press Trigger (the refusal
 names the Param and its range); the first task, `prepare_data`, checks what a form cannot: `data_path` must be a file inside
@@ -38,7 +38,11 @@ from airflow_ml_provider.operators.params import (
     refuse,
 )
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
-from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
+from airflow_ml_provider.operators.training import (
+    HorovodTrainingOperator,
+    LightGBMTrainingOperator,
+    PyTorchTrainingOperator,
+)
 from airflow_ml_provider.patterns import bounded, whole
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
@@ -100,10 +104,12 @@ with DAG(
         "framework": Param(
             "lightgbm",
             type="string",
-            enum=["lightgbm", "horovod"],
-            values_display={"lightgbm": "LightGBM (data-parallel)", "horovod": "Horovod (TensorFlow/Keras)"},
+            enum=["lightgbm", "horovod", "pytorch"],
+            values_display={"lightgbm": "LightGBM (data-parallel)", "horovod": "Horovod (TensorFlow/Keras)",
+                            "pytorch": "PyTorch (DDP under torchrun)"},
             title="Framework",
-            description="Which trainer runs: LightGBM gradient boosting or a Horovod/Keras network.",
+            description="Which trainer runs: LightGBM gradient boosting, a Horovod/Keras network or a PyTorch "
+            "DDP network.",
         ),
         "backend": Param(
             None,
@@ -135,7 +141,7 @@ with DAG(
             type="integer",
             allOf=bounded("Epochs: a whole number from 1 to 500.", minimum=1, maximum=500),
             title="Epochs",
-            description="Horovod only: epochs, a whole number from 1 to 500.",
+            description="Horovod and PyTorch: epochs, a whole number from 1 to 500.",
         ),
         "boost_rounds": Param(
             60,
@@ -297,6 +303,27 @@ with DAG(
         image=IMAGE,
         doc_md="Horovod (ring-allreduce) training of a Keras network over the preprocessed shards.",
     )
+    train_pytorch = PyTorchTrainingOperator(
+        task_id="train_pytorch",
+        on_failure_callback=FAILURE_NOTIFIERS,
+        command=[
+            "python",
+            "-m",
+            "airflow_ml_provider.runtime.torch_ddp",
+            "--epochs",
+            "{{ params.epochs }}",
+            "--learning-rate",
+            "{{ params.learning_rate }}",
+            "--train-data",
+            prepared["train_dir"],
+            "--test-data",
+            prepared["valid"],
+        ],
+        num_workers=WORKERS,
+        backend=BACKEND,
+        image=IMAGE,
+        doc_md="PyTorch DDP (torchrun, gloo on CPU) training of a network over the preprocessed shards.",
+    )
     evaluate = EvaluateModelOperator(
         task_id="evaluate",
         training="train_{{ params.framework }}",  # the branch that ran
@@ -309,7 +336,7 @@ with DAG(
         trigger_rule="none_failed_min_one_success",
         doc_md="Held-out metrics, training curve and report, recorded as an MLflow run (see its link).",
     )
-    preprocess >> choose_framework() >> [train_lightgbm, train_horovod] >> evaluate
+    preprocess >> choose_framework() >> [train_lightgbm, train_horovod, train_pytorch] >> evaluate
     gate = ModelGateOperator(
         task_id="gate",
         notifiers=GATE_NOTIFIERS,

@@ -11,6 +11,7 @@ from airflow_ml_provider.operators.training import (
     HorovodTrainingOperator,
     LightGBMTrainingOperator,
     OnFinish,
+    PyTorchTrainingOperator,
     TrainingJobFailed,
     TrainingJobOperator,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "ModelGateOperator",
     "OnFinish",
     "PreprocessOperator",
+    "PyTorchTrainingOperator",
     "RecipeTrialOperator",
     "TrainingJobFailed",
     "TrainingJobOperator",

@@ -41,6 +41,15 @@ needs_horovod = pytest.mark.skipif(
 )
 
 
+def torch_available() -> bool:
+    return (TRAINING_IMAGE / "bin" / "torchrun").exists()
+
+
+needs_torch = pytest.mark.skipif(
+    not torch_available(), reason=f"no PyTorch (torchrun) in the training environment {TRAINING_IMAGE} (make training-env)"
+)
+
+
 def wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
     """Poll until ``predicate()`` is truthy and return its value; fail naming what never happened."""
     deadline = time.monotonic() + timeout

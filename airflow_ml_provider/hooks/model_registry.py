@@ -32,7 +32,7 @@ from airflow_ml_provider.patterns import MODEL_NAME
 CHAMPION, CHALLENGER = "champion", "challenger"
 LINEAGE_KEY = "airflow.lineage_key"
 PREVIOUS_CHAMPION = "airflow.previous_champion"
-MODEL_FILES = (".txt", ".keras")  # what the trainers write (runtime.predict loads them)
+MODEL_FILES = (".txt", ".keras", ".pt")  # what the trainers write (runtime.predict loads them)
 _AUTHORIZATION: ContextVar[str | None] = ContextVar("ml_registry_authorization", default=None)
 
 
@@ -222,8 +222,8 @@ class ModelRegistryHook(BaseHook):
             }
 
     def model_file(self, name: str, version: int, directory: str) -> Path:
-        """Download the trained model file that ``register`` stored in the version (``model.txt`` or
-        ``model.keras``) into ``directory``; returns its path."""
+        """Download the trained model file that ``register`` stored in the version (``model.txt``,
+        ``model.keras`` or ``model.pt``) into ``directory``; returns its path."""
         with self.mlflow() as mlflow:
             uri = mlflow.MlflowClient().get_model_version_download_uri(name, str(version))
             local = Path(mlflow.artifacts.download_artifacts(f"{uri.rstrip('/')}/artifacts", dst_path=directory))

@@ -28,6 +28,7 @@ class Framework(str, Enum):
 
     HOROVOD = "horovod"  # horovodrun / MPI: one launcher, ring-allreduce between ranks
     LIGHTGBM = "lightgbm"  # LightGBM sockets: each worker is told the full machine list
+    PYTORCH = "pytorch"  # torchrun (c10d rendezvous): one agent per worker, nproc_per_node ranks each
     GENERIC = "generic"  # N independent ranks with RANK/NUM_WORKERS in their environment
 
 
@@ -167,6 +168,8 @@ class TrainingJobSpec(BaseModel):
     # model): the local backend's sandbox shows them read-only; pods reach the artifact root themselves.
     inputs: list[Annotated[str, AfterValidator(_no_nul), Field(pattern=r"^(/|[a-z][a-z0-9+.-]*://)")]] = Field(
         default_factory=list)
+    # PyTorch only: processes (ranks) torchrun starts on each worker, e.g. one per GPU of a node.
+    nproc_per_node: Annotated[int, Field(ge=1, le=256)] = 1
     min_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
     max_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
     # Wall-clock limit of one attempt, in seconds: the local launcher stops the job when it passes,
@@ -207,6 +210,13 @@ class TrainingJobSpec(BaseModel):
             raise ValueError(
                 f"min_workers ({low}) <= num_workers ({self.num_workers}) <= max_workers ({high}) must hold"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _nproc_is_torch(self) -> TrainingJobSpec:
+        if self.nproc_per_node != 1 and self.framework is not Framework.PYTORCH:
+            raise ValueError(f"nproc_per_node ({self.nproc_per_node}) applies to framework 'pytorch' only "
+                             f"(got framework {self.framework.value!r})")
         return self
 
     @property

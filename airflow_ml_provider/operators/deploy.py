@@ -245,8 +245,9 @@ def _signature(evaluation: dict[str, Any]):
 
 def _requirements(framework: str) -> tuple[list[str], list[str]]:
     """What serving the model needs, pinned to this environment's versions where installed, and the
-    packages that are not installed here (a Keras model's TensorFlow lives in the training image)."""
-    packages = ["numpy", "lightgbm" if framework == "lightgbm" else "tensorflow-cpu"]
+    packages that are not installed here (a Keras model's TensorFlow, a PyTorch model's torch live in the
+    training image)."""
+    packages = ["numpy", {"lightgbm": "lightgbm", "pytorch": "torch"}.get(framework, "tensorflow-cpu")]
     pinned, absent = [], []
     for package in packages:
         try:

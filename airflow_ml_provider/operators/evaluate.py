@@ -26,7 +26,7 @@ from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_lo
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 _NOT_METRICS = {"rows", "n_features", "n_classes"}
-_FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".keras": "keras"}
+_FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".keras": "keras", ".pt": "pytorch"}
 
 
 def _lineage_key(ti, trained: dict[str, Any]) -> str:

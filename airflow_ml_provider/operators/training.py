@@ -83,8 +83,9 @@ class BaseTrainingOperator(BaseOperator):
     """
 
     framework: ClassVar[Framework]
-    min_workers: int | None = None  # elastic bounds: only Horovod jobs take them (HorovodTrainingOperator)
+    min_workers: int | None = None  # elastic bounds: Horovod and PyTorch jobs take them
     max_workers: int | None = None
+    nproc_per_node: int = 1  # ranks per worker: PyTorch only (PyTorchTrainingOperator)
     template_fields: Sequence[str] = ("command", "num_workers", "env", "image", "backend", "model_dir", "checkpoint_dir",
                                       "working_dir", "manifest")
     template_fields_renderers = {"command": "json", "env": "json", "manifest": "yaml"}
@@ -218,6 +219,7 @@ class BaseTrainingOperator(BaseOperator):
                 checkpoint_dir=checkpoint_dir,
                 min_workers=self.min_workers,
                 max_workers=self.max_workers,
+                nproc_per_node=self.nproc_per_node,
                 timeout_s=max(1, int(timeout)) if timeout else None,
                 inputs=self.job_inputs(),
             )
@@ -413,3 +415,26 @@ class LightGBMTrainingOperator(BaseTrainingOperator):
                    "--num-boost-round", str(self.num_boost_round)]
         return command + (["--valid-data", self.valid_data] if self.valid_data else [])
 
+
+
+class PyTorchTrainingOperator(BaseTrainingOperator):
+    """PyTorch DDP under ``torchrun``: one torchrun agent per worker (c10d rendezvous), each starting
+    ``nproc_per_node`` ranks (one per GPU of a node; 1 on CPU), which see ``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` besides the ``AIRFLOW_ML_*`` variables.
+
+    With ``min_workers``/``max_workers`` the job is elastic (``--nnodes=MIN:MAX`` and
+    ``--max-restarts``, see ``jobs.torchrun``): a lost rank re-forms the group, which resumes from the
+    newest checkpoint. Without ``command``, the bundled trainer runs (``runtime.torch_ddp``).
+    """
+
+    framework = Framework.PYTORCH
+
+    def __init__(self, *, command: list[str] | None = None, min_workers: int | None = None,
+                 max_workers: int | None = None, nproc_per_node: int = 1, **kwargs: Any):
+        super().__init__(command=command, **kwargs)
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.nproc_per_node = nproc_per_node
+
+    def build_command(self) -> list[str]:
+        return self.command if self.command is not None else ["python", "-m", "airflow_ml_provider.runtime.torch_ddp"]

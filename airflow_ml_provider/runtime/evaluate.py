@@ -46,13 +46,13 @@ def classification_metrics(y: np.ndarray, probabilities: np.ndarray) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     """Evaluate and emit metrics, shapes (for the model signature) and the model's content hash."""
     parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.evaluate")
-    parser.add_argument("--model", required=True, help="model.txt (LightGBM) or model.keras (path or URL)")
+    parser.add_argument("--model", required=True, help="model.txt (LightGBM), model.keras or model.pt (path or URL)")
     parser.add_argument("--test-data", required=True, help="held-out .npz (X, y) or .csv with a label column")
     parser.add_argument("--champion-model", help="the current champion's model file, scored on the same rows")
     args = parser.parse_args(argv)
     try:
         X, y = load_npz_or_csv(args.test_data)
-        with storage.local_copy(args.model) as model:  # Keras and LightGBM load from a local file
+        with storage.local_copy(args.model) as model:  # Keras, LightGBM and torch load from a local file
             probabilities = load_predictor(model)(X.astype(np.float32))
             model_sha256 = file_sha256(model)
     except (OSError, ValueError, KeyError) as exc:

@@ -1,4 +1,4 @@
-"""Class probabilities from a trained model file, whichever trainer wrote it (LightGBM or Keras)."""
+"""Class probabilities from a trained model file, whichever trainer wrote it (LightGBM, Keras or PyTorch)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ Predictor = Callable[[np.ndarray], np.ndarray]
 
 
 def load_predictor(path: str | Path) -> Predictor:
-    """A function from features (n, d) to class probabilities (n, k), for ``model.txt`` (LightGBM)
-    or ``model.keras`` (Keras, logits turned into probabilities). Raises ValueError otherwise."""
+    """A function from features (n, d) to class probabilities (n, k), for ``model.txt`` (LightGBM),
+    ``model.keras`` (Keras) or ``model.pt`` (``runtime.torch_ddp``'s), logits turned into probabilities.
+    Raises ValueError otherwise."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
@@ -26,7 +27,35 @@ def load_predictor(path: str | Path) -> Predictor:
 
         model = keras.saving.load_model(path)
         return lambda X: _softmax(np.asarray(model(X, training=False)))
-    raise ValueError(f"{path}: unknown model format {path.suffix!r} (expected model.txt or model.keras)")
+    if path.suffix == ".pt":
+        import torch
+
+        module = load_torch_mlp(path)
+
+        def predict(X: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return _softmax(module(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))).numpy())
+
+        return predict
+    raise ValueError(f"{path}: unknown model format {path.suffix!r} (expected model.txt, model.keras or model.pt)")
+
+
+def torch_mlp(n_features: int, n_classes: int):
+    """``runtime.torch_ddp``'s network, built here so that a ``model.pt`` loads wherever this file goes."""
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(n_features, 64), torch.nn.ReLU(), torch.nn.Linear(64, n_classes))
+
+
+def load_torch_mlp(path: str | Path):
+    """The network in a ``model.pt`` (its state dict and sizes), in eval mode. ``weights_only``: tensors
+    and numbers are read back, nothing in the file is run."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model = torch_mlp(int(state["n_features"]), int(state["n_classes"]))
+    model.load_state_dict(state["model"])
+    return model.eval()
 
 
 def _as_class_probabilities(scores: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from airflow_ml_provider.get_provider_info import get_provider_info
+from airflow_ml_provider.jobs.spec import Framework
 from support import REPO
 
 
@@ -79,7 +80,7 @@ def test_connection_forms_show_only_the_fields_their_hooks_read():
         declared = set(meta[conn_type].extra_fields)
         read = set(re.findall(r"extras(?:\(\))?(?:\.get\(|\[)\"(\w+)\"", source))
         if 'f"image_{framework}"' in source:
-            read |= {"image_horovod", "image_lightgbm", "image_generic"}
+            read |= {f"image_{framework.value}" for framework in Framework}
         assert declared - read == set(), f"{conn_type}: fields the hook never reads"
         assert read - declared == set(), f"{conn_type}: extras the hook reads that the form lacks"
 

@@ -16,6 +16,17 @@ BACKENDS = {
 }
 
 
+def backends_for(framework: str) -> list[str]:
+    """The backends that run ``framework`` (a Kubernetes backend lists its ``frameworks``; local runs all)."""
+    names = []
+    for name, path in BACKENDS.items():
+        module, _, cls = path.partition(":")
+        frameworks = getattr(getattr(import_module(module), cls), "frameworks", None)
+        if frameworks is None or framework in {f.value for f in frameworks}:
+            names.append(name)
+    return names
+
+
 def get_backend(name: str, **config: Any) -> Backend:
     try:
         module, _, cls = BACKENDS[name].partition(":")

@@ -165,9 +165,11 @@ class KubernetesBackend(Backend):
         """What this backend requires of a spec before any call (``airflow-ml check`` asks it too).
         Raises JobSubmissionError naming the field."""
         if spec.framework not in self.frameworks:
+            from airflow_ml_provider.jobs.backends import backends_for
+
             raise JobSubmissionError(
                 f"framework: the {self.name} backend runs {sorted(f.value for f in self.frameworks)}, "
-                f"not {spec.framework.value!r}"
+                f"not {spec.framework.value!r}; backends that run it: {', '.join(backends_for(spec.framework.value))}"
             )
         if not spec.image:
             raise JobSubmissionError(f"image: the {self.name} backend needs a container image")

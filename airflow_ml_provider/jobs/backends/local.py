@@ -375,7 +375,7 @@ class LocalBackend(Backend):
 
     def _check_workers(self, spec: TrainingJobSpec) -> None:
         """A job never starts more processes than this machine's bound (checked before anything starts)."""
-        asked = max(spec.num_workers, spec.max_workers or 0)
+        asked = max(spec.num_workers, spec.max_workers or 0) * spec.nproc_per_node
         if asked > self.max_workers:
             field = "max_workers" if spec.max_workers and spec.max_workers > spec.num_workers else "num_workers"
             raise JobSubmissionError(
@@ -508,6 +508,11 @@ def _check_image(spec: TrainingJobSpec, image: str) -> None:
         raise JobSubmissionError(
             f"image: no horovodrun in {bin_dir}; the local backend needs a training environment with "
             "Horovod installed (run `make training-env`, then point the image at .venv-train)"
+        )
+    if spec.framework is Framework.PYTORCH and not (bin_dir / "torchrun").exists():
+        raise JobSubmissionError(
+            f"image: no torchrun in {bin_dir}; the local backend needs a training environment with "
+            "PyTorch installed (run `make training-env`, then point the image at .venv-train)"
         )
 
 

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from airflow_ml_provider.jobs import torchrun
 from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.elastic_launch import ELASTIC_GLOO_TIMEOUT_S
 from airflow_ml_provider.jobs.backends.local_common import (
@@ -76,6 +77,9 @@ _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$
 # between ("Process 1 exit with status code 7.[0]<stdout>:...") and only the start of a line is certain.
 _HOROVOD_EXIT = re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.")
 _RESERVE_BYTES = 64 * 1024  # held back so that status.json can be written on a full disk
+# How long the other torchrun agents of a non-elastic job get to end on their own (their ranks see the
+# lost peer) after one failed, before they are stopped: what they report tells a kill from a crash.
+_PEER_GRACE_S = 15.0
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
 
@@ -107,6 +111,9 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
                              "would take for one of its own options")
         argv = [os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo", "--network-interface", "lo",
                 *rank_shim(), *spec.command]
+    elif spec.framework is Framework.PYTORCH:  # one agent per worker; the launcher picks the rendezvous port
+        env.update(torchrun.LINE_PREFIX_ENV, GLOO_SOCKET_IFNAME="lo")
+        argv = [os.path.join(bin_dir, "torchrun"), *torchrun.torchrun_args(spec, rdzv_id=job_dir.name)]
     else:
         argv = list(spec.command)
     return {"framework": spec.framework.value, "argv": argv, "env": env,
@@ -226,7 +233,7 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
         cwd = plan["cwd"] if spec.get("working_dir") else None
         plan = {**plan, "argv": local_sandbox.argv(plan["sandbox"], cwd) + plan["argv"], "cwd": "/"}
     watchdog = _Watchdog(job_dir, record, writer)
-    runner = _run_horovod if plan["framework"] == "horovod" else _run_ranks
+    runner = {"horovod": _run_horovod, "pytorch": _run_torchrun}.get(plan["framework"], _run_ranks)
     try:
         timing["workers_started_at"] = time.time()
         status = runner(spec, plan, env, writer)
@@ -419,6 +426,68 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter)
     for reader in readers:
         reader.join()
     return _verdict(codes, failures, max(codes.values(), key=abs), "the workers")
+
+
+def _run_torchrun(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
+    """One torchrun agent per worker, meeting at one loopback port (``PET_RDZV_ENDPOINT``), each on a
+    loopback address of its own (``PET_LOCAL_ADDR``), as each would be on a host of its own: the
+    rendezvous tells agents apart by address and PID, and every sandboxed agent has the same PID. A non-elastic
+    job ends at its first failed agent (the others are stopped if they have not ended ``_PEER_GRACE_S``
+    later); an elastic one succeeds when an agent finishes the training, the group having re-formed."""
+    endpoint = f"127.0.0.1:{_free_ports(1)[0]}"
+    procs = []
+    try:
+        for worker in range(spec["num_workers"]):
+            agent_env = {"PET_RDZV_ENDPOINT": endpoint, "PET_LOCAL_ADDR": _loopback(worker)}
+            procs.append(_popen(plan["argv"], env | agent_env, plan["cwd"]))
+    except OSError as exc:
+        for proc in procs:
+            proc.kill()
+        return _not_started(plan, exc, writer)
+    _forward_sigterm(env[JOB_UID_ENV])
+    summaries = [torchrun.FailureSummary() for _ in procs]
+    readers = [threading.Thread(target=_pump_torchrun, args=(p.stdout, writer, summaries[i]))
+               for i, p in enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    elastic = spec.get("min_workers") is not None or spec.get("max_workers") is not None
+    codes: dict[int, int] = {}
+    failed_at, stopped, told = None, False, set()
+    while len(codes) < len(procs):
+        for worker, proc in enumerate(procs):
+            if worker not in codes and (code := proc.poll()) is not None:
+                codes[worker] = code
+                failed_at = failed_at or (time.monotonic() if code else None)
+        if not elastic and failed_at and not stopped and time.monotonic() - failed_at > _PEER_GRACE_S:
+            for worker, proc in enumerate(procs):  # still waiting on the missing peer: stopped, not telling
+                if worker not in codes and proc.poll() is None:
+                    proc.terminate()
+            stopped, told = True, set(codes)
+        time.sleep(0.05)
+    for reader in readers:
+        reader.join()
+    told = told if stopped else set(codes)  # the agents that ended on their own: their reports count
+    failures = [failure for worker in sorted(told) for failure in summaries[worker].failures]
+    if elastic and 0 in codes.values():
+        lost = ", ".join(f"rank {rank} (exit {code})" for rank, code in failures)
+        return JobStatus(JobState.SUCCEEDED, f"elastic: lost {lost}; the group re-formed" if lost else "", codes)
+    failures += [(worker, codes[worker]) for worker in sorted(told) if codes[worker] in _KILL_SIGNALS]
+    failures.sort(key=lambda failure: failure[1] not in _KILL_SIGNALS)  # a rank killed from outside: preempted
+    return _verdict(codes, failures, max(codes.values(), key=abs), "the torchrun agents")
+
+
+def _loopback(worker: int) -> str:
+    """Worker ``worker``'s address in 127.0.0.0/8 (all of it is the loopback interface): 127.0.0.1, .2, ..."""
+    n = worker + 1
+    return f"127.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
+
+
+def _pump_torchrun(stream: IO[bytes], writer: _LineWriter, summary: torchrun.FailureSummary) -> None:
+    for line in lines(stream):
+        rank, text = torchrun.output(line)
+        if rank is None:
+            summary.feed(text)
+        writer.write("torchrun" if rank is None else f"rank {rank}", text)
 
 
 def _not_started(plan: dict, exc: OSError, writer: _LineWriter) -> JobStatus:

@@ -44,7 +44,7 @@ def test_every_param_has_a_title_and_a_description_and_optional_ones_allow_null(
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("framework", "pytorch"),
+        ("framework", "tensorflow"),
         ("backend", "local; rm -rf /"),
         ("backend", ""),
         ("workers", 0),
