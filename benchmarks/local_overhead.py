@@ -119,8 +119,10 @@ def main() -> int:
         backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
         for run in range(1, args.runs + 1):
             name = f"hvd-overhead-{run}"
-            command = trainer + artifact_args(Path(backend.default_artifact_dir(name)))
-            spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=command)
+            job_dir = Path(backend.default_artifact_dir(name))
+            command = trainer + artifact_args(job_dir)
+            spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=command,  # dirs the sandbox binds
+                                   model_dir=str(job_dir / "model"), checkpoint_dir=str(job_dir / "ckpt"))
             seconds, lines, inner = run_job(backend, name, spec, args.follow)
             times["operator"].append(seconds)
             within.append(seconds / inner)
