@@ -24,6 +24,7 @@ from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.search.space import (
     MAX_PARALLEL,
     MAX_TRIALS,
+    SearchSettings,
     SearchSpace,
     SearchSpaceError,
     check_budget,
@@ -31,9 +32,6 @@ from airflow_ml_provider.search.space import (
     parse_space,
 )
 from airflow_ml_provider.search.template import check_template, placeholder, portable_template, spec_template
-
-_SETTINGS = ("sampler", "n_trials", "max_parallel", "objective_metric", "direction", "seed", "pruner",
-             "pruning_startup_trials", "pruning_warmup_steps", "metric_patterns", "poll_interval")
 
 
 class HyperparameterSearchOperator(BaseOperator):
@@ -64,15 +62,18 @@ class HyperparameterSearchOperator(BaseOperator):
     Args:
         trial: the trial job's template (see above).
         search_space: parameter -> ``{"type": "float"|"int"|"categorical", ...}`` or a list of choices.
-        sampler, n_trials, max_parallel, objective_metric, direction, seed, pruner,
-        pruning_startup_trials, pruning_warmup_steps, metric_patterns, poll_interval: see
-            :class:`~airflow_ml_provider.search.space.SearchSettings`.
+        search: how the search runs (:class:`~airflow_ml_provider.search.space.SearchSettings` or its
+            dict: sampler, n_trials, max_parallel, objective_metric, direction, seed, pruner,
+            pruning_startup_trials, pruning_warmup_steps, metric_patterns, poll_interval); its values are
+            templated.
         backend: backend name (default: the trial operator's, else the connection's).
         storage_url: the Optuna storage: ``journal:///path`` or an SQLAlchemy URL (its password is masked
             in logs).
         mlflow_experiment: experiment for the runs (default: the DAG id).
         track_mlflow: record the search in MLflow, through the model registry connection ``registry_conn_id``
             (without one: the embedded SQLite store under ``$AIRFLOW_HOME/ml``).
+        registry_conn_id: the model registry (MLflow) connection.
+        ml_conn_id: the training connection every trial runs through.
         deferrable: run the search in the triggerer (see above).
 
     Returns (XCom): ``{"best_params", "best_value", "best_trial", "best_job_name", "best_model_path",
@@ -80,8 +81,8 @@ class HyperparameterSearchOperator(BaseOperator):
     "study_name", "mlflow_run_id"}``.
     """
 
-    template_fields: Sequence[str] = ("search_space", *_SETTINGS, "backend", "storage_url", "mlflow_experiment")
-    template_fields_renderers = {"search_space": "json"}
+    template_fields: Sequence[str] = ("search_space", "search", "backend", "storage_url", "mlflow_experiment")
+    template_fields_renderers = {"search_space": "json", "search": "json"}
     ui_color = "#fdebd0"
 
     def __init__(
@@ -89,17 +90,7 @@ class HyperparameterSearchOperator(BaseOperator):
         *,
         trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
         search_space: dict[str, Any],
-        sampler: str = "tpe",
-        n_trials: int | None = None,
-        max_parallel: int = 1,
-        objective_metric: str = "auc",
-        direction: str = "maximize",
-        seed: int | None = None,
-        pruner: str = "median",
-        pruning_startup_trials: int = 3,
-        pruning_warmup_steps: int = 0,
-        metric_patterns: list[str] | None = None,
-        poll_interval: float = 1.0,
+        search: SearchSettings | dict[str, Any] | None = None,
         backend: str | None = None,
         storage_url: str | None = None,
         mlflow_experiment: str | None = None,
@@ -112,11 +103,10 @@ class HyperparameterSearchOperator(BaseOperator):
         super().__init__(**kwargs)
         self.trial = _check_trial(trial, self.task_id, ml_conn_id)
         self.search_space = search_space
-        self.sampler, self.n_trials, self.max_parallel = sampler, n_trials, max_parallel
-        self.objective_metric, self.direction, self.seed = objective_metric, direction, seed
-        self.pruner, self.pruning_startup_trials = pruner, pruning_startup_trials
-        self.pruning_warmup_steps, self.metric_patterns = pruning_warmup_steps, metric_patterns
-        self.poll_interval = poll_interval
+        if not isinstance(search, SearchSettings | dict | None):
+            raise ValueError(f"{self.task_id}: search: expected SearchSettings or a dict, got {type(search).__name__}")
+        # kept as a dict, so its values are templated like the space's; validated once they are plain values
+        self.search = search.model_dump(exclude_defaults=True) if isinstance(search, SearchSettings) else dict(search or {})
         self.backend = backend
         self.storage_url = storage_url
         self.mlflow_experiment = mlflow_experiment
@@ -127,7 +117,7 @@ class HyperparameterSearchOperator(BaseOperator):
         self._scheduler = None
         try:  # static values fail when the DAG is parsed, naming the field
             space = None if _templated(search_space) else parse_space(search_space)
-            if not _templated([getattr(self, name) for name in _SETTINGS]):
+            if not _templated(self.search):
                 settings = self._settings()
                 if space is not None:
                     self._check_budget(settings, space)
@@ -148,7 +138,8 @@ class HyperparameterSearchOperator(BaseOperator):
         settings = _user_error(self.task_id, self._settings)
         _user_error(self.task_id, lambda: self._check_budget(settings, space))  # before any trial is created
         trial = self._render_trial(context, space)
-        backend = self.hook.get_backend(self.backend or getattr(trial, "backend", None))
+        trial_backend = trial.job.get("backend") if isinstance(trial, BaseTrainingOperator) else None
+        backend = self.hook.get_backend(self.backend or trial_backend)
         artifact_dirs = self.hook.job_artifact_dirs(backend)
         environment = self.hook.job_environment(backend.name)  # what workers need to reach artifact_root
         template = _spec_builder(trial, backend, artifact_dirs, environment)
@@ -231,8 +222,8 @@ class HyperparameterSearchOperator(BaseOperator):
             self.log.info("Task killed: cancelling the running trials' jobs")
             self._scheduler.cancel_running()
 
-    def _settings(self):
-        return parse_settings(**{name: getattr(self, name) for name in _SETTINGS})
+    def _settings(self) -> SearchSettings:
+        return parse_settings(**self.search)
 
     @staticmethod
     def _check_budget(settings, space: SearchSpace) -> None:
@@ -282,7 +273,7 @@ def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]
 
 def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:
     """A trial operator's own log rules and preemption budget apply to every trial's job."""
-    return trial.base_follow_options() if isinstance(trial, BaseTrainingOperator) else FollowOptions()
+    return trial.follow if isinstance(trial, BaseTrainingOperator) else FollowOptions()
 
 
 def _check_trial(trial: Any, task_id: str, ml_conn_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:
