@@ -137,7 +137,7 @@ class EvaluateModelOperator(BaseJobOperator):
             self._champion = {}
             return None
         self._champion = {"version": held["version"]}
-        job_dir, store = self.runner.job_dir(ti.name), self.runner.hook.artifact_store(self.runner.backend.name)
+        job_dir, store = self.runner.job_dir(ti.name), self.runner.setup.store
         if not job_dir or store is None:
             self._champion["error"] = "no artifact root to hand the champion's model to the evaluation job"
             return self._champion
@@ -232,7 +232,7 @@ class EvaluateModelOperator(BaseJobOperator):
 
         runner = self.runner
         job_dir = runner.job_dir(JobIdentity.from_context(context).name)
-        store = runner.hook.artifact_store(runner.backend.name)
+        store = runner.setup.store
         if not job_dir or store is None:
             return
         kept = [storage.upload(str(f), store.locate(join(evaluation_dir(job_dir), f.name))) for f in files]

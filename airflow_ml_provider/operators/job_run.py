@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_ml_provider.artifacts import job_dirs
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
-from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
@@ -83,8 +83,8 @@ class JobRunner:
         self.follow, self.on_finish, self.deferrable = follow, OnFinish(on_finish), deferrable
         self.ml_conn_id, self.elasticsearch_conn_id = ml_conn_id, elasticsearch_conn_id
         self.job: tuple[Backend, str] | None = None  # the job this try submitted: on_kill cancels it
-        self.generation: str | None = None  # "retrain-<k>": the directories of the latest fresh start
         self.framework = Framework.GENERIC  # the request's, once a spec was built
+        self.spec: TrainingJobSpec | None = None  # this try's, built once (see prepare)
 
     @property
     def log(self):
@@ -95,60 +95,70 @@ class JobRunner:
         return TrainingBackendHook(self.ml_conn_id)
 
     @cached_property
-    def backend(self) -> Backend:
-        return self.hook.get_backend(self.config.backend)
+    def setup(self) -> JobSetup:
+        """How this task's job runs here: one read of the training connection per try."""
+        return self.hook.job_setup(self.config.backend)
 
-    @cached_property
+    @property
+    def backend(self) -> Backend:
+        return self.setup.backend
+
+    @property
     def logs_conn_id(self) -> str | None:
         """The Elasticsearch connection the job's log is read from, if one is configured."""
-        return self.elasticsearch_conn_id or self.hook.extras().get("elasticsearch_conn_id")
+        return self.elasticsearch_conn_id or self.setup.logs_conn_id
 
     def job_dir(self, name: str) -> str | None:
         """The job's directory under the artifact root (the first start's, whatever the generation)."""
-        return self.hook.job_artifact_dir(self.backend, name)
+        return self.setup.artifact_dir(name)
 
-    def artifact_dirs(self, backend: Backend, name: str) -> tuple[str | None, str | None]:
-        """(model dir, checkpoint dir): the task's own, else the job's under the artifact root; those of
-        the latest fresh start (``retrain-<k>``) once a try retrained after a succeeded job."""
-        artifacts = self.hook.job_artifact_dir(backend, name)
-        if (generation := self.generation) and artifacts:
+    def artifact_dirs(self, setup: JobSetup, name: str, generation: str | None = None) -> dict[str, str | None]:
+        """``model_dir``/``checkpoint_dir``: the task's own, else the job's under the artifact root; those of a
+        fresh start (``retrain-<k>``) when a try retrains after a succeeded job."""
+        artifacts = setup.artifact_dir(name)
+        if generation and artifacts:
             artifacts = f"{artifacts}/{generation}"
-        defaults = job_dirs(artifacts)
-        own = self.outputs
-        return (own.model_dir and _below(own.model_dir, generation) or defaults.get("model_dir"),
-                own.checkpoint_dir and _below(own.checkpoint_dir, generation) or defaults.get("checkpoint_dir"))
+        defaults, own = job_dirs(artifacts), self.outputs
+        return {"model_dir": own.model_dir and _below(own.model_dir, generation) or defaults.get("model_dir"),
+                "checkpoint_dir": own.checkpoint_dir and _below(own.checkpoint_dir, generation)
+                or defaults.get("checkpoint_dir")}
 
-    def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
-        """The job's spec on ``backend`` (the task's, or a search's for its trials)."""
+    def build_spec(self, name: str, setup: JobSetup | None = None) -> TrainingJobSpec:
+        """The job's spec where ``setup`` says (default: the task's; a search passes its own for its trials)."""
+        setup = setup or self.setup
         request, config = self.request(), self.config
         self.framework = request.framework
-        model_dir, checkpoint_dir = self.artifact_dirs(backend, name)
-        storage = self.hook.job_environment(backend.name, check=False)  # the store is checked at submission
+        storage = setup.environment  # checked at submission (JobSetup.checked), not for a rendered manifest
         timeout = self.task.execution_timeout.total_seconds() if self.task.execution_timeout else None
         try:
             return TrainingJobSpec(
                 framework=request.framework, command=request.command, num_workers=request.num_workers,
                 min_workers=request.min_workers, max_workers=request.max_workers, inputs=request.inputs,
-                image=config.image or self.hook.default_image(backend.name, request.framework.value),
+                image=config.image or setup.image(request.framework.value),
                 resources=config.resources, scheduling=config.scheduling,
                 kubernetes=storage.merged_kubernetes(config.kubernetes), env=storage.merged_env(config.env),
-                working_dir=config.working_dir, model_dir=model_dir, checkpoint_dir=checkpoint_dir,
-                timeout_s=max(1, int(timeout)) if timeout else None,
+                working_dir=config.working_dir, timeout_s=max(1, int(timeout)) if timeout else None,
+                **self.artifact_dirs(setup, name),
             )
         except SpecError as exc:
             raise AirflowFailException(f"{self.task.task_id}: {exc}") from None
 
+    def prepare(self, context) -> TrainingJobSpec:
+        """This try's spec, built once: at render time (the manifest shows it), else at execution."""
+        if self.spec is None:
+            self.spec = self.build_spec(JobIdentity.from_context(context).name)
+        return self.spec
+
     def manifest(self, context) -> str:
         """What the backend will create (or the local launch plan), for the UI's rendered view."""
         identity = JobIdentity.from_context(context)
-        return self.backend.render(identity.name, self.build_spec(self.backend, identity.name), identity.labels())
+        return self.backend.render(identity.name, self.prepare(context), identity.labels())
 
     def run(self, context) -> dict[str, Any]:
         """Submit (or attach to) the task's job and follow it to its summary."""
         identity, backend = JobIdentity.from_context(context), self.backend
-        environment = self.hook.job_environment(backend.name)  # checks the artifact store before anything reads it
-        self.generation = self._choose_generation(backend, identity)
-        spec = self.build_spec(backend, identity.name)
+        environment = self.setup.checked()  # the artifact store, checked before anything reads it
+        spec = self.spec = self._in_generation(self.prepare(context), identity.name, self._choose_generation(identity))
         self.job = (backend, identity.name)  # set first: a kill during submission still cancels the job
         try:
             started = backend.submit(identity.name, spec, identity.labels(), **environment.submit_kwargs())
@@ -165,7 +175,7 @@ class JobRunner:
         """The trigger's final event (the task resumed from deferral): conclude, or resubmit and follow again."""
         backend, name = self.backend, event["job_name"]
         self.job = (backend, name)
-        self.generation = self._generation(backend, name, bump=False)
+        self.spec = self._in_generation(self.prepare(context), name, self._generation(name, bump=False))
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
         return self._conclude(context, backend, name, follower, Step.from_dict(event))
 
@@ -181,24 +191,23 @@ class JobRunner:
         resubmission and the sync driver all read that one."""
         return job_log_source(backend, name, self.logs_conn_id)
 
-    def _choose_generation(self, backend: Backend, identity: JobIdentity) -> str | None:
+    def _choose_generation(self, identity: JobIdentity) -> str | None:
         """Whether this try trains from scratch (its job already succeeded: the next ``retrain-<k>``)
         or continues the latest start's directories (a first try, or resuming a failed attempt)."""
         try:
-            succeeded = backend.status(identity.name).state is JobState.SUCCEEDED
+            succeeded = self.backend.status(identity.name).state is JobState.SUCCEEDED
         except JobNotFound:
             succeeded = False
-        generation = self._generation(backend, identity.name, bump=succeeded)
+        generation = self._generation(identity.name, bump=succeeded)
         if succeeded:
             self.log.info("Job %s already succeeded (the task was cleared or its DAG run re-run): this try retrains "
                           "from scratch as a new job, with empty model and checkpoint directories (%s/)",
                           identity.name, generation)
         return generation
 
-    def _generation(self, backend: Backend, name: str, bump: bool) -> str | None:
+    def _generation(self, name: str, bump: bool) -> str | None:
         """``retrain-<k>`` of the newest fresh start (k + 1 with ``bump``), None for the first start's."""
-        root = self.outputs.checkpoint_dir or self.hook.job_artifact_dir(backend, name)
-        store = self.hook.artifact_store(backend.name)
+        root, store = self.outputs.checkpoint_dir or self.setup.artifact_dir(name), self.setup.store
         latest = 0
         if root and store is not None:
             try:
@@ -208,6 +217,12 @@ class JobRunner:
             latest = max((int(match.group(1)) for n in names if (match := _GENERATION.fullmatch(n))), default=0)
         latest += bump
         return f"retrain-{latest}" if latest else None
+
+    def _in_generation(self, spec: TrainingJobSpec, name: str, generation: str | None) -> TrainingJobSpec:
+        """``spec`` with the directories of ``generation`` (the same spec for the first start's)."""
+        if generation is None:
+            return spec
+        return TrainingJobSpec.model_validate({**spec.model_dump(), **self.artifact_dirs(self.setup, name, generation)})
 
     def _follow(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> dict[str, Any]:
         """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
@@ -231,7 +246,7 @@ class JobRunner:
                 self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(follower.metrics))
                 return {"job_name": name, "backend": backend.name, "state": state.value,
                         "metrics": follower.metrics,
-                        "model_path": follower.model_path or self.artifact_dirs(backend, name)[0]}
+                        "model_path": follower.model_path or (self.spec.model_dir if self.spec else None)}
             message = follower.failure(f"{self.task.task_id}: job {name}: {step.message}")
             if not step.retryable:
                 raise AirflowFailException(message)
@@ -245,7 +260,7 @@ class JobRunner:
 
     def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
         """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""
-        base = self.build_spec(backend, name)
+        base = self.spec
         self.log.warning(
             "Job %s was preempted (%s). Resubmitting it (preemption %d of at most %d; not an Airflow retry), "
             "resuming from %s", name, step.message, follower.preemptions, follower.options.max_preemptions,
@@ -256,7 +271,7 @@ class JobRunner:
         self.job = (backend, name)
         try:
             resubmit(backend, name, base, JobIdentity.from_context(context).labels(), follower, step.resume,
-                     source.restarts_with_job, **self.hook.job_environment(backend.name).submit_kwargs())
+                     source.restarts_with_job, **self.setup.checked().submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(
                 f"{self.task.task_id}: backend {backend.name} refused the resubmission: {exc}") from None

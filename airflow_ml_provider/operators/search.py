@@ -13,10 +13,8 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from airflow_ml_provider.hooks.artifacts import JobEnvironment
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
-from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
 from airflow_ml_provider.jobs.follow import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -139,10 +137,9 @@ class HyperparameterSearchOperator(BaseOperator):
         _user_error(self.task_id, lambda: self._check_budget(settings, space))  # before any trial is created
         trial = self._render_trial(context, space)
         trial_backend = trial.job.get("backend") if isinstance(trial, BaseTrainingOperator) else None
-        backend = self.hook.get_backend(self.backend or trial_backend)
-        artifact_dirs = self.hook.job_artifact_dirs(backend)
-        environment = self.hook.job_environment(backend.name)  # what workers need to reach artifact_root
-        template = _spec_builder(trial, backend, artifact_dirs, environment)
+        setup = self.hook.job_setup(self.backend or trial_backend)  # one connection read for every trial
+        backend, environment = setup.backend, setup.checked()  # what workers need to reach artifact_root
+        template = _spec_builder(trial, setup)
         first = trial_identity(identity, 0).name
         _user_error(self.task_id, lambda: check_template(template(first), space))
 
@@ -158,7 +155,7 @@ class HyperparameterSearchOperator(BaseOperator):
             self.defer(
                 trigger=SearchTrigger(
                     name, storage_url, settings.model_dump(mode="json"), self.search_space,
-                    portable_template(template, artifact_dirs, first), dataclasses.asdict(identity),
+                    portable_template(template, setup.artifact_dir, first), dataclasses.asdict(identity),
                     backend.name, self.ml_conn_id, _follow_options(trial).to_dict(),
                 ),
                 method_name="execute_complete",
@@ -257,18 +254,18 @@ class HyperparameterSearchOperator(BaseOperator):
 
 
 
-def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any], backend: Backend,
-                  artifact_dirs: Callable[[str], str | None],
-                  environment: JobEnvironment) -> Callable[[str], TrainingJobSpec]:
+def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
+                  setup: JobSetup) -> Callable[[str], TrainingJobSpec]:
     """Job name -> the trial's spec (placeholders still in it): the job's own directories under the
     artifact root, and the settings its workers need to reach it (a training operator adds both itself)."""
     if isinstance(trial, BaseTrainingOperator):
-        return lambda name: trial.build_spec(backend, name)
+        return lambda name: trial.runner.build_spec(name, setup)
     if isinstance(trial, TrainingJobSpec):
         trial = trial.model_dump(exclude_none=True)
+    environment = setup.environment
     trial = {**trial, "env": environment.merged_env(trial.get("env")),
              "kubernetes": environment.merged_kubernetes(trial.get("kubernetes"))}
-    return spec_template(trial, artifact_dirs)
+    return spec_template(trial, setup.artifact_dir)
 
 
 def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:

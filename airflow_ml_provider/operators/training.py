@@ -81,7 +81,7 @@ class BaseTrainingOperator(BaseJobOperator):
 
     def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
         """The job's spec on ``backend`` (a search builds its trials' this way)."""
-        return self.runner.build_spec(backend, name)
+        return self.runner.build_spec(name, self.runner.hook.job_setup(backend))
 
 
 class TrainingJobOperator(BaseTrainingOperator):

@@ -88,3 +88,8 @@ with DAG("ml_test_log_rules", schedule=None, catchup=False, tags=["test"],
     TrainingJobOperator(task_id="flaky", command=[PY, "-c", _RESET], num_workers=1, retries=1,
                         follow={"rules": {"fail_on": [r"CUDA out of memory"], "retry_on": [r"Connection reset by peer"]},
                                 "poll_interval": 0.5})
+
+# One read of the training connection and one spec built per try (tests/integration/operators/test_one_setup_per_try.py).
+with DAG("ml_test_setup_count", schedule=None, catchup=False, tags=["test"]) as setup_count:
+    TrainingJobOperator(task_id="train", command=[PY, "-c", _METRICS], num_workers=1, retries=0,
+                        ml_conn_id="ml_setup_count", follow={"poll_interval": 0.2})
