@@ -129,11 +129,11 @@ class HyperparameterSearchOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
         from airflow_ml_provider.search.runner import TrialScheduler, trial_identity
-        from airflow_ml_provider.search.study import default_journal, open_storage, open_study, study_name
+        from airflow_ml_provider.search.study import study_name
 
         identity = JobIdentity.from_context(context)
-        space = _user_error(self.task_id, lambda: parse_space(self.search_space))
-        settings = _user_error(self.task_id, self._settings)
+        search = self._search_setup()
+        space, settings = search.space, search.settings
         _user_error(self.task_id, lambda: self._check_budget(settings, space))  # before any trial is created
         trial = self._render_trial(context, space)
         trial_backend = trial.job.get("backend") if isinstance(trial, BaseTrainingOperator) else None
@@ -144,8 +144,7 @@ class HyperparameterSearchOperator(BaseOperator):
         _user_error(self.task_id, lambda: check_template(template(first), space))
 
         name = study_name(identity)
-        storage_url = self._storage_url() or f"journal://{default_journal()}"
-        study = _user_error(self.task_id, lambda: open_study(open_storage(storage_url), name, settings, space))
+        study = _user_error(self.task_id, lambda: search.study(name))
         self.log.info("Study %r: %s sampler, %d trial(s) done, budget %s, up to %d at once on backend %s%s",
                       name, settings.sampler, len(study.trials), settings.n_trials or "the whole grid",
                       settings.max_parallel, backend.name, " (in the triggerer)" if self.deferrable else "")
@@ -154,7 +153,7 @@ class HyperparameterSearchOperator(BaseOperator):
 
             self.defer(
                 trigger=SearchTrigger(
-                    name, storage_url, settings.model_dump(mode="json"), self.search_space,
+                    name, search.storage_url, settings.model_dump(mode="json"), self.search_space,
                     portable_template(template, setup.artifact_dir, first), dataclasses.asdict(identity),
                     backend.name, self.ml_conn_id, _follow_options(trial).to_dict(),
                 ),
@@ -172,17 +171,19 @@ class HyperparameterSearchOperator(BaseOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         """The trigger ran the search to its end: record every trial in MLflow and summarize."""
-        from airflow_ml_provider.search.study import default_journal, open_storage, open_study
-
         if event.get("status") != "done":
             raise AirflowException(f"{self.task_id}: the search stopped in the triggerer: {event.get('message')}")
-        space = _user_error(self.task_id, lambda: parse_space(self.search_space))
-        settings = _user_error(self.task_id, self._settings)
-        storage_url = self._storage_url() or f"journal://{default_journal()}"
-        study = open_study(open_storage(storage_url), event["study_name"], settings, space)
+        search = self._search_setup()
+        study = search.study(event["study_name"])
         with self._tracking(JobIdentity.from_context(context)) as mlflow:
-            run_id = mlflow.start(study, settings, space) if mlflow else None
-            return self._conclude(study, settings, mlflow, run_id)
+            run_id = mlflow.start(study, search.settings, search.space) if mlflow else None
+            return self._conclude(study, search.settings, mlflow, run_id)
+
+    def _search_setup(self):
+        """The rendered space and settings, validated (a mistake fails the task naming the field), and the storage."""
+        from airflow_ml_provider.search.study import SearchSetup
+
+        return _user_error(self.task_id, lambda: SearchSetup.parse(self.search_space, self.search, self._storage_url()))
 
     @contextlib.contextmanager
     def _tracking(self, identity: JobIdentity) -> Iterator[Any]:
