@@ -1,6 +1,6 @@
 """Quick start: a real 2-worker Horovod/TensorFlow model and a real 2-worker LightGBM model.
 
-Runs on the embedded default (the local backend); set ``backend=`` or the ``ml_training_default``
+Runs on the embedded default (the local backend); set ``job={"backend": ...}`` or the ``ml_training_default``
 connection's ``backend`` extra to move the same DAG to a cluster.
 
 **Trigger it** with the defaults: `make_data` writes a synthetic binary classification set,

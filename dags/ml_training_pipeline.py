@@ -48,6 +48,7 @@ from airflow_ml_provider.patterns import bounded, whole
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
 WORKERS = "{{ params.workers }}"
+JOB = {"backend": BACKEND, "image": IMAGE}  # every job's JobConfig, as a dict (its strings are templated)
 MODEL = model_asset("ml_training_pipeline")  # deploy's events schedule dags/ml_batch_scoring.py
 DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of the data
 # Who hears of failed trainings and gate rejections: [ml_training] notify_http_conn_id (a chat webhook), or
@@ -259,8 +260,7 @@ with DAG(
         task_id="preprocess",
         outlets=[DATA],
         data_version=prepared["data_version"],
-        backend=BACKEND,
-        image=IMAGE,
+        job=JOB,
         map_index_template="{{ task.output_path | data_part }}",
         doc_md="One job per part of the data (`shard 0..N`, `valid`, `test`): drop non-finite rows, clip, float32.",
     ).expand_kwargs(prepared)
@@ -278,8 +278,7 @@ with DAG(
         },
         num_boost_round="{{ params.boost_rounds }}",
         num_workers=WORKERS,
-        backend=BACKEND,
-        image=IMAGE,
+        job=JOB,
         doc_md="Data-parallel LightGBM over the preprocessed shards, one worker per machine.",
     )
     train_horovod = HorovodTrainingOperator(
@@ -299,8 +298,7 @@ with DAG(
             prepared["valid"],
         ],
         num_workers=WORKERS,
-        backend=BACKEND,
-        image=IMAGE,
+        job=JOB,
         doc_md="Horovod (ring-allreduce) training of a Keras network over the preprocessed shards.",
     )
     train_pytorch = PyTorchTrainingOperator(
@@ -320,8 +318,7 @@ with DAG(
             prepared["valid"],
         ],
         num_workers=WORKERS,
-        backend=BACKEND,
-        image=IMAGE,
+        job=JOB,
         doc_md="PyTorch DDP (torchrun, gloo on CPU) training of a network over the preprocessed shards.",
     )
     evaluate = EvaluateModelOperator(
@@ -331,8 +328,7 @@ with DAG(
         data_version=prepared["data_version"],
         model_name="{{ params.model_name }}",  # its champion is scored on the same rows
         model_names=MODEL_NAMES,
-        backend=BACKEND,
-        image=IMAGE,
+        job=JOB,
         trigger_rule="none_failed_min_one_success",
         doc_md="Held-out metrics, training curve and report, recorded as an MLflow run (see its link).",
     )

@@ -91,8 +91,9 @@ def _check_task(dag: Any, task: BaseOperator, params: dict[str, Any], index: int
         else:
             if isinstance(operator, EvaluateModelOperator) and not isinstance(operator.training, dict):
                 operator.training = RuntimeValue(f"XCom of {operator.training}")  # the training task's result
-            backend = targets.backend(targets.name(operator.backend))
-            spec = operator.build_spec(backend, identity.name)
+            operator.__dict__.pop("runner", None)  # built again from the rendered fields
+            backend = targets.backend(targets.name(operator.job.get("backend")))
+            spec = operator.runner.build_spec(identity.name, operator.runner.hook.job_setup(backend))
             case.details = _send(targets, backend, identity, spec)
     except Exception as exc:  # noqa: BLE001 - every refusal is a finding, named by its field
         runtime = [name for name in operator.template_fields if holds_runtime(getattr(operator, name, None))]
@@ -119,8 +120,8 @@ def _check_search(dag: Any, search: HyperparameterSearchOperator, params: dict[s
                   targets: Targets) -> list[str]:
     """What the search task checks before its first trial, then its first trial's job (each parameter at
     its first grid value or lower bound) rendered for the backend."""
-    space = parse_space(search.search_space)
-    settings = search._settings()
+    setup = search._search_setup()
+    space, settings = setup.space, setup.settings
     search._check_budget(settings, space)
     trial = search.trial
     if isinstance(trial, BaseTrainingOperator):
@@ -129,13 +130,13 @@ def _check_search(dag: Any, search: HyperparameterSearchOperator, params: dict[s
             setattr(trial, name, without_xcom_args(getattr(trial, name)))
         placeholders = {**params, **{name: placeholder(name) for name in space.params}}
         BaseOperator.render_template_fields(trial, check_context(dag, search, placeholders, RUN_ID))
+        trial.__dict__.pop("runner", None)
     elif isinstance(trial, dict):
         placeholders = {**params, **{name: placeholder(name) for name in space.params}}
         trial = search.render_template(trial, check_context(dag, search, placeholders, RUN_ID))
-    backend = targets.backend(targets.name(search.backend or getattr(trial, "backend", None)))
-    hook = search.hook
-    template = _spec_builder(trial, backend, hook.job_artifact_dirs(backend),
-                             hook.job_environment(backend.name, check=False))
+    trial_backend = trial.job.get("backend") if isinstance(trial, BaseTrainingOperator) else None
+    backend = targets.backend(targets.name(search.backend or trial_backend))
+    template = _spec_builder(trial, search.hook.job_setup(backend))
     first = JobIdentity(identity.dag_id, identity.task_id, RUN_ID, identity.map_index, trial=0)
     check_template(template(first.name), space)
     values = {name: (param.grid() or [getattr(param, "low", None)])[0] for name, param in space.params.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.sdk import BaseHook, conf
@@ -47,7 +48,6 @@ class TrainingBackendHook(BaseHook):
     def __init__(self, ml_conn_id: str = default_conn_name):
         super().__init__()
         self.ml_conn_id = ml_conn_id
-        self._checked: set[str] = set()  # artifact roots found usable (ArtifactStore.check) by this hook
 
     def extras(self) -> dict[str, Any]:
         try:
@@ -81,8 +81,26 @@ class TrainingBackendHook(BaseHook):
         return [image.strip() for image in (extras.get("local_image"), os.environ.get("AIRFLOW_ML_LOCAL_IMAGE"),
                                             *listed) if image and image.strip()]
 
-    def get_backend(self, name: str | None = None) -> Backend:
+    def job_setup(self, backend: str | Backend | None = None) -> JobSetup:
+        """How a job runs here, from one read of the connection: its backend (``backend``: a name, else the
+        connection's; or a backend already built), where its artifacts live, what its workers need to reach
+        them (not checked yet: :meth:`JobSetup.checked`), its default image and its log's Elasticsearch
+        connection. A task asks this once per try; a search once for all its trials."""
         extras = self.extras()
+        if not isinstance(backend, Backend):
+            backend = self._backend(backend, extras)
+        store = self._artifact_store(backend.name, extras)
+        return JobSetup(
+            conn_id=self.ml_conn_id, backend=backend, store=store, artifact_dir=self._artifact_dirs(backend, extras),
+            environment=self._environment(backend.name, store, extras),
+            images={key: value for key, value in extras.items() if key == "image" or key.startswith("image_")},
+            logs_conn_id=extras.get("elasticsearch_conn_id") or None,
+        )
+
+    def get_backend(self, name: str | None = None) -> Backend:
+        return self._backend(name, self.extras())
+
+    def _backend(self, name: str | None, extras: dict[str, Any]) -> Backend:
         name = self.backend_name(name, extras)
         if name == "local":
             return get_backend(
@@ -99,14 +117,16 @@ class TrainingBackendHook(BaseHook):
         kubernetes = KubernetesHook(conn_id=self.kubernetes_conn_id(extras))
         namespace = extras.get("namespace") or kubernetes.get_namespace() or "default"
         return get_backend(name, api_client=kubernetes.api_client, namespace=namespace,
-                           async_api_factory=self.async_api_factory(), watch_key=self.kubernetes_conn_id(extras),
+                           async_api_factory=self.async_api_factory(extras), watch_key=self.kubernetes_conn_id(extras),
                            gang_scheduler=extras.get("gang_scheduler") or None,
                            queueing=extras.get("queueing") or None)
 
     def artifact_store(self, backend: str | None = None) -> ArtifactStore | None:
         """Where jobs on ``backend`` keep artifacts. None for a cluster backend with no root configured
         (its pods cannot see this machine's disk), so its jobs get no default directories."""
-        extras = self.extras()
+        return self._artifact_store(backend, self.extras())
+
+    def _artifact_store(self, backend: str | None, extras: dict[str, Any]) -> ArtifactStore | None:
         root = extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None)
         if not root:
             if (backend or extras.get("backend") or "local") != "local":
@@ -147,37 +167,38 @@ class TrainingBackendHook(BaseHook):
         return self.job_artifact_dirs(backend)(name)
 
     def job_artifact_dirs(self, backend: Backend) -> Callable[[str], str | None]:
-        """``job_artifact_dir`` for many jobs (a search's trials), the connection read once."""
-        extras = self.extras()
+        """``job_artifact_dir`` for many jobs, the connection read once."""
+        return self._artifact_dirs(backend, self.extras())
+
+    def _artifact_dirs(self, backend: Backend, extras: dict[str, Any]) -> Callable[[str], str | None]:
         if extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None):
-            root = self.artifact_store(backend.name).root
+            root = self._artifact_store(backend.name, extras).root
             return lambda name: job_artifact_dir(root, name)
         return backend.default_artifact_dir
 
     def default_image(self, backend: str, framework: str) -> str | None:
         """A cluster backend's image for ``framework`` from the connection; locally None (the backend's
         ``local_image`` applies)."""
-        if backend == "local":
-            return None
-        extras = self.extras()
-        return extras.get(f"image_{framework}") or extras.get("image") or None
+        return _image(self.extras(), backend, framework)
 
     def job_environment(self, backend: str, check: bool = True) -> JobEnvironment:
         """What a job's workers need to reach the artifact root (see JobEnvironment), once the root was
         found usable through its connection (``ArtifactStore.check``: a wrong bucket, refused credentials
         or a down endpoint fail the task before any job starts, naming the root and the connection).
         ``check=False`` for a spec that is only rendered (the UI's rendered manifest): no call to the store."""
-        store = self.artifact_store(backend)
+        extras = self.extras()
+        store = self._artifact_store(backend, extras)
+        if check:
+            _check(store, self.ml_conn_id)
+        return self._environment(backend, store, extras)
+
+    def _environment(self, backend: str, store: ArtifactStore | None, extras: dict[str, Any]) -> JobEnvironment:
         if store is None:
             return JobEnvironment()
         try:
-            if check and store.conn_id and store.root not in self._checked:  # once per task: a search builds many specs
-                store.check()
-                self._checked.add(store.root)
             if backend == "local":
                 return JobEnvironment(env=store.worker_settings(), secrets=store.worker_credentials())
-            return JobEnvironment(env=store.worker_settings(),
-                                  secret_env=self.extras().get("artifact_secret_env") or {})
+            return JobEnvironment(env=store.worker_settings(), secret_env=extras.get("artifact_secret_env") or {})
         except ArtifactStoreError as exc:
             raise AirflowFailException(f"connection {self.ml_conn_id}: {exc}") from None
 
@@ -189,9 +210,62 @@ class TrainingBackendHook(BaseHook):
         extras = self.extras() if extras is None else extras
         return extras.get("kubernetes_conn_id") or "kubernetes_default"
 
-    def async_api_factory(self) -> Callable[[], Any]:
+    def async_api_factory(self, extras: dict[str, Any] | None = None) -> Callable[[], Any]:
         """Opens an async Kubernetes API client from the same connection (for watches in the triggerer)."""
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-        conn_id = self.kubernetes_conn_id()
+        conn_id = self.kubernetes_conn_id(extras)
         return lambda: AsyncKubernetesHook(conn_id=conn_id).get_conn()
+
+
+def _image(extras: dict[str, Any], backend: str, framework: str) -> str | None:
+    """A cluster backend's image for ``framework``: ``image_<framework>``, else ``image``; locally None."""
+    if backend == "local":
+        return None
+    return extras.get(f"image_{framework}") or extras.get("image") or None
+
+
+def _check(store: ArtifactStore | None, conn_id: str) -> None:
+    """``ArtifactStore.check`` for a store reached through a connection, failing the task naming both."""
+    if store is None or not store.conn_id:
+        return
+    try:
+        store.check()
+    except ArtifactStoreError as exc:
+        raise AirflowFailException(f"connection {conn_id}: {exc}") from None
+
+
+@dataclass
+class JobSetup:
+    """How jobs run through one training connection, as read once (``TrainingBackendHook.job_setup``).
+
+    Args:
+        conn_id: the training connection.
+        backend: the backend jobs run on.
+        store: their artifact store (None: a cluster backend with no artifact root).
+        artifact_dir: job name -> its directory (model/, checkpoints/ below it), or None.
+        environment: what the workers need to reach the artifact root (see JobEnvironment).
+        images: the connection's ``image``/``image_<framework>`` extras.
+        logs_conn_id: the connection's ``elasticsearch_conn_id`` extra.
+    """
+
+    conn_id: str
+    backend: Backend
+    store: ArtifactStore | None
+    artifact_dir: Callable[[str], str | None]
+    environment: JobEnvironment
+    images: dict[str, str] = field(default_factory=dict)
+    logs_conn_id: str | None = None
+    _checked: bool = False
+
+    def image(self, framework: str) -> str | None:
+        """The default image of a job of ``framework`` on this backend (locally None: ``local_image``)."""
+        return _image(self.images, self.backend.name, framework)
+
+    def checked(self) -> JobEnvironment:
+        """The environment, once the artifact store was found usable (``ArtifactStore.check``: a wrong
+        bucket, refused credentials or a down endpoint fail the task before any job starts); checked once."""
+        if not self._checked:
+            _check(self.store, self.conn_id)
+            self._checked = True
+        return self.environment

@@ -128,9 +128,34 @@ class FollowOptions:
                 "artifact_roots": list(self.artifact_roots), "metric_goals": self.metric_goals,
                 "tail_lines": self.tail_lines, "max_lines": self.max_lines}
 
+    def __post_init__(self) -> None:
+        """Refuse what cannot work, naming the field: a bad regex, a negative budget or interval."""
+        unknown = set(self.rules) - {"succeed_on", "fail_on", "retry_on", "metrics"}
+        if unknown:
+            raise ValueError(f"rules: unknown kind(s) {sorted(unknown)}; known: succeed_on, fail_on, retry_on, metrics")
+        LogRules(**self.rules)  # raises ValueError naming the rule, index and pattern
+        if not isinstance(self.max_preemptions, int) or self.max_preemptions < 0:
+            raise ValueError(f"max_preemptions: {self.max_preemptions!r} is not a whole number >= 0")
+        if not isinstance(self.poll_interval, int | float) or self.poll_interval <= 0:
+            raise ValueError(f"poll_interval: {self.poll_interval!r} is not a number of seconds > 0")
+        if self.max_queue_s is not None and (not isinstance(self.max_queue_s, int | float) or not self.max_queue_s > 0):
+            raise ValueError(f"max_queue_s: {self.max_queue_s!r} is not a positive number of seconds")
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FollowOptions:
         return cls(**{**data, "artifact_roots": tuple(data.get("artifact_roots", ()))})
+
+    @classmethod
+    def of(cls, value: FollowOptions | dict[str, Any] | None) -> FollowOptions:
+        """An operator's ``follow=`` argument: the options, their dict (a Param, a recipe), or None."""
+        if isinstance(value, cls):
+            return value
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"follow: expected FollowOptions or a dict, got {type(value).__name__}")
+        try:
+            return cls.from_dict(value or {})
+        except TypeError as exc:  # an unknown key
+            raise ValueError(f"follow: {exc}") from None
 
 
 class Follower:

@@ -45,6 +45,7 @@ class DeployModelOperator(BaseOperator):
     Registering is idempotent: the version made from the same evaluation run is reused.
 
     Args:
+        model_name: the registered model (one of ``model_names``); templated.
         evaluation: ``EvaluateModelOperator``'s result.
         gate: ``ModelGateOperator``'s result; None registers a challenger without promoting it.
         approval: ``ChampionApprovalOperator``'s result; a rejection keeps the champion where it is
@@ -52,6 +53,10 @@ class DeployModelOperator(BaseOperator):
         kserve: optional ``KServeTarget`` fields; renders an InferenceService for the version (stored as
             an artifact) and, with ``apply: true``, applies it with the training connection's
             Kubernetes connection.
+        description: the version's description; templated.
+        registry_conn_id: the model registry (MLflow) connection.
+        ml_conn_id: the training connection (its Kubernetes connection applies a KServe service).
+        model_names: the model names this DAG may write (names or fnmatch patterns; default: the DAG id).
 
     Returns (XCom): ``{"model_name", "version", "aliases", "promoted", "previous_champion", "url",
     "model_uri", "kserve", "lineage"}``. Every Asset in ``outlets`` gets an event whose ``extra`` holds ``name``,

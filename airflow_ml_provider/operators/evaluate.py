@@ -21,9 +21,9 @@ from airflow_ml_provider.hooks.model_registry import (
 from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest
 from airflow_ml_provider.operators.links import MLflowEvaluationLink, job_links
 from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
-from airflow_ml_provider.operators.training import BaseTrainingOperator
 
 _NOT_METRICS = {"rows", "n_features", "n_classes"}
 _FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".keras": "keras", ".pt": "pytorch"}
@@ -39,7 +39,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class EvaluateModelOperator(BaseTrainingOperator):
+class EvaluateModelOperator(BaseJobOperator):
     """Evaluates a training task's model in a one-worker job (``runtime.evaluate``, in the training
     image: loading a Keras model needs TensorFlow, which the Airflow worker lacks), then records an
     MLflow run: held-out metrics, the per-step training series read from the training job's log,
@@ -55,6 +55,10 @@ class EvaluateModelOperator(BaseTrainingOperator):
             scored in the same job on the same ``test_data`` (so the gate never compares metrics
             measured on different data). Must be one of ``model_names`` (see ``check_model_name``).
         model_names: the model names this DAG may write (names or fnmatch patterns; default: the DAG id).
+        registry_conn_id: the model registry (MLflow) connection.
+        command: the evaluation argv before its arguments (default: ``runtime.evaluate``); templated.
+        job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
+            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
 
     Idempotent: the run is keyed by DAG run, training job and model file, so
     evaluating again (a retry, a re-run of the DAG run) returns the recorded run instead of logging a
@@ -68,9 +72,9 @@ class EvaluateModelOperator(BaseTrainingOperator):
     ``{"version", "error"}`` when the champion could not be scored on them).
     """
 
-    framework = Framework.GENERIC
     template_fields: Sequence[str] = (
-        *BaseTrainingOperator.template_fields,
+        *BaseJobOperator.template_fields,
+        "command",
         "training",
         "test_data",
         "data_version",
@@ -90,7 +94,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
         model_name: str | None = None,
         model_names: Sequence[str] | None = None,
         registry_conn_id: str = ModelRegistryHook.default_conn_name,
-        python: str = "python",
+        command: list[str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -101,19 +105,19 @@ class EvaluateModelOperator(BaseTrainingOperator):
         self.model_name = model_name
         self.model_names = list(model_names) if model_names else None
         self.registry_conn_id = registry_conn_id
-        self.python = python
+        self.command = command
         self._champion: dict[str, Any] | None = None  # the champion placed for this run's job
         self._identity: JobIdentity | None = None
 
-    def build_command(self) -> list[str]:
-        command = self.command or [self.python, "-m", "airflow_ml_provider.runtime.evaluate"]
+    def job_request(self) -> JobRequest:
+        """One worker running ``runtime.evaluate``; it reads the training job's model, which lives in that
+        job's directory (an input of this job)."""
+        command = self.command or ["python", "-m", "airflow_ml_provider.runtime.evaluate"]
         command = [*command, "--model", self.training["model_path"], "--test-data", self.test_data]
         champion = self._place_champion()
-        return command + (["--champion-model", champion["location"]] if champion and "location" in champion else [])
-
-    def job_inputs(self) -> list[str]:
-        """The training job's model, which lives in that job's directory."""
-        return [self.training["model_path"]]
+        if champion and "location" in champion:
+            command += ["--champion-model", champion["location"]]
+        return JobRequest(Framework.GENERIC, command, inputs=[self.training["model_path"]])
 
     def _place_champion(self) -> dict[str, Any] | None:
         """During a task run with ``model_name``: copy the champion's model file next to this job's
@@ -133,9 +137,7 @@ class EvaluateModelOperator(BaseTrainingOperator):
             self._champion = {}
             return None
         self._champion = {"version": held["version"]}
-        backend = self.hook.get_backend(self.backend)
-        job_dir = self.hook.job_artifact_dir(backend, ti.name)
-        store = self.hook.artifact_store(backend.name)
+        job_dir, store = self.runner.job_dir(ti.name), self.runner.setup.store
         if not job_dir or store is None:
             self._champion["error"] = "no artifact root to hand the champion's model to the evaluation job"
             return self._champion
@@ -161,13 +163,8 @@ class EvaluateModelOperator(BaseTrainingOperator):
             self.training = literal(result)
         super().render_template_fields(context, jinja_env)
 
-    def execute(self, context) -> dict[str, Any]:
-        return self._record(context, super().execute(context))
-
-    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
-        return self._record(context, super().execute_complete(context, event))
-
-    def _record(self, context, job: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, context, job: dict[str, Any]) -> dict[str, Any]:
+        """Record the job's measurements as an MLflow run (once per model: see above)."""
         trained, result, ti = self.training, job["metrics"], context["ti"]
         metrics = {
             k: float(v)
@@ -235,9 +232,9 @@ class EvaluateModelOperator(BaseTrainingOperator):
         under the artifact root (the MLflow run holds them too)."""
         from airflow_ml_provider.runtime import storage
 
-        backend = self.hook.get_backend(self.backend)
-        job_dir = self.hook.job_artifact_dir(backend, JobIdentity.from_context(context).name)
-        store = self.hook.artifact_store(backend.name)
+        runner = self.runner
+        job_dir = runner.job_dir(JobIdentity.from_context(context).name)
+        store = runner.setup.store
         if not job_dir or store is None:
             return
         kept = [storage.upload(str(f), store.locate(join(evaluation_dir(job_dir), f.name))) for f in files]
@@ -257,8 +254,9 @@ class EvaluateModelOperator(BaseTrainingOperator):
         from airflow_ml_provider.runtime.report import PLOT, plot_training_curve, write_report
 
         trained = self.training
-        backend = self.hook.get_backend(trained["backend"])
-        history = replay(self._source(backend, trained["job_name"])).tracker.history()
+        runner = self.runner
+        backend = runner.backend if trained["backend"] == runner.backend.name else runner.hook.get_backend(trained["backend"])
+        history = replay(runner.source(backend, trained["job_name"])).tracker.history()
         with tempfile.TemporaryDirectory(prefix="evaluation-") as tmp:
             files = [
                 plot_training_curve(history, Path(tmp) / PLOT, f"Training of {trained['job_name']}"),

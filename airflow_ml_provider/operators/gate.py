@@ -109,6 +109,16 @@ class ModelGateOperator(BaseOperator):
     own models. On a rejection every one of ``notifiers``
     (Airflow ``BaseNotifier``s: Slack, SMTP, HTTP...) is called with the task's context plus ``gate``
     (the decision and ``model_name``) for its templates, e.g. ``{{ gate.reasons | join('; ') }}``.
+
+    Args:
+        evaluation: ``EvaluateModelOperator``'s result; templated.
+        model_name: the registered model whose champion the model would replace; templated.
+        metric: the metric ``min_improvement`` applies to; templated.
+        thresholds: metric name -> lowest acceptable value; templated.
+        min_improvement: how much ``metric`` must beat the champion's by; templated.
+        registry_conn_id: the model registry (MLflow) connection.
+        notifiers: called on a rejection (see above).
+        model_names: the model names this DAG may write (default: the DAG id).
     """
 
     template_fields: Sequence[str] = ("evaluation", "model_name", "metric", "thresholds", "min_improvement")

@@ -7,10 +7,10 @@ from typing import Any
 
 from airflow_ml_provider import assets
 from airflow_ml_provider.jobs.spec import Framework
-from airflow_ml_provider.operators.training import BaseTrainingOperator
+from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest
 
 
-class PreprocessOperator(BaseTrainingOperator):
+class PreprocessOperator(BaseJobOperator):
     """Runs ``command + ["--input", input_path, "--output", output_path]`` as a one-worker job on the
     task's backend, so a shard is processed where the data lives. Map it over shards::
 
@@ -18,38 +18,36 @@ class PreprocessOperator(BaseTrainingOperator):
 
     where each shard is ``{"input_path": ..., "output_path": ...}``.
 
+    Args:
+        input_path, output_path: the shard to read and where to write it (paths, never data); templated.
+        command: the preprocessing argv before its paths (default: ``runtime.preprocess``); templated.
+        data_version: the source's content hash, recorded in the asset events; templated.
+        job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
+            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+
     Returns (XCom): the job summary (without ``model_path``: it trains nothing) plus ``input`` and
-    ``output`` (paths, never data); the job's ``result`` line (rows, content hash) is in ``metrics``.
-    Every Asset in ``outlets`` gets an event per shard whose ``extra`` holds ``data_version`` (the
-    source's content hash, when given), ``input``, ``output``, ``rows`` and ``sha256`` of the output.
+    ``output``; the job's ``result`` line (rows, content hash) is in ``metrics``.
+    Every Asset in ``outlets`` gets an event per shard whose ``extra`` holds ``data_version``,
+    ``input``, ``output``, ``rows`` and ``sha256`` of the output.
     """
 
-    framework = Framework.GENERIC
-    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "input_path", "output_path",
-                                      "data_version")
+    template_fields: Sequence[str] = ("command", "input_path", "output_path", "data_version",
+                                      *BaseJobOperator.template_fields)
     ui_color = "#d5f5e3"
 
-    def __init__(
-        self,
-        *,
-        input_path: str,
-        output_path: str,
-        command: list[str] | None = None,
-        data_version: str | None = None,
-        **kwargs: Any,
-    ):
-        super().__init__(
-            command=command or ["python", "-m", "airflow_ml_provider.runtime.preprocess"], **kwargs
-        )
+    def __init__(self, *, input_path: str, output_path: str, command: list[str] | None = None,
+                 data_version: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.command = command or ["python", "-m", "airflow_ml_provider.runtime.preprocess"]
         self.input_path = input_path
         self.output_path = output_path
         self.data_version = data_version
 
-    def build_command(self) -> list[str]:
-        return [*self.command, "--input", self.input_path, "--output", self.output_path]
+    def job_request(self) -> JobRequest:
+        return JobRequest(Framework.GENERIC, [*self.command, "--input", self.input_path, "--output", self.output_path])
 
-    def _conclude(self, context, *args: Any) -> dict[str, Any]:
-        result = {k: v for k, v in super()._conclude(context, *args).items() if k != "model_path"}
+    def finish(self, context, result: dict[str, Any]) -> dict[str, Any]:
+        result = {k: v for k, v in result.items() if k != "model_path"}
         metrics = result.get("metrics") or {}
         assets.emit(context, self.outlets, {
             "data_version": self.data_version, "input": self.input_path, "output": self.output_path,

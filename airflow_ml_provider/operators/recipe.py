@@ -6,21 +6,24 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.jobs.follow import Follower, Step
 from airflow_ml_provider.operators.training import TrainingJobOperator
 
 
 class RecipeTrialOperator(TrainingJobOperator):
     """Runs one trial of a recipe experiment (mapped: one map index per sample).
 
-    ``trial`` is ``{"params": {...}, "argv": [...]}`` or that object as JSON text (what
-    ``dag_from_recipe`` maps over: Airflow walks mapped values at parse time, and one string per
-    trial keeps a 4,096-trial DAG fast to parse). No argument is templated: recipe values are data,
-    so a value that looks like Jinja reaches the job as those characters, never rendered.
+    No argument is templated: recipe values are data, so a value that looks like Jinja reaches the job
+    as those characters, never rendered.
 
-    ``hardware`` is the job's ``Resources`` (as a dict): under that name, because ``partial()`` would
-    take a ``resources`` argument for Airflow's own operator resources.
+    Args:
+        trial: ``{"params": {...}, "argv": [...]}`` or that object as JSON text (what ``dag_from_recipe``
+            maps over: Airflow walks mapped values at parse time, and one string per trial keeps a
+            4,096-trial DAG fast to parse); its ``argv`` is the job's command.
+        command: taken from ``trial``.
+        framework, num_workers, outputs: see :class:`~airflow_ml_provider.operators.training.TrainingJobOperator`.
+        job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
+            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator` (a recipe passes ``job`` as a
+            dict, its ``resources`` included).
 
     Returns (XCom): the training operators' summary plus the trial's ``params``.
     """
@@ -28,9 +31,9 @@ class RecipeTrialOperator(TrainingJobOperator):
     template_fields: Sequence[str] = ("manifest",)  # filled by the backend after templating, never by Jinja
     ui_color = "#e8daef"
 
-    def __init__(self, *, trial: str | dict[str, Any], hardware: dict[str, Any] | None = None, **kwargs: Any):
+    def __init__(self, *, trial: str | dict[str, Any], **kwargs: Any):
         trial = json.loads(trial) if isinstance(trial, str) else trial
-        super().__init__(command=trial["argv"], resources=hardware, **kwargs)
+        super().__init__(command=trial["argv"], **kwargs)
         self.trial_params: dict[str, Any] = trial.get("params", {})
 
     @property
@@ -38,5 +41,5 @@ class RecipeTrialOperator(TrainingJobOperator):
         """Shown for each map index in the UI: ``lr=0.01 batch_size=32``."""
         return " ".join(f"{name}={value}" for name, value in self.trial_params.items()) or "trial"
 
-    def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
-        return {**super()._conclude(context, backend, name, follower, step), "params": self.trial_params}
+    def finish(self, context, result: dict[str, Any]) -> dict[str, Any]:
+        return {**result, "params": self.trial_params}

@@ -13,10 +13,8 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from airflow_ml_provider.hooks.artifacts import JobEnvironment
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
-from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
 from airflow_ml_provider.jobs.follow import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -24,6 +22,7 @@ from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.search.space import (
     MAX_PARALLEL,
     MAX_TRIALS,
+    SearchSettings,
     SearchSpace,
     SearchSpaceError,
     check_budget,
@@ -31,9 +30,6 @@ from airflow_ml_provider.search.space import (
     parse_space,
 )
 from airflow_ml_provider.search.template import check_template, placeholder, portable_template, spec_template
-
-_SETTINGS = ("sampler", "n_trials", "max_parallel", "objective_metric", "direction", "seed", "pruner",
-             "pruning_startup_trials", "pruning_warmup_steps", "metric_patterns", "poll_interval")
 
 
 class HyperparameterSearchOperator(BaseOperator):
@@ -64,15 +60,18 @@ class HyperparameterSearchOperator(BaseOperator):
     Args:
         trial: the trial job's template (see above).
         search_space: parameter -> ``{"type": "float"|"int"|"categorical", ...}`` or a list of choices.
-        sampler, n_trials, max_parallel, objective_metric, direction, seed, pruner,
-        pruning_startup_trials, pruning_warmup_steps, metric_patterns, poll_interval: see
-            :class:`~airflow_ml_provider.search.space.SearchSettings`.
+        search: how the search runs (:class:`~airflow_ml_provider.search.space.SearchSettings` or its
+            dict: sampler, n_trials, max_parallel, objective_metric, direction, seed, pruner,
+            pruning_startup_trials, pruning_warmup_steps, metric_patterns, poll_interval); its values are
+            templated.
         backend: backend name (default: the trial operator's, else the connection's).
         storage_url: the Optuna storage: ``journal:///path`` or an SQLAlchemy URL (its password is masked
             in logs).
         mlflow_experiment: experiment for the runs (default: the DAG id).
         track_mlflow: record the search in MLflow, through the model registry connection ``registry_conn_id``
             (without one: the embedded SQLite store under ``$AIRFLOW_HOME/ml``).
+        registry_conn_id: the model registry (MLflow) connection.
+        ml_conn_id: the training connection every trial runs through.
         deferrable: run the search in the triggerer (see above).
 
     Returns (XCom): ``{"best_params", "best_value", "best_trial", "best_job_name", "best_model_path",
@@ -80,8 +79,8 @@ class HyperparameterSearchOperator(BaseOperator):
     "study_name", "mlflow_run_id"}``.
     """
 
-    template_fields: Sequence[str] = ("search_space", *_SETTINGS, "backend", "storage_url", "mlflow_experiment")
-    template_fields_renderers = {"search_space": "json"}
+    template_fields: Sequence[str] = ("search_space", "search", "backend", "storage_url", "mlflow_experiment")
+    template_fields_renderers = {"search_space": "json", "search": "json"}
     ui_color = "#fdebd0"
 
     def __init__(
@@ -89,17 +88,7 @@ class HyperparameterSearchOperator(BaseOperator):
         *,
         trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
         search_space: dict[str, Any],
-        sampler: str = "tpe",
-        n_trials: int | None = None,
-        max_parallel: int = 1,
-        objective_metric: str = "auc",
-        direction: str = "maximize",
-        seed: int | None = None,
-        pruner: str = "median",
-        pruning_startup_trials: int = 3,
-        pruning_warmup_steps: int = 0,
-        metric_patterns: list[str] | None = None,
-        poll_interval: float = 1.0,
+        search: SearchSettings | dict[str, Any] | None = None,
         backend: str | None = None,
         storage_url: str | None = None,
         mlflow_experiment: str | None = None,
@@ -112,11 +101,10 @@ class HyperparameterSearchOperator(BaseOperator):
         super().__init__(**kwargs)
         self.trial = _check_trial(trial, self.task_id, ml_conn_id)
         self.search_space = search_space
-        self.sampler, self.n_trials, self.max_parallel = sampler, n_trials, max_parallel
-        self.objective_metric, self.direction, self.seed = objective_metric, direction, seed
-        self.pruner, self.pruning_startup_trials = pruner, pruning_startup_trials
-        self.pruning_warmup_steps, self.metric_patterns = pruning_warmup_steps, metric_patterns
-        self.poll_interval = poll_interval
+        if not isinstance(search, SearchSettings | dict | None):
+            raise ValueError(f"{self.task_id}: search: expected SearchSettings or a dict, got {type(search).__name__}")
+        # kept as a dict, so its values are templated like the space's; validated once they are plain values
+        self.search = search.model_dump(exclude_defaults=True) if isinstance(search, SearchSettings) else dict(search or {})
         self.backend = backend
         self.storage_url = storage_url
         self.mlflow_experiment = mlflow_experiment
@@ -127,7 +115,7 @@ class HyperparameterSearchOperator(BaseOperator):
         self._scheduler = None
         try:  # static values fail when the DAG is parsed, naming the field
             space = None if _templated(search_space) else parse_space(search_space)
-            if not _templated([getattr(self, name) for name in _SETTINGS]):
+            if not _templated(self.search):
                 settings = self._settings()
                 if space is not None:
                     self._check_budget(settings, space)
@@ -141,23 +129,22 @@ class HyperparameterSearchOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
         from airflow_ml_provider.search.runner import TrialScheduler, trial_identity
-        from airflow_ml_provider.search.study import default_journal, open_storage, open_study, study_name
+        from airflow_ml_provider.search.study import study_name
 
         identity = JobIdentity.from_context(context)
-        space = _user_error(self.task_id, lambda: parse_space(self.search_space))
-        settings = _user_error(self.task_id, self._settings)
+        search = self._search_setup()
+        space, settings = search.space, search.settings
         _user_error(self.task_id, lambda: self._check_budget(settings, space))  # before any trial is created
         trial = self._render_trial(context, space)
-        backend = self.hook.get_backend(self.backend or getattr(trial, "backend", None))
-        artifact_dirs = self.hook.job_artifact_dirs(backend)
-        environment = self.hook.job_environment(backend.name)  # what workers need to reach artifact_root
-        template = _spec_builder(trial, backend, artifact_dirs, environment)
+        trial_backend = trial.job.get("backend") if isinstance(trial, BaseTrainingOperator) else None
+        setup = self.hook.job_setup(self.backend or trial_backend)  # one connection read for every trial
+        backend, environment = setup.backend, setup.checked()  # what workers need to reach artifact_root
+        template = _spec_builder(trial, setup)
         first = trial_identity(identity, 0).name
         _user_error(self.task_id, lambda: check_template(template(first), space))
 
         name = study_name(identity)
-        storage_url = self._storage_url() or f"journal://{default_journal()}"
-        study = _user_error(self.task_id, lambda: open_study(open_storage(storage_url), name, settings, space))
+        study = _user_error(self.task_id, lambda: search.study(name))
         self.log.info("Study %r: %s sampler, %d trial(s) done, budget %s, up to %d at once on backend %s%s",
                       name, settings.sampler, len(study.trials), settings.n_trials or "the whole grid",
                       settings.max_parallel, backend.name, " (in the triggerer)" if self.deferrable else "")
@@ -166,8 +153,8 @@ class HyperparameterSearchOperator(BaseOperator):
 
             self.defer(
                 trigger=SearchTrigger(
-                    name, storage_url, settings.model_dump(mode="json"), self.search_space,
-                    portable_template(template, artifact_dirs, first), dataclasses.asdict(identity),
+                    name, search.storage_url, settings.model_dump(mode="json"), self.search_space,
+                    portable_template(template, setup.artifact_dir, first), dataclasses.asdict(identity),
                     backend.name, self.ml_conn_id, _follow_options(trial).to_dict(),
                 ),
                 method_name="execute_complete",
@@ -184,17 +171,19 @@ class HyperparameterSearchOperator(BaseOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         """The trigger ran the search to its end: record every trial in MLflow and summarize."""
-        from airflow_ml_provider.search.study import default_journal, open_storage, open_study
-
         if event.get("status") != "done":
             raise AirflowException(f"{self.task_id}: the search stopped in the triggerer: {event.get('message')}")
-        space = _user_error(self.task_id, lambda: parse_space(self.search_space))
-        settings = _user_error(self.task_id, self._settings)
-        storage_url = self._storage_url() or f"journal://{default_journal()}"
-        study = open_study(open_storage(storage_url), event["study_name"], settings, space)
+        search = self._search_setup()
+        study = search.study(event["study_name"])
         with self._tracking(JobIdentity.from_context(context)) as mlflow:
-            run_id = mlflow.start(study, settings, space) if mlflow else None
-            return self._conclude(study, settings, mlflow, run_id)
+            run_id = mlflow.start(study, search.settings, search.space) if mlflow else None
+            return self._conclude(study, search.settings, mlflow, run_id)
+
+    def _search_setup(self):
+        """The rendered space and settings, validated (a mistake fails the task naming the field), and the storage."""
+        from airflow_ml_provider.search.study import SearchSetup
+
+        return _user_error(self.task_id, lambda: SearchSetup.parse(self.search_space, self.search, self._storage_url()))
 
     @contextlib.contextmanager
     def _tracking(self, identity: JobIdentity) -> Iterator[Any]:
@@ -231,8 +220,8 @@ class HyperparameterSearchOperator(BaseOperator):
             self.log.info("Task killed: cancelling the running trials' jobs")
             self._scheduler.cancel_running()
 
-    def _settings(self):
-        return parse_settings(**{name: getattr(self, name) for name in _SETTINGS})
+    def _settings(self) -> SearchSettings:
+        return parse_settings(**self.search)
 
     @staticmethod
     def _check_budget(settings, space: SearchSpace) -> None:
@@ -266,23 +255,23 @@ class HyperparameterSearchOperator(BaseOperator):
 
 
 
-def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any], backend: Backend,
-                  artifact_dirs: Callable[[str], str | None],
-                  environment: JobEnvironment) -> Callable[[str], TrainingJobSpec]:
+def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
+                  setup: JobSetup) -> Callable[[str], TrainingJobSpec]:
     """Job name -> the trial's spec (placeholders still in it): the job's own directories under the
     artifact root, and the settings its workers need to reach it (a training operator adds both itself)."""
     if isinstance(trial, BaseTrainingOperator):
-        return lambda name: trial.build_spec(backend, name)
+        return lambda name: trial.runner.build_spec(name, setup)
     if isinstance(trial, TrainingJobSpec):
         trial = trial.model_dump(exclude_none=True)
+    environment = setup.environment
     trial = {**trial, "env": environment.merged_env(trial.get("env")),
              "kubernetes": environment.merged_kubernetes(trial.get("kubernetes"))}
-    return spec_template(trial, artifact_dirs)
+    return spec_template(trial, setup.artifact_dir)
 
 
 def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:
     """A trial operator's own log rules and preemption budget apply to every trial's job."""
-    return trial.base_follow_options() if isinstance(trial, BaseTrainingOperator) else FollowOptions()
+    return trial.follow if isinstance(trial, BaseTrainingOperator) else FollowOptions()
 
 
 def _check_trial(trial: Any, task_id: str, ml_conn_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:

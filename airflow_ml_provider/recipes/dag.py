@@ -126,10 +126,8 @@ def _add_tasks(recipe: Recipe, source: str, clock: Clock | None, payloads: dict[
             task_id=name,
             framework=experiment.job_framework.value,
             num_workers=experiment.workers,
-            image=experiment.image,
-            hardware=experiment.hardware.resources().model_dump(exclude_defaults=True),
-            env=experiment.env,
-            backend=experiment.backend or recipe.backend,
+            job={"image": experiment.image, "env": experiment.env, "backend": experiment.backend or recipe.backend,
+                 "resources": experiment.hardware.resources().model_dump(exclude_defaults=True)},
             retries=experiment.retries,
             max_active_tis_per_dagrun=experiment.parallel,
             map_index_template="{{ task.trial_label }}",
@@ -158,7 +156,11 @@ class RecipeWarning(UserWarning):
 
 
 class InvalidRecipeOperator(BaseOperator):
-    """Stands in for a recipe file that does not load: running it fails with that file's errors."""
+    """Stands in for a recipe file that does not load: running it fails with that file's errors.
+
+    Args:
+        errors: the file's errors, as the task's failure message.
+    """
 
     ui_color = "#f4a6a6"
 

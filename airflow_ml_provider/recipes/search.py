@@ -17,6 +17,7 @@ from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.recipes.argv import PLACEHOLDER, as_text
 from airflow_ml_provider.recipes.model import Experiment, RangeSpec, Recipe
+from airflow_ml_provider.search.space import SearchSettings
 from airflow_ml_provider.search.template import placeholder
 
 
@@ -49,7 +50,12 @@ def trial_spec(name: str, experiment: Experiment) -> TrainingJobSpec:
 
 
 class RecipeSearchOperator(HyperparameterSearchOperator):
-    """A search built from a recipe: every argument is recipe data, none is an Airflow template."""
+    """A search built from a recipe: every argument is recipe data, none is an Airflow template.
+
+    Args:
+        trial, search_space, search, backend, storage_url, mlflow_experiment, track_mlflow, registry_conn_id,
+        ml_conn_id, deferrable: see :class:`~airflow_ml_provider.operators.search.HyperparameterSearchOperator`.
+    """
 
     template_fields: Sequence[str] = ()
 
@@ -60,13 +66,9 @@ def search_operator(recipe: Recipe, name: str, experiment: Experiment) -> Hyperp
         task_id=name,
         trial=trial_spec(name, experiment),
         search_space=search_space(experiment),
-        sampler=search.sampler,
-        n_trials=experiment.samples,
-        max_parallel=experiment.parallel or 1,
-        objective_metric=search.objective,
-        direction=search.direction,
-        pruner=search.pruner,
-        seed=recipe.seed,
+        search=SearchSettings(sampler=search.sampler, n_trials=experiment.samples, max_parallel=experiment.parallel or 1,
+                              objective_metric=search.objective, direction=search.direction, pruner=search.pruner,
+                              seed=recipe.seed),
         backend=experiment.backend or recipe.backend,
         retries=experiment.retries,
     )

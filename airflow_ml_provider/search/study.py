@@ -10,6 +10,7 @@ password masked. Optuna is imported only when a search runs, never when a DAG is
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ from airflow_ml_provider.search.space import (
     SearchSpaceError,
     make_pruner,
     make_sampler,
+    parse_settings,
+    parse_space,
 )
 
 if TYPE_CHECKING:
@@ -106,3 +109,29 @@ def open_study(storage: optuna.storages.BaseStorage, name: str, settings: Search
         raise SearchSpaceError(f"direction: study {name!r} already exists and was created to "
                                f"{study.direction.name.lower()} (got {settings.direction!r})")
     return study
+
+
+@dataclass(frozen=True)
+class SearchSetup:
+    """A search's validated space and settings and where its study lives: set up here for the operator
+    (before it defers and when it resumes) and for the trigger alike.
+
+    Args:
+        space, settings: validated (:meth:`parse`).
+        storage_url: the Optuna storage (see the module docstring; the default journal file when not given).
+    """
+
+    space: SearchSpace
+    settings: SearchSettings
+    storage_url: str
+
+    @classmethod
+    def parse(cls, search_space: dict, settings: SearchSettings | dict, storage_url: str | None = None) -> SearchSetup:
+        """Raises SearchSpaceError naming the parameter or setting."""
+        if not isinstance(settings, SearchSettings):
+            settings = parse_settings(**settings)
+        return cls(parse_space(search_space), settings, storage_url or f"{JOURNAL_SCHEME}{default_journal()}")
+
+    def study(self, name: str) -> optuna.Study:
+        """The study ``name`` in the storage, created or loaded (see :func:`open_study`)."""
+        return open_study(open_storage(self.storage_url), name, self.settings, self.space)

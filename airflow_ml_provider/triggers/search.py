@@ -76,15 +76,13 @@ class SearchTrigger(SerializedTrigger):
         from airflow_ml_provider.jobs.follow import FollowOptions
         from airflow_ml_provider.jobs.naming import JobIdentity
         from airflow_ml_provider.search.runner import TrialScheduler
-        from airflow_ml_provider.search.space import parse_settings, parse_space
-        from airflow_ml_provider.search.study import open_storage, open_study
+        from airflow_ml_provider.search.study import SearchSetup
         from airflow_ml_provider.search.template import spec_template
 
-        hook = TrainingBackendHook(self.ml_conn_id)
-        backend = hook.get_backend(self.backend)
-        space, settings = parse_space(self.search_space), parse_settings(**self.settings)
-        study = open_study(open_storage(self.storage_url), self.study_name, settings, space)
-        template = spec_template(self.trial_spec, hook.job_artifact_dirs(backend))
-        return TrialScheduler(backend, study, space, settings, template, JobIdentity(**self.identity), log=self.log,
-                              follow=FollowOptions.from_dict(self.follow) if self.follow else None,
-                              submit_kwargs=hook.job_environment(backend.name).submit_kwargs())
+        setup = TrainingBackendHook(self.ml_conn_id).job_setup(self.backend)  # one connection read
+        search = SearchSetup.parse(self.search_space, self.settings, self.storage_url)
+        template = spec_template(self.trial_spec, setup.artifact_dir)
+        return TrialScheduler(setup.backend, search.study(self.study_name), search.space, search.settings, template,
+                              JobIdentity(**self.identity),
+                              log=self.log, follow=FollowOptions.from_dict(self.follow) if self.follow else None,
+                              submit_kwargs=setup.checked().submit_kwargs())

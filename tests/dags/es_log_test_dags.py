@@ -49,6 +49,6 @@ _TRAIN = (
 with DAG("ml_test_es_training_logs", schedule=None, catchup=False, tags=["test"]) as es_training_logs:
     # The connection is named on the task here, and configured on the training connection below.
     TrainingJobOperator(task_id="train_es", command=["python", "-c", _TRAIN], num_workers=2,
-                        elasticsearch_conn_id="es_logs_dag", poll_interval=0.2, retries=0)
+                        elasticsearch_conn_id="es_logs_dag", follow={"poll_interval": 0.2}, retries=0)
     TrainingJobOperator(task_id="train_es_deferred", command=["python", "-c", _TRAIN], num_workers=2,
-                        ml_conn_id="ml_training_es", deferrable=True, poll_interval=0.2, retries=0)
+                        ml_conn_id="ml_training_es", deferrable=True, follow={"poll_interval": 0.2}, retries=0)

@@ -11,10 +11,11 @@ TRAIN = ["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs"
 
 with DAG("ml_test_preemption", schedule=None, catchup=False, tags=["test"]) as preemption:
     # Same trainer and seed twice: the reference run, and the run the test preempts once.
-    reference = HorovodTrainingOperator(task_id="uninterrupted", command=TRAIN, num_workers=2, backend="local",
-                                        retries=0, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    preempted = HorovodTrainingOperator(task_id="preempted", command=TRAIN, num_workers=2, backend="local",
-                                        retries=0, max_preemptions=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    reference = HorovodTrainingOperator(task_id="uninterrupted", command=TRAIN, num_workers=2, retries=0,
+                                        job={"backend": "local", "env": {"TF_CPP_MIN_LOG_LEVEL": "2"}})
+    preempted = HorovodTrainingOperator(task_id="preempted", command=TRAIN, num_workers=2, retries=0,
+                                        job={"backend": "local", "env": {"TF_CPP_MIN_LOG_LEVEL": "2"}},
+                                        follow={"max_preemptions": 2})
     reference >> preempted
 
 
@@ -22,8 +23,10 @@ with DAG("ml_test_preemption", schedule=None, catchup=False, tags=["test"]) as p
 def _mpijob_dag(dag_id: str) -> DAG:
     with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
         # The test plays the MPI operator; deferrable, so execute_complete resubmits after the trigger.
-        HorovodTrainingOperator(task_id="train", num_workers=2, backend="mpijob", image="registry.example/train:1",
-                                checkpoint_dir="/ckpt", deferrable=True, poll_interval=0.5, retries=0)
+        HorovodTrainingOperator(task_id="train", num_workers=2,
+                                job={"backend": "mpijob", "image": "registry.example/train:1"},
+                                outputs={"checkpoint_dir": "/ckpt"}, deferrable=True, follow={"poll_interval": 0.5},
+                                retries=0)
     return dag
 
 

@@ -14,9 +14,10 @@ SCHEDULING = {"queue": "team-a", "priority_class": "high-priority"}
 
 def _kueue_dag(dag_id: str, deferrable: bool, **options) -> DAG:
     with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
-        HorovodTrainingOperator(task_id="train", num_workers=2, backend="mpijob", image="registry.example/train:1",
-                                checkpoint_dir="/ckpt", scheduling=SCHEDULING, deferrable=deferrable,
-                                poll_interval=0.5, retries=0, execution_timeout=timedelta(minutes=5), **options)
+        HorovodTrainingOperator(task_id="train", num_workers=2, outputs={"checkpoint_dir": "/ckpt"},
+                                job={"backend": "mpijob", "image": "registry.example/train:1", "scheduling": SCHEDULING},
+                                follow={"poll_interval": 0.5, **options}, deferrable=deferrable, retries=0,
+                                execution_timeout=timedelta(minutes=5))
     return dag
 
 

@@ -34,11 +34,11 @@ print(json.dumps({"event": "result", "model_sha256": "0" * 64, "n_features": 3, 
 
 with DAG("ml_test_hostile_metrics", schedule=None, catchup=False, tags=["test"],
          default_args={"retries": 0}) as hostile_metrics:
-    train = TrainingJobOperator(task_id="train", command=[PY, "-c", HOSTILE], num_workers=1, poll_interval=0.5)
-    TrainingJobOperator(task_id="train_deferred", command=[PY, "-c", HOSTILE], num_workers=1, poll_interval=0.5,
+    train = TrainingJobOperator(task_id="train", command=[PY, "-c", HOSTILE], num_workers=1, follow={"poll_interval": 0.5})
+    TrainingJobOperator(task_id="train_deferred", command=[PY, "-c", HOSTILE], num_workers=1, follow={"poll_interval": 0.5},
                         deferrable=True)
     train >> EvaluateModelOperator(task_id="evaluate", training="train", test_data="unused.npz",
-                                   command=[PY, "-c", EVALUATE], poll_interval=0.5)
+                                   command=[PY, "-c", EVALUATE], follow={"poll_interval": 0.5})
 
 # Issue 19, M3: 2,000 lines x 50 metric names (25 kept all along, 25 new on every line), long names, the
 # largest steps, a result line at its bounds and long lines at the end: whatever a job prints, the saved
@@ -60,7 +60,7 @@ for i in range(25):
 
 with DAG("ml_test_metric_volume", schedule=None, catchup=False, tags=["test"],
          default_args={"retries": 0, "retry_delay": timedelta(seconds=0)}) as metric_volume:
-    TrainingJobOperator(task_id="chatty", command=[PY, "-c", VOLUME], num_workers=1, poll_interval=0.5,
+    TrainingJobOperator(task_id="chatty", command=[PY, "-c", VOLUME], num_workers=1, follow={"poll_interval": 0.5},
                         deferrable=True)
 
 # Issue 19, M2: a trial's "step": -1 raised in Optuna and failed the whole search, leaving the other
@@ -85,10 +85,7 @@ with DAG("ml_test_search_hostile_line", schedule=None, catchup=False, tags=["tes
             trial={"framework": "generic", "num_workers": 1,
                    "command": ["python", "-c", HOSTILE_TRIAL, "{{ params.x }}"]},
             search_space={"x": [0.2, 0.4, 0.6]},
-            sampler="grid",
-            max_parallel=3,
-            pruner="none",
-            poll_interval=0.2,
+            search={"sampler": "grid", "max_parallel": 3, "pruner": "none", "poll_interval": 0.2},
             backend="local",
             deferrable=deferrable,
         )
@@ -113,9 +110,9 @@ print(json.dumps({"event": "result", "model_sha256": "0" * 64, "n_features": 3, 
 with DAG("ml_test_symlink_model", schedule=None, catchup=False, tags=["test"],
          default_args={"retries": 0}) as symlink_model:
     symlink_train = TrainingJobOperator(task_id="train", command=[PY, "-c", SYMLINK_MODEL], num_workers=1,
-                                        poll_interval=0.5)
+                                        follow={"poll_interval": 0.5})
     symlink_train >> EvaluateModelOperator(task_id="evaluate", training="train", test_data="unused.npz",
-                                           command=[PY, "-c", SHOW_MODEL], poll_interval=0.5)
+                                           command=[PY, "-c", SHOW_MODEL], follow={"poll_interval": 0.5})
 
 # The local backend's log read from Elasticsearch keeps to the local jobs' namespace: a document of
 # another namespace with this job's label (a fail_on line) must not fail the task. The job waits for
@@ -134,7 +131,7 @@ print(json.dumps({"event": "result", "auc": 0.9}), flush=True)
 with DAG("ml_test_es_local_namespace", schedule=None, catchup=False, tags=["test"],
          default_args={"retries": 0}) as es_local_namespace:
     TrainingJobOperator(task_id="train", command=[PY, "-c", WAIT_FOR_GATE, GATE_NAME], num_workers=1,
-                        elasticsearch_conn_id="es_logs_ns", fail_on=[r"CUDA out of memory"], poll_interval=0.2)
+                        elasticsearch_conn_id="es_logs_ns", follow={"rules": {"fail_on": [r"CUDA out of memory"]}, "poll_interval": 0.2})
 
 # Issue 19: a wrong S3 artifact root fails the task before any job starts, naming the root and the
 # connection (tests/integration/storage/test_storage_errors.py sets the connections).

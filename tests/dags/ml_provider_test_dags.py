@@ -32,7 +32,7 @@ with DAG("ml_test_horovod_and_lightgbm", schedule=None, catchup=False, tags=["te
         task_id="horovod",
         command=[PY, "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", "3", "--seed", "0"],
         num_workers=2,
-        backend="local",
+        job={"backend": "local"},
     )
     LightGBMTrainingOperator(
         task_id="lightgbm",
@@ -41,7 +41,7 @@ with DAG("ml_test_horovod_and_lightgbm", schedule=None, catchup=False, tags=["te
         lightgbm_params={"objective": "binary", "learning_rate": 0.1, "num_leaves": 31, "seed": 0},
         num_boost_round=50,
         num_workers=2,
-        backend="local",
+        job={"backend": "local"},
     ).set_upstream(data)
 
 _FAIL = "import os, sys\nrank = os.environ['AIRFLOW_ML_RANK']\nprint('working', rank, flush=True)\nsys.exit(3 if rank == '1' else 0)"
@@ -55,7 +55,7 @@ _METRICS = (
 with DAG("ml_test_generic", schedule=None, catchup=False, tags=["test"]) as generic:
     TrainingJobOperator(task_id="fails", command=[PY, "-c", _FAIL], num_workers=2, retries=0)
     TrainingJobOperator(task_id="deferred", command=[PY, "-c", _METRICS], num_workers=2, deferrable=True,
-                        poll_interval=0.5)
+                        follow={"poll_interval": 0.5})
 
 _SLEEP = "import os, time\nprint('ready', flush=True)\ntime.sleep(600)"
 
@@ -66,9 +66,9 @@ def _mpijob_dag(dag_id: str, deferrable: bool) -> DAG:
     with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
         # The test plays the MPI operator; the namespace comes from the kubernetes_default connection.
         # Sync: the task's own process follows the job (the shared watch in a private event loop).
-        HorovodTrainingOperator(task_id="train", command=[PY, "-m", "train"], num_workers=2, backend="mpijob",
-                                image="registry.example/train:1", deferrable=deferrable, poll_interval=0.5,
-                                retries=0)
+        HorovodTrainingOperator(task_id="train", command=[PY, "-m", "train"], num_workers=2,
+                                job={"backend": "mpijob", "image": "registry.example/train:1"},
+                                deferrable=deferrable, follow={"poll_interval": 0.5}, retries=0)
     return dag
 
 
@@ -82,7 +82,14 @@ with DAG("ml_test_log_rules", schedule=None, catchup=False, tags=["test"],
          default_args={"retry_delay": timedelta(seconds=0)}) as log_rules:
     for deferrable in (False, True):
         TrainingJobOperator(task_id=f"oom_{'deferred' if deferrable else 'sync'}", command=[PY, "-c", _OOM],
-                            num_workers=1, fail_on=[r"CUDA out of memory"], retry_on=[r"Connection reset"],
-                            retries=2, deferrable=deferrable, poll_interval=0.5)
-    TrainingJobOperator(task_id="flaky", command=[PY, "-c", _RESET], num_workers=1, fail_on=[r"CUDA out of memory"],
-                        retry_on=[r"Connection reset by peer"], retries=1, poll_interval=0.5)
+                            num_workers=1, retries=2, deferrable=deferrable,
+                            follow={"rules": {"fail_on": [r"CUDA out of memory"], "retry_on": [r"Connection reset"]},
+                                    "poll_interval": 0.5})
+    TrainingJobOperator(task_id="flaky", command=[PY, "-c", _RESET], num_workers=1, retries=1,
+                        follow={"rules": {"fail_on": [r"CUDA out of memory"], "retry_on": [r"Connection reset by peer"]},
+                                "poll_interval": 0.5})
+
+# One read of the training connection and one spec built per try (tests/integration/operators/test_one_setup_per_try.py).
+with DAG("ml_test_setup_count", schedule=None, catchup=False, tags=["test"]) as setup_count:
+    TrainingJobOperator(task_id="train", command=[PY, "-c", _METRICS], num_workers=1, retries=0,
+                        ml_conn_id="ml_setup_count", follow={"poll_interval": 0.2})

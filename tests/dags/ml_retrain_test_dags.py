@@ -28,4 +28,4 @@ print(json.dumps({"event": "model_saved", "path": str(models / "model.txt")}), f
 
 with DAG("ml_retrain_test", schedule=None, params={"fail_at_round_5": Param(False, type="boolean")}) as retrain_dag:
     TrainingJobOperator(task_id="train", command=["python", "-c", _TRAIN, "{{ params.fail_at_round_5 }}"],
-                        num_workers=1, retries=0, backend="local")
+                        num_workers=1, retries=0, job={"backend": "local"})

@@ -9,6 +9,7 @@ from airflow.sdk import DAG, task
 
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.operators.training import LightGBMTrainingOperator
+from airflow_ml_provider.search.space import SearchSettings
 
 # The trial template is created outside the DAG, so it is not a task of its own. Airflow templates
 # (the data paths, the DAG's `rounds` param) are rendered by the search task; the search parameters'
@@ -21,7 +22,7 @@ lightgbm_trial = LightGBMTrainingOperator(
                      "num_leaves": "{{ params.num_leaves }}", "feature_fraction": "{{ params.feature_fraction }}",
                      "seed": 0},
     num_boost_round="{{ params.rounds }}",
-    backend="local",
+    job={"backend": "local"},
 )
 
 
@@ -45,12 +46,7 @@ with DAG("ml_test_search", schedule=None, catchup=False, tags=["test"], params={
             "num_leaves": {"type": "int", "low": 4, "high": 31},
             "feature_fraction": [0.5, 1.0],
         },
-        sampler="tpe",
-        n_trials=4,
-        max_parallel=2,
-        seed=0,
-        pruner="none",
-        poll_interval=0.3,
+        search={"sampler": "tpe", "n_trials": 4, "max_parallel": 2, "seed": 0, "pruner": "none", "poll_interval": 0.3},
         retries=0,
     )
 
@@ -64,13 +60,8 @@ with DAG("ml_test_search_deferred", schedule=None, catchup=False, tags=["test"])
         task_id="search",
         trial={"framework": "generic", "num_workers": 1, "command": ["python", "-c", _OBJECTIVE, "{{ params.x }}"]},
         search_space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
-        sampler="random",
-        n_trials=4,
-        max_parallel=2,
-        objective_metric="score",
-        seed=0,
-        pruner="none",
-        poll_interval=0.2,
+        search=SearchSettings(sampler="random", n_trials=4, max_parallel=2, objective_metric="score", seed=0,
+                              pruner="none", poll_interval=0.2),
         backend="local",
         deferrable=True,
         track_mlflow=False,
@@ -82,7 +73,7 @@ with DAG("ml_test_search_deferred", schedule=None, catchup=False, tags=["test"])
 # connection's artifact_root (the object-storage test points it at S3): an operator trial run on a
 # worker, and a TrainingJobSpec dict trial run in the triggerer.
 _ARTIFACT_SEARCH = {"search_space": {"learning_rate": [0.1], "num_leaves": [4, 8], "feature_fraction": [1.0]},
-                    "sampler": "grid", "max_parallel": 2, "pruner": "none", "poll_interval": 0.3,
+                    "search": {"sampler": "grid", "max_parallel": 2, "pruner": "none", "poll_interval": 0.3},
                     "track_mlflow": False, "retries": 0}
 
 with DAG("ml_test_search_artifacts", schedule=None, catchup=False, tags=["test"], params={"rounds": 12}) as artifacts:

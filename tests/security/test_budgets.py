@@ -27,7 +27,7 @@ SPACE = {"x": {"type": "int", "low": 0, "high": 9}}
 
 def _search(**settings) -> HyperparameterSearchOperator:
     with DAG("budgets", schedule=None):
-        return HyperparameterSearchOperator(task_id="tune", trial=TRIAL, search_space=SPACE, **settings)
+        return HyperparameterSearchOperator(task_id="tune", trial=TRIAL, search_space=SPACE, search=settings)
 
 
 @pytest.mark.parametrize(("settings", "message"), [

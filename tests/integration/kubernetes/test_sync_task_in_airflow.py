@@ -22,8 +22,8 @@ _DAG = textwrap.dedent(f"""
 
     with DAG({DAG_ID!r}, schedule=None, catchup=False):
         HorovodTrainingOperator(task_id="train", command=["python", "-m", "train"], num_workers=2,
-                                backend="mpijob", image="registry.example/train:1", deferrable=False,
-                                poll_interval=300, retries=0)
+                                job={{"backend": "mpijob", "image": "registry.example/train:1"}},
+                                deferrable=False, follow={{"poll_interval": 300}}, retries=0)
 """)
 
 

@@ -81,7 +81,7 @@ def test_a_second_execution_attaches_to_the_running_job():
 
     def run(key, ctx):
         results[key] = TrainingJobOperator(task_id="train", command=command, num_workers=1,
-                                           poll_interval=0.2).execute(ctx)
+                                           follow={"poll_interval": 0.2}).execute(ctx)
 
     first = threading.Thread(target=run, args=("first", context))
     first.start()

@@ -33,7 +33,7 @@ _DAG = textwrap.dedent(f"""
 
     with DAG("ml_test_triggerer_restart", schedule=None, catchup=False):
         TrainingJobOperator(task_id="train", command=["python", "-c", {_JOB!r}], num_workers=1,
-                            deferrable=True, poll_interval=0.5)
+                            deferrable=True, follow={{"poll_interval": 0.5}})
 """)
 
 

@@ -28,8 +28,9 @@ _DAG = textwrap.dedent(f"""
 
     with DAG({DAG_ID!r}, schedule=None, catchup=False):
         HyperparameterSearchOperator(
-            task_id="search", deferrable=True, track_mlflow=False, sampler="random", seed=2, n_trials=6,
-            max_parallel=2, objective_metric="score", pruner="none", poll_interval=0.3, retries=0,
+            task_id="search", deferrable=True, track_mlflow=False, retries=0,
+            search={{"sampler": "random", "seed": 2, "n_trials": 6, "max_parallel": 2, "objective_metric": "score",
+                    "pruner": "none", "poll_interval": 0.3}},
             trial={{"framework": "generic", "num_workers": 1, "command": ["python", "-c", {_TRIAL!r},
                                                                          "{{{{ params.x }}}}"]}},
             search_space={{"x": {{"type": "float", "low": 0.0, "high": 1.0}}}},

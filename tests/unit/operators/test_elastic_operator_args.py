@@ -11,7 +11,7 @@ def test_min_and_max_workers_make_an_elastic_spec_running_the_elastic_trainer(tm
     spec = operator.build_spec(LocalBackend(tmp_path), "job")
     assert spec.elastic and (spec.min_workers, spec.max_workers) == (1, 4)
     assert spec.command == ["python", "-m", "airflow_ml_provider.runtime.horovod_elastic"]
-    assert operator.max_preemptions == 3
+    assert operator.follow.max_preemptions == 3
 
 
 def test_a_fixed_size_job_runs_the_checkpointing_trainer_or_the_given_command(tmp_path):

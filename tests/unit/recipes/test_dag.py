@@ -52,8 +52,9 @@ def test_experiments_become_mapped_tasks_with_dependencies(recipe_file):
     assert all(t["argv"][:3] == ["python", "train.py", "--lr"] for t in trials)
     assert {t["argv"][5] for t in trials} == {"{{ 7 * 7 }}", "$(id)"}
     partial = train.partial_kwargs
-    assert (partial["framework"], partial["num_workers"], partial["backend"]) == ("lightgbm", 3, "local")
-    assert partial["hardware"] == {"cpu": 2.0, "memory": "1Gi"} and partial["env"] == {"OMP_NUM_THREADS": "1"}
+    assert (partial["framework"], partial["num_workers"], partial["job"]["backend"]) == ("lightgbm", 3, "local")
+    assert partial["job"]["resources"] == {"cpu": 2.0, "memory": "1Gi"}
+    assert partial["job"]["env"] == {"OMP_NUM_THREADS": "1"}
     assert (partial["retries"], partial["max_active_tis_per_dagrun"]) == (1, 2)
 
 
@@ -61,12 +62,11 @@ def test_recipe_values_are_never_rendered_as_templates():
     operator = RecipeTrialOperator(
         task_id="t",
         trial={"params": {"v": "{{ 7 * 7 }}"}, "argv": ["p", "{{ 7 * 7 }}"]},
-        image="{{ 6 * 7 }}",
-        env={"X": "{{ ds }}"},
+        job={"image": "{{ 6 * 7 }}", "env": {"X": "{{ ds }}"}},
     )
     assert operator.template_fields == ("manifest",)
     operator._do_render_template_fields(operator, operator.template_fields, {"ds": "2026-01-01"}, None, set())
-    assert (operator.command, operator.image, operator.env) == (
+    assert (operator.command, operator.job["image"], operator.job["env"]) == (
         ["p", "{{ 7 * 7 }}"],
         "{{ 6 * 7 }}",
         {"X": "{{ ds }}"},

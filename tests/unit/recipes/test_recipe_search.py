@@ -8,12 +8,13 @@ import textwrap
 import pytest
 
 from airflow_ml_provider.hooks.artifacts import JobEnvironment
+from airflow_ml_provider.hooks.training_backend import JobSetup
 from airflow_ml_provider.jobs.backends.local import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
 from airflow_ml_provider.recipes import RecipeError, parse_recipe
 from airflow_ml_provider.recipes.dag import build_dag
-from airflow_ml_provider.search.space import parse_space
+from airflow_ml_provider.search.space import SearchSettings, parse_space
 from airflow_ml_provider.search.template import check_template, render_trial
 
 RECIPE = textwrap.dedent("""\
@@ -48,8 +49,9 @@ def test_a_search_experiment_becomes_one_search_task(tmp_path):
     dag = build_dag(parse_recipe(RECIPE))
     tune = dag.task_dict["tune"]
     assert isinstance(tune, HyperparameterSearchOperator) and tune.upstream_task_ids == {"data"}
-    assert (tune.sampler, tune.n_trials, tune.max_parallel, tune.seed) == ("tpe", 12, 3, 4)
-    assert (tune.objective_metric, tune.direction, tune.backend) == ("loss", "minimize", "local")
+    settings = SearchSettings(**tune.search)
+    assert (settings.sampler, settings.n_trials, settings.max_parallel, settings.seed) == ("tpe", 12, 3, 4)
+    assert (settings.objective_metric, settings.direction, tune.backend) == ("loss", "minimize", "local")
     assert tune.search_space == {
         "num_leaves": [15, 31, 63],
         "learning_rate": {"type": "float", "low": 0.02, "high": 0.3, "log": True},
@@ -60,7 +62,8 @@ def test_a_search_experiment_becomes_one_search_task(tmp_path):
 
     # what each trial's job runs: constants filled in, searched values substituted as data
     backend = LocalBackend(tmp_path)  # no artifact root configured: the backend's own per-job dirs
-    template = _spec_builder(tune.trial, backend, backend.default_artifact_dir, JobEnvironment())("aml-tune-trial-0")
+    setup = JobSetup("ml_training_default", backend, None, backend.default_artifact_dir, JobEnvironment())
+    template = _spec_builder(tune.trial, setup)("aml-tune-trial-0")
     check_template(template, parse_space(tune.search_space))
     spec = render_trial(template, {"num_leaves": 31, "learning_rate": 0.05, "rounds": 40, "note": "{{ 7 * 7 }}"})
     assert spec.command[3:] == ["--train-data", "/data/train.npz", "--num-boost-round", "40", "--note", "{{ 7 * 7 }}",
