@@ -26,7 +26,6 @@ from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.recipes.dag import InvalidRecipeOperator
-from airflow_ml_provider.search.space import parse_space
 from airflow_ml_provider.search.template import check_template, placeholder, render_trial
 
 RUN_ID = "check"
