@@ -35,10 +35,10 @@ def test_evaluation_reports_the_models_held_out_metrics(tmp_path, capsys):
 
 
 def test_an_unknown_model_format_is_a_usage_error(tmp_path, capsys):
-    (tmp_path / "model.pt").write_text("x")
+    (tmp_path / "model.onnx").write_text("x")
     write_synthetic(tmp_path / "test.npz", rows=50, features=4)
     assert (
-        evaluate.main(["--model", str(tmp_path / "model.pt"), "--test-data", str(tmp_path / "test.npz")]) == 2
+        evaluate.main(["--model", str(tmp_path / "model.onnx"), "--test-data", str(tmp_path / "test.npz")]) == 2
     )
     assert "unknown model format" in capsys.readouterr().err
 
