@@ -23,6 +23,7 @@ from airflow_ml_provider.ci.results import Case, relative
 from airflow_ml_provider.ci.targets import Targets
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
+from airflow_ml_provider.operators.job_run import BaseJobOperator
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.recipes.dag import InvalidRecipeOperator
@@ -64,7 +65,7 @@ def check_dag(dag: Any, targets: Targets) -> list[Case]:
         if _is(task, InvalidRecipeOperator):
             cases.extend(_invalid_recipe(dag, task))
             continue
-        if not _is(task, BaseTrainingOperator, HyperparameterSearchOperator):
+        if not _is(task, BaseJobOperator, HyperparameterSearchOperator):
             continue
         for index, operator in _unmapped(task):
             case = Case(dag.dag_id, task.task_id if index < 0 else f"{task.task_id}[{index}]", file, line)
