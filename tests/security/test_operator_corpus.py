@@ -145,7 +145,7 @@ def test_a_recipe_search_task_renders_nothing_with_airflows_jinja():
     context = {"var": {"value": {"secret": "leaked"}}, "conn": {"x": {"password": "leaked"}}, "params": {}}
     task.render_template_fields(context, dag.get_template_env())
     assert task.search_space == {"note": ["{{ 7*7 }}", "{{ var.value.secret }}", "{{ conn.x.password }}"]}
-    assert task.objective_metric == "score"
+    assert task.search["objective_metric"] == "score"
 
 
 def test_airflow_ml_render_refuses_a_billion_workers_before_rendering(tmp_path, capsys):

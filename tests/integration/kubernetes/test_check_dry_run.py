@@ -35,9 +35,8 @@ def _dag_file(folder, backend: str, framework: str = "horovod", kubernetes: dict
                 framework={framework!r},
                 command=["python", "train.py"],
                 num_workers=2,
-                image="registry.example/train:1",
-                backend={backend!r},
-                kubernetes={kubernetes or {}!r},
+                job={{"image": "registry.example/train:1", "backend": {backend!r},
+                     "kubernetes": {kubernetes or {}!r}}},
             )
     """))
     return path
