@@ -281,22 +281,16 @@ with DAG(
         job=JOB,
         doc_md="Data-parallel LightGBM over the preprocessed shards, one worker per machine.",
     )
+    def network_trainer(module: str) -> list:
+        """The argv of a bundled network trainer (Keras under Horovod, PyTorch DDP) over the prepared shards."""
+        return ["python", "-m", f"airflow_ml_provider.runtime.{module}", "--epochs", "{{ params.epochs }}",
+                "--learning-rate", "{{ params.learning_rate }}", "--train-data", prepared["train_dir"],
+                "--test-data", prepared["valid"]]
+
     train_horovod = HorovodTrainingOperator(
         task_id="train_horovod",
         on_failure_callback=FAILURE_NOTIFIERS,
-        command=[
-            "python",
-            "-m",
-            "airflow_ml_provider.runtime.horovod_keras",
-            "--epochs",
-            "{{ params.epochs }}",
-            "--learning-rate",
-            "{{ params.learning_rate }}",
-            "--train-data",
-            prepared["train_dir"],
-            "--test-data",
-            prepared["valid"],
-        ],
+        command=network_trainer("horovod_keras"),
         num_workers=WORKERS,
         job=JOB,
         doc_md="Horovod (ring-allreduce) training of a Keras network over the preprocessed shards.",
@@ -304,19 +298,7 @@ with DAG(
     train_pytorch = PyTorchTrainingOperator(
         task_id="train_pytorch",
         on_failure_callback=FAILURE_NOTIFIERS,
-        command=[
-            "python",
-            "-m",
-            "airflow_ml_provider.runtime.torch_ddp",
-            "--epochs",
-            "{{ params.epochs }}",
-            "--learning-rate",
-            "{{ params.learning_rate }}",
-            "--train-data",
-            prepared["train_dir"],
-            "--test-data",
-            prepared["valid"],
-        ],
+        command=network_trainer("torch_ddp"),
         num_workers=WORKERS,
         job=JOB,
         doc_md="PyTorch DDP (torchrun, gloo on CPU) training of a network over the preprocessed shards.",
