@@ -47,13 +47,41 @@ def image_path(image: str) -> str:
     return f"{image}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def container_env(container: dict) -> dict[str, str]:
-    """The container's env as the manifest gives it (plain values only: these tests put no secrets in)."""
+def container_env(container: dict, fields: dict[str, str] | None = None) -> dict[str, str]:
+    """The container's env as the manifest gives it: plain values, and the downward API's ``fieldRef``
+    values from ``fields`` (fieldPath -> the pod's value, e.g. a Job controller's completion-index
+    annotation), as the kubelet resolves them. These tests put no secrets in: a secret reference fails."""
     env = {}
     for var in container.get("env", []):
-        assert "valueFrom" not in var, f"env {var['name']}: the pod sandbox resolves no references"
-        env[var["name"]] = var["value"]
+        source = var.get("valueFrom")
+        if source is None:
+            env[var["name"]] = var["value"]
+            continue
+        path = (source.get("fieldRef") or {}).get("fieldPath")
+        assert path in (fields or {}), f"env {var['name']}: the pod sandbox resolves only the given fieldRefs"
+        env[var["name"]] = fields[path]
     return env
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """The kubelet's ``$(VAR)`` expansion of a container's command and args (kubernetes
+    third_party/forked/golang/expansion/expand.go ``Expand``, called by pkg/kubelet/container/helpers.go
+    ``ExpandContainerCommandAndArgs``): a defined variable's value, ``$$`` for a literal ``$``, anything
+    else kept as written."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            if text[i + 1] == "$":
+                out.append("$")
+                i += 2
+                continue
+            if text[i + 1] == "(" and (end := text.find(")", i + 2)) != -1 and text[i + 2:end] in env:
+                out.append(env[text[i + 2:end]])
+                i = end + 1
+                continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
 
 
 class Cluster:
@@ -112,18 +140,21 @@ class Cluster:
             self.made_dirs.append(directory)
 
     def start(self, hostname: str, container: dict, *, image: str, extra_env: dict[str, str],
-              mounts: dict[str, Path], workdir: Path, log: Path) -> subprocess.Popen:
-        """Start ``container`` (from the manifest) in pod ``hostname``: its command and env unmodified,
-        ``extra_env`` appended as a controller's admission step appends it, volumes at their paths."""
+              mounts: dict[str, Path], workdir: Path, log: Path,
+              fields: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start ``container`` (from the manifest) in pod ``hostname``: its command and env unmodified
+        (``fields`` answers its downward-API references), ``extra_env`` appended as a controller's
+        admission step appends it, ``$(VAR)`` in command and args expanded as the kubelet does, volumes
+        at their paths."""
         netns = self.pods[hostname][0]
-        env = {"PATH": image_path(image), "HOME": "/root", "HOSTNAME": hostname,
-               **container_env(container), **extra_env}
+        pod_env = {**container_env(container, fields), **extra_env}
+        env = {"PATH": image_path(image), "HOME": "/root", "HOSTNAME": hostname, **pod_env}
         binds = {"/etc/hosts": self.hosts_file(hostname, workdir), **mounts}
         for target in binds:
             self.mount_point(target)
         argv = ["ip", "netns", "exec", netns, sys.executable, str(Path(__file__).resolve()), hostname,
-                *(f"{source}:{target}" for target, source in binds.items()), "--", *container["command"],
-                *container.get("args", [])]
+                *(f"{source}:{target}" for target, source in binds.items()), "--",
+                *(expand(arg, pod_env) for arg in [*container["command"], *container.get("args", [])])]
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, env=env, cwd=container.get("workingDir", workdir), stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,9 +7,15 @@ An elastic job (``min_workers``/``max_workers``) becomes ``--nnodes=MIN:MAX`` wi
 restarts of the group: a lost rank re-forms the group, whose trainer resumes from its newest checkpoint.
 A non-elastic job has no restart: its end is the job's (a preemption resubmits it from its checkpoint).
 
-Each rank's lines come out of torchrun prefixed ``[<global rank>]:`` (``--tee 3`` with the prefix
-template); lines without that prefix are the agent's own, among them its failure summary, whose
-``rank``/``exitcode`` fields say how each failed rank ended. A rank cannot write an unprefixed line.
+On the local backend each rank's lines come out of torchrun prefixed ``[<global rank>]:`` (``--tee 3``
+with the prefix template); lines without that prefix are the agent's own, among them its failure
+summary, whose ``rank``/``exitcode`` fields say how each failed rank ended. A rank cannot write an
+unprefixed line. In a pod (``prefixed=False``) the ranks write to the container's log as they are, so
+the pod log reader parses their structured lines like any other framework's.
+
+Where a cluster controller numbers the pods (Kubeflow Trainer's ``PET_*`` variables, Volcano's pytorch
+plugin), the agents meet by torchrun's static rendezvous instead (``static_args``): node ``i`` is the
+controller's pod ``i`` and node 0 hosts the store at the master address.
 """
 
 from __future__ import annotations
@@ -32,20 +38,40 @@ def nnodes(spec) -> str:
     return f"{spec.min_workers or spec.num_workers}:{spec.max_workers or spec.num_workers}"
 
 
-def torchrun_args(spec, rdzv_id: str, endpoint: str | None = None, local_addr: str | None = None) -> list[str]:
+def torchrun_args(spec, rdzv_id: str, endpoint: str | None = None, local_addr: str | None = None,
+                  prefixed: bool = True) -> list[str]:
     """torchrun's options for ``spec`` (without the program): c10d rendezvous at ``endpoint`` (None: taken
     from ``PET_RDZV_ENDPOINT`` in the agent's environment, set where the port is chosen), the rank lines
-    prefixed by global rank, and the command run as it is (``--no-python``)."""
-    if spec.command[0].startswith("-"):
-        raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which torchrun would "
-                         "take for one of its own options")
+    prefixed by global rank unless ``prefixed`` is false, and the command run as it is (``--no-python``)."""
     args = ["--nnodes", nnodes(spec), "--nproc-per-node", str(spec.nproc_per_node), "--rdzv-backend", "c10d",
-            "--rdzv-id", rdzv_id, "--max-restarts", str(MAX_RESTARTS if spec.elastic else 0), "--tee", "3"]
+            "--rdzv-id", rdzv_id]
     if endpoint:
         args += ["--rdzv-endpoint", endpoint]
     if local_addr:
         args += ["--local-addr", local_addr]
-    return [*args, "--no-python", *spec.command]
+    return [*args, *_run(spec, prefixed)]
+
+
+def static_args(spec, rendezvous: dict[str, str]) -> list[str]:
+    """torchrun's options for a fixed-size job in pods a controller numbers: static rendezvous with the
+    ``rendezvous`` options (``nnodes``, ``node-rank``, ``master-addr``, ``master-port``) the controller's
+    values fill in (Volcano's, through the kubelet's ``$(VAR)`` expansion); an option left out torchrun
+    reads from the ``PET_*`` variable the controller sets (Kubeflow Trainer). The ranks' lines unprefixed."""
+    if spec.elastic:
+        raise ValueError("min_workers/max_workers: the controller runs a fixed number of nodes (static "
+                         "rendezvous); elastic bounds need the local backend")
+    options = [part for option, value in rendezvous.items() for part in (f"--{option}", value)]
+    return [*options, "--nproc-per-node", str(spec.nproc_per_node), "--rdzv-backend", "static",
+            *_run(spec, prefixed=False)]
+
+
+def _run(spec, prefixed: bool) -> list[str]:
+    """The options every agent shares, then the command run as it is."""
+    if spec.command[0].startswith("-"):
+        raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which torchrun would "
+                         "take for one of its own options")
+    tee = ["--tee", "3"] if prefixed else []
+    return ["--max-restarts", str(MAX_RESTARTS if spec.elastic else 0), *tee, "--no-python", *spec.command]
 
 
 def output(line: str) -> tuple[int | None, str]:

@@ -2,12 +2,15 @@
 
 The natural backend for LightGBM: pod ``i`` gets the stable hostname ``<job>-<i>.<job>`` and its
 index as ``JOB_COMPLETION_INDEX``, so every worker can be told the full machine list up front.
+PyTorch runs one torchrun agent per pod; the agents meet by c10d rendezvous at pod 0's stable name
+(``<job>-0.<job>``), whose agent hosts the rendezvous store.
 """
 
 from __future__ import annotations
 
 import logging
 
+from airflow_ml_provider.jobs import torchrun
 from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
 from airflow_ml_provider.jobs.backends.pod_template import (
     container,
@@ -43,8 +46,13 @@ def check_options(spec: TrainingJobSpec) -> None:
         raise ValueError(f"scheduling.queue: indexed-job has no queues (got {spec.scheduling.queue!r}); "
                          "use the volcano backend, or leave it unset")
     if spec.elastic:
-        raise ValueError("min_workers/max_workers: indexed-job runs a fixed number of workers")
+        # A Job completes only when every index has: a pod replaced after the group finished could never
+        # reach the rendezvous again, and would fail the Job that trained.
+        raise ValueError("min_workers/max_workers: indexed-job runs a fixed number of workers; elastic bounds "
+                         "need the local backend")
     refuse_unused(spec, "indexed-job", "clean_pod_policy", "slots_per_worker")
+    if spec.framework is Framework.PYTORCH:
+        refuse_unused(spec, "indexed-job (pytorch)", "worker_port")  # the agents meet at the rendezvous port
     if spec.scheduling.gang and not _told_no_gang:
         _told_no_gang = True
         log.warning("scheduling.gang: indexed-job has no gang scheduler; its workers start as they are placed "
@@ -57,15 +65,21 @@ class IndexedJobBackend(KubernetesBackend):
     name = "indexed-job"
     api_version = "batch/v1"
     kind = "Job"
-    frameworks = frozenset({Framework.LIGHTGBM, Framework.GENERIC})
+    frameworks = frozenset({Framework.LIGHTGBM, Framework.PYTORCH, Framework.GENERIC})
     suspend_field = ("spec", "suspend")  # Kueue's batch/job integration
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         check_options(spec)
-        port = spec.kubernetes.worker_port
-        machines = ",".join(f"{name}-{i}.{name}:{port}" for i in range(spec.num_workers))
-        env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: JOB_COMPLETION_INDEX
-        template = pod_template(spec, labels, "worker", [container(spec, "worker", spec.command, env=env, ports=[port])],
+        if spec.framework is Framework.PYTORCH:
+            # c10d numbers the nodes by address: pod 0 ("<job>-0.", the store's host) is always node 0
+            port, env = torchrun.RENDEZVOUS_PORT, {}
+            endpoint = f"{name}-0.{name}:{port}"
+            command = ["torchrun", *torchrun.torchrun_args(spec, name, endpoint=endpoint, prefixed=False)]
+        else:
+            port, command = spec.kubernetes.worker_port, spec.command
+            machines = ",".join(f"{name}-{i}.{name}:{port}" for i in range(spec.num_workers))
+            env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: JOB_COMPLETION_INDEX
+        template = pod_template(spec, labels, "worker", [container(spec, "worker", command, env=env, ports=[port])],
                                 subdomain=name)
         job_spec = {
             "completionMode": "Indexed",

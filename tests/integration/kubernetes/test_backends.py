@@ -43,7 +43,7 @@ def containers(template: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind,framework", [("mpijob", "horovod"), ("volcano", "horovod"), ("volcano", "lightgbm"),
-                                            ("indexed-job", "lightgbm")])
+                                            ("indexed-job", "lightgbm"), ("indexed-job", "pytorch")])
 def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, framework, kube_cluster, namespace):
     jobs = backend(kind, kube_cluster, namespace)
     name = IDENTITY.name
@@ -77,6 +77,10 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
         assert worker_pod["spec"]["subdomain"] == name
         service = jobs.get("Service", name, "v1")
         assert service["spec"]["clusterIP"] == "None"
+        if framework == "pytorch":  # one torchrun agent a pod, meeting at pod 0's stable name
+            command = containers(worker_pod)[0]["command"]
+            assert command[0] == "torchrun" and f"{name}-0.{name}:29400" in command
+            assert service["spec"]["ports"][0]["port"] == 29400
     pod = worker_pod["spec"]
     worker = containers(worker_pod)[0]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
@@ -132,7 +136,7 @@ def test_cancel_deletes_the_job_and_its_service_and_status_then_reports_not_foun
 
 @pytest.mark.parametrize("kind,framework,takers", [("mpijob", "lightgbm", "local, volcano, indexed-job"),
                                                    ("indexed-job", "horovod", "local, mpijob, volcano"),
-                                                   ("mpijob", "pytorch", "local")])
+                                                   ("mpijob", "pytorch", "local, indexed-job")])
 def test_frameworks_a_backend_cannot_run_are_refused_before_any_call(kind, framework, takers, kube_cluster, namespace):
     with pytest.raises(JobSubmissionError, match=f"framework: .*not '{framework}'; backends that run it: {takers}$"):
         backend(kind, kube_cluster, namespace).submit("x", spec(framework), {})

@@ -48,6 +48,7 @@ from pod_sandbox import Cluster, can_run, can_ssh, container_env, image_ssh_dir,
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from support import needs_torch
 
 pytestmark = pytest.mark.integration
 
@@ -289,3 +290,43 @@ def test_mpijob_horovod_trains(tmp_path, image, cluster, ssh_image):
     _assert_horovod_trained(logs["hvd-launcher"], tmp_path)
     for hostname in workers:
         assert "Accepted publickey for root" in logs[hostname].read_text(), logs[hostname].read_text()[-2000:]
+
+
+def _torch_spec(tmp_path: Path, image: str) -> TrainingJobSpec:
+    return TrainingJobSpec(
+        framework="pytorch", num_workers=2, image=image, model_dir=str(tmp_path / "model"),
+        checkpoint_dir=str(tmp_path / "checkpoints"), working_dir=str(tmp_path), env={"OMP_NUM_THREADS": "1"},
+        command=["python", "-m", "airflow_ml_provider.runtime.torch_ddp", "--epochs", "2"],
+    )
+
+
+def _assert_ddp_trained(logs: dict[str, Path], node0: str, tmp_path: Path) -> None:
+    """Both ranks (one per pod) trained as one group: the same final weights; node 0 (pod ``node0``) is
+    rank 0, which reported the test result and saved the model."""
+    events = {pod: _events(log) for pod, log in logs.items()}
+    checksums = {e["rank"]: e["checksum"] for pod_events in events.values() for e in pod_events
+                 if e.get("event") == "weights_checksum"}
+    assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
+    assert [e["rank"] for e in events[node0] if e.get("event") == "weights_checksum"] == [0]
+    assert _result(logs[node0])["accuracy"] > 0.5
+    assert (tmp_path / "model" / "model.pt").stat().st_size > 0
+
+
+@needs_torch
+def test_indexed_job_pytorch_meets_at_pod_0_and_trains(tmp_path, image, cluster):
+    job, service = get_backend("indexed-job", api_client=None, namespace=NAMESPACE).manifests(
+        "ddp", _torch_spec(tmp_path, image), {})
+    template = job["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert container["command"][0] == "torchrun" and "--tee" not in container["command"]
+    assert service["spec"]["ports"][0]["port"] == 29400  # the rendezvous port, on pod 0
+    hostnames = [f"ddp-{index}" for index in range(job["spec"]["completions"])]
+    for hostname in hostnames:
+        cluster.add_pod(hostname, template["spec"]["subdomain"])
+    procs, logs = {}, {}
+    for index, hostname in reversed(list(enumerate(hostnames))):  # pod 1 first: it waits at the rendezvous
+        logs[hostname] = tmp_path / f"{hostname}.log"
+        procs[hostname] = cluster.start(hostname, container, image=image, workdir=tmp_path, log=logs[hostname],
+                                        extra_env={"JOB_COMPLETION_INDEX": str(index)}, mounts={})
+    _wait_all(procs, logs)
+    _assert_ddp_trained(logs, "ddp-0", tmp_path)

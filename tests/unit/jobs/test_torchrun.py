@@ -39,6 +39,20 @@ def test_a_fixed_job_has_no_restart_and_an_elastic_one_takes_its_bounds():
 def test_a_program_that_torchrun_would_read_as_an_option_is_refused():
     with pytest.raises(ValueError, match="starts with '-'"):
         torchrun.torchrun_args(_spec(command=["--standalone", "x"]), "job")
+    with pytest.raises(ValueError, match="starts with '-'"):
+        torchrun.static_args(_spec(command=["--master-addr", "x"]), {})
+
+
+def test_in_a_pod_the_ranks_write_unprefixed_and_a_controllers_numbering_is_a_static_rendezvous():
+    pod = torchrun.torchrun_args(_spec(), "job-a", endpoint="job-a-0.job-a:29400", prefixed=False)
+    assert "--tee" not in pod and pod[-4:] == ["--no-python", *TRAIN]  # the pod log gets the ranks' lines as they are
+    static = torchrun.static_args(_spec(nproc_per_node=2), {"node-rank": "$(RANK)", "master-addr": "$(MASTER_ADDR)"})
+    assert static[:4] == ["--node-rank", "$(RANK)", "--master-addr", "$(MASTER_ADDR)"]
+    assert (_option(static, "--rdzv-backend"), _option(static, "--nproc-per-node"), _option(static, "--max-restarts")) \
+        == ("static", "2", "0")
+    assert "--nnodes" not in static and "--tee" not in static  # left out: torchrun reads PET_NNODES
+    with pytest.raises(ValueError, match="^min_workers/max_workers: the controller runs a fixed number of nodes"):
+        torchrun.static_args(_spec(min_workers=1), {})
 
 
 def test_nproc_per_node_is_refused_for_other_frameworks():
