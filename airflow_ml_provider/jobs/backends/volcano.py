@@ -2,11 +2,13 @@
 
 Horovod runs as a ``master`` task (horovodrun over the workers' svc-plugin host names) plus a
 ``worker`` task running sshd; LightGBM and generic jobs are one ``worker`` task whose pods find each
-other by the stable hostnames of the svc plugin.
+other by the stable hostnames of the svc plugin. PyTorch runs one torchrun agent a pod in a ``master``
+task of one pod and a ``worker`` task of the rest, numbered by Volcano's ``pytorch`` plugin.
 """
 
 from __future__ import annotations
 
+from airflow_ml_provider.jobs import torchrun
 from airflow_ml_provider.jobs.backends.elastic_launch import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
 from airflow_ml_provider.jobs.backends.pod_template import (
@@ -37,6 +39,14 @@ PHASE_STATES = {
     "Failed": JobState.FAILED,
 }
 _EVICTION = ("evict", "preempt")
+# Volcano's pytorch plugin (volcano-sh/volcano pkg/controllers/job/plugins/distributed-framework/pytorch/
+# pytorch.go, OnPodCreate) gives every container of the "master" and "worker" tasks MASTER_ADDR (the
+# master pod's <job>-master-0.<job>), MASTER_PORT (its --port, opened on every container), WORLD_SIZE
+# (the pods of both tasks) and RANK (0 for the master, 1 + the pod's index for a worker). torchrun's static
+# rendezvous takes them as its node numbering through the kubelet's $(VAR) expansion of the command.
+TORCH_PLUGIN_PORT = 23456  # the plugin's DefaultPort, named in its arguments
+_TORCH_PLUGIN_RENDEZVOUS = {"nnodes": "$(WORLD_SIZE)", "node-rank": "$(RANK)", "master-addr": "$(MASTER_ADDR)",
+                            "master-port": "$(MASTER_PORT)"}
 
 
 class VolcanoBackend(KubernetesBackend):
@@ -46,7 +56,7 @@ class VolcanoBackend(KubernetesBackend):
     name = "volcano"
     api_version = "batch.volcano.sh/v1alpha1"
     kind = "Job"
-    frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.GENERIC})
+    frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.PYTORCH, Framework.GENERIC})
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         refuse_unused(spec, self.name, "clean_pod_policy")  # an MPIJob runPolicy field
@@ -55,6 +65,10 @@ class VolcanoBackend(KubernetesBackend):
         if spec.framework is Framework.HOROVOD:
             tasks = self._horovod_tasks(name, spec, labels)
             plugins = {"ssh": [], "svc": []}
+        elif spec.framework is Framework.PYTORCH:
+            refuse_unused(spec, f"{self.name} (pytorch)", "worker_port")  # the plugin opens its own port
+            tasks = self._torch_tasks(spec, labels)
+            plugins = {"pytorch": ["--master=master", "--worker=worker", f"--port={TORCH_PLUGIN_PORT}"], "svc": []}
         elif spec.elastic:
             raise ValueError(f"min_workers/max_workers: {spec.framework.value} workers are told a fixed machine "
                              "list; elastic bounds need framework 'horovod'")
@@ -98,6 +112,17 @@ class VolcanoBackend(KubernetesBackend):
                           {"event": "PodFailed", "action": "AbortJob"}]},
             {"name": "worker", "replicas": spec.num_workers, "template": worker},
         ]
+
+    def _torch_tasks(self, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        """The plugin's two roles: node 0 is the master task's pod, node 1 + i the worker task's pod i."""
+        command = ["torchrun", *torchrun.static_args(spec, _TORCH_PLUGIN_RENDEZVOUS)]
+        tasks = []
+        for role, replicas in (("master", 1), ("worker", spec.num_workers - 1)):
+            if replicas:
+                template = pod_template(spec, labels, role, [container(spec, role, command)], **_deadline(spec))
+                tasks.append({"name": role, "replicas": replicas, "template": template,
+                              "policies": [{"event": "PodFailed", "action": "AbortJob"}]})
+        return tasks
 
     def _peer_task(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> dict:
         port = spec.kubernetes.worker_port

@@ -43,7 +43,8 @@ def containers(template: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind,framework", [("mpijob", "horovod"), ("volcano", "horovod"), ("volcano", "lightgbm"),
-                                            ("indexed-job", "lightgbm"), ("indexed-job", "pytorch")])
+                                            ("volcano", "pytorch"), ("indexed-job", "lightgbm"),
+                                            ("indexed-job", "pytorch")])
 def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, framework, kube_cluster, namespace):
     jobs = backend(kind, kube_cluster, namespace)
     name = IDENTITY.name
@@ -65,7 +66,8 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
         assert body["queue"] == "research" and body["priorityClassName"] == "high"
         assert {"event": "PodEvicted", "action": "RestartJob"} in body["policies"]
         assert body["minAvailable"] == (3 if framework == "horovod" else 2)
-        assert set(body["plugins"]) == ({"ssh", "svc"} if framework == "horovod" else {"svc", "env"})
+        assert set(body["plugins"]) == {"horovod": {"ssh", "svc"}, "pytorch": {"pytorch", "svc"}}.get(framework,
+                                                                                                  {"svc", "env"})
         worker_pod = next(t for t in body["tasks"] if t["name"] == "worker")["template"]
         assert "activeDeadlineSeconds" not in body, "the Job CRD has no job-level deadline"
         assert {task["template"]["spec"]["activeDeadlineSeconds"] for task in body["tasks"]} == {1800}
@@ -136,7 +138,7 @@ def test_cancel_deletes_the_job_and_its_service_and_status_then_reports_not_foun
 
 @pytest.mark.parametrize("kind,framework,takers", [("mpijob", "lightgbm", "local, volcano, indexed-job"),
                                                    ("indexed-job", "horovod", "local, mpijob, volcano"),
-                                                   ("mpijob", "pytorch", "local, indexed-job")])
+                                                   ("mpijob", "pytorch", "local, volcano, indexed-job")])
 def test_frameworks_a_backend_cannot_run_are_refused_before_any_call(kind, framework, takers, kube_cluster, namespace):
     with pytest.raises(JobSubmissionError, match=f"framework: .*not '{framework}'; backends that run it: {takers}$"):
         backend(kind, kube_cluster, namespace).submit("x", spec(framework), {})

@@ -209,12 +209,26 @@ def _run_volcano(job: dict, tmp_path: Path, image: str, cluster: Cluster, ssh_et
         extra = dict(svc_env)
         if "env" in plugins:  # plugins/env/env.go OnPodCreate
             extra.update(VK_TASK_INDEX=str(index), VC_TASK_INDEX=str(index))
+        if "pytorch" in plugins:
+            extra.update(_volcano_pytorch_env(job, task, index))
         logs[hostname] = tmp_path / f"{hostname}.log"
         procs[hostname] = cluster.start(hostname, container, image=image, workdir=tmp_path, log=logs[hostname],
                                         extra_env=extra, mounts=mounts)
     server_names = {hostname for hostname, _, _ in servers}  # sshd runs until the job is torn down
     _wait_all({h: proc for h, proc in procs.items() if h not in server_names}, logs)
     return logs
+
+
+def _volcano_pytorch_env(job: dict, task: dict, index: int) -> dict[str, str]:
+    """What the pytorch plugin appends to each container (plugins/distributed-framework/pytorch/pytorch.go
+    ``OnPodCreate``, ``generateMasterAddr``, ``getTotalReplicas``), from its arguments."""
+    args = {"master": "master", "worker": "worker", "port": "23456"}
+    args.update(arg.lstrip("-").split("=", 1) for arg in job["spec"]["plugins"]["pytorch"])
+    name, roles = job["metadata"]["name"], (args["master"], args["worker"])
+    size = sum(t["replicas"] for t in job["spec"]["tasks"] if t["name"] in roles)
+    rank = 0 if task["name"] == args["master"] else index + 1
+    return {"MASTER_ADDR": f"{name}-{args['master']}-0.{name}", "MASTER_PORT": args["port"],
+            "WORLD_SIZE": str(size), "RANK": str(rank)}
 
 
 def test_volcano_lightgbm_trains(tmp_path, image, cluster):
@@ -330,3 +344,15 @@ def test_indexed_job_pytorch_meets_at_pod_0_and_trains(tmp_path, image, cluster)
                                         extra_env={"JOB_COMPLETION_INDEX": str(index)}, mounts={})
     _wait_all(procs, logs)
     _assert_ddp_trained(logs, "ddp-0", tmp_path)
+
+
+@needs_torch
+def test_volcano_pytorch_takes_the_pytorch_plugins_numbering_and_trains(tmp_path, image, cluster):
+    (job,) = get_backend("volcano", api_client=None, namespace=NAMESPACE).manifests(
+        "ddp", _torch_spec(tmp_path, image), {})
+    assert set(job["spec"]["plugins"]) == {"pytorch", "svc"}
+    assert [(t["name"], t["replicas"]) for t in job["spec"]["tasks"]] == [("master", 1), ("worker", 1)]
+    command = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"]
+    assert "$(MASTER_ADDR)" in command and "$(RANK)" in command  # the kubelet fills in the plugin's values
+    logs = _run_volcano(job, tmp_path, image, cluster)
+    _assert_ddp_trained(logs, "ddp-master-0", tmp_path)

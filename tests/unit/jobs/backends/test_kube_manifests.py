@@ -130,7 +130,8 @@ def test_the_job_name_label_is_always_set_for_the_watch_and_the_log_reader():
 @pytest.mark.parametrize("kind,framework,option", [
     ("mpijob", "horovod", {"worker_port": 13000}), ("volcano", "horovod", {"clean_pod_policy": "All"}),
     ("volcano", "lightgbm", {"slots_per_worker": 2}), ("indexed-job", "lightgbm", {"clean_pod_policy": "All"}),
-    ("indexed-job", "lightgbm", {"slots_per_worker": 2}), ("indexed-job", "pytorch", {"worker_port": 13000})])
+    ("indexed-job", "lightgbm", {"slots_per_worker": 2}), ("indexed-job", "pytorch", {"worker_port": 13000}),
+    ("volcano", "pytorch", {"worker_port": 13000})])
 def test_a_kubernetes_option_the_backend_does_not_use_is_refused_naming_it(kind, framework, option):
     [(field, value)] = option.items()
     spec = TrainingJobSpec(**{**HOROVOD, "framework": framework, "scheduling": {"gang": False}}, kubernetes=option)
