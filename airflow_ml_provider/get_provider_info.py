@@ -27,7 +27,8 @@ _TRAINING_FIELDS = {
             "local": "local: processes on the Airflow worker",
             "mpijob": "mpijob: Kubeflow MPIJob",
             "volcano": "volcano: Volcano Job (gang-scheduled)",
-            "indexed-job": "indexed-job: Kubernetes Indexed Job (LightGBM, generic)",
+            "indexed-job": "indexed-job: Kubernetes Indexed Job (LightGBM, PyTorch, generic)",
+            "trainjob": "trainjob: Kubeflow Trainer v2 TrainJob (PyTorch)",
         },
     ),
     "local_root": _field(
@@ -87,6 +88,18 @@ _TRAINING_FIELDS = {
         "WorkloadPriorityClass; jobs are created suspended). Empty: no queueing system.",
         enum=["kueue"],
         values_display={"kueue": "kueue: Kueue admits the jobs (created suspended, labelled with their queue)"},
+    ),
+    "training_runtime": _field(
+        "Trainer: training runtime",
+        "The (Cluster)TrainingRuntime a trainjob TrainJob names. Empty: torch-distributed.",
+        examples=["torch-distributed"],
+    ),
+    "training_runtime_kind": _field(
+        "Trainer: runtime kind",
+        "Whether training_runtime is cluster-wide or in the jobs' namespace. Empty: ClusterTrainingRuntime.",
+        enum=["ClusterTrainingRuntime", "TrainingRuntime"],
+        values_display={"ClusterTrainingRuntime": "ClusterTrainingRuntime: cluster-wide",
+                        "TrainingRuntime": "TrainingRuntime: in the jobs' namespace"},
     ),
     "image": _field(
         "Kubernetes: training image",

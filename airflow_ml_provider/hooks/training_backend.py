@@ -29,7 +29,8 @@ class TrainingBackendHook(BaseHook):
     and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
     context; default ``kubernetes_default``), ``namespace``, ``gang_scheduler`` (the MPI operator's
-    ``--gang-scheduling`` setting, if it has one) and ``queueing`` (``kueue`` where Kueue admits the jobs).
+    ``--gang-scheduling`` setting, if it has one), ``queueing`` (``kueue`` where Kueue admits the jobs) and,
+    for ``trainjob``, ``training_runtime`` and ``training_runtime_kind`` (the runtime a TrainJob names).
 
     Artifacts (``artifact_root`` extra, else ``[ml_training] artifact_root``, else the local root
     ``$AIRFLOW_HOME/ml`` for local jobs): a local/mounted path or ``s3://``/``gs://`` URL under which
@@ -119,7 +120,7 @@ class TrainingBackendHook(BaseHook):
         return get_backend(name, api_client=kubernetes.api_client, namespace=namespace,
                            async_api_factory=self.async_api_factory(extras), watch_key=self.kubernetes_conn_id(extras),
                            gang_scheduler=extras.get("gang_scheduler") or None,
-                           queueing=extras.get("queueing") or None)
+                           queueing=extras.get("queueing") or None, **_trainjob_options(name, extras))
 
     def artifact_store(self, backend: str | None = None) -> ArtifactStore | None:
         """Where jobs on ``backend`` keep artifacts. None for a cluster backend with no root configured
@@ -223,6 +224,14 @@ def _image(extras: dict[str, Any], backend: str, framework: str) -> str | None:
     if backend == "local":
         return None
     return extras.get(f"image_{framework}") or extras.get("image") or None
+
+
+def _trainjob_options(backend: str, extras: dict[str, Any]) -> dict[str, str]:
+    """The runtime a TrainJob names, for the ``trainjob`` backend only (where the connection sets it)."""
+    if backend != "trainjob":
+        return {}
+    runtime = {"training_runtime": extras.get("training_runtime"), "training_runtime_kind": extras.get("training_runtime_kind")}
+    return {key: value for key, value in runtime.items() if value}
 
 
 def _check(store: ArtifactStore | None, conn_id: str) -> None:

@@ -13,6 +13,7 @@ BACKENDS = {
     "mpijob": "airflow_ml_provider.jobs.backends.mpijob:MPIJobBackend",
     "volcano": "airflow_ml_provider.jobs.backends.volcano:VolcanoBackend",
     "indexed-job": "airflow_ml_provider.jobs.backends.indexed_job:IndexedJobBackend",
+    "trainjob": "airflow_ml_provider.jobs.backends.trainjob:TrainJobBackend",
 }
 
 

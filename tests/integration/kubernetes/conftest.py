@@ -5,7 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kube_cluster import CRDS_DIR, FakeKubelet, KubeCluster, apiserver_binary, new_namespace, start_cluster
+from kube_cluster import (
+    CRDS_DIR,
+    FakeKubelet,
+    KubeCluster,
+    _install_crds,
+    apiserver_binary,
+    new_namespace,
+    start_cluster,
+)
+from trainer_controller import TORCH_DISTRIBUTED
 
 SCHEDULER_PLUGINS_CRD = Path(__file__).resolve().parents[2] / "fixtures" / "crds" / "scheduling.x-k8s.io_podgroups.yaml"
 
@@ -49,3 +58,19 @@ def kubelet(kube_cluster) -> FakeKubelet:
 def namespace(kube_cluster, monkeypatch) -> str:
     """A fresh namespace per test on the cluster with every CRD."""
     return new_namespace(kube_cluster, monkeypatch)
+
+
+TRAINER_CRDS = ["trainer.kubeflow.org_trainjobs.yaml", "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+                "trainer.kubeflow.org_trainingruntimes.yaml", "jobset.x-k8s.io_jobsets.yaml"]
+
+
+@pytest.fixture(scope="session")
+def trainer_cluster(kube_cluster) -> KubeCluster:
+    """The session's cluster with Kubeflow Trainer v2's and JobSet's CRDs (requirements/crds.lock, next/)
+    and Trainer's ``torch-distributed`` ClusterTrainingRuntime, as Trainer's install creates it."""
+    crds = [CRDS_DIR / "next" / name for name in TRAINER_CRDS]
+    if not all(crd.is_file() for crd in crds):
+        pytest.skip(f"no verified Trainer/JobSet CRDs in {CRDS_DIR / 'next'}: run `make crds`")
+    _install_crds(kube_cluster, crds)
+    kube_cluster.request("POST", "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", TORCH_DISTRIBUTED)
+    return kube_cluster

@@ -47,8 +47,11 @@ async def _first_status(backend, name: str):
 
 
 @pytest.mark.parametrize("kind,framework", [("mpijob", "horovod"), ("volcano", "horovod"), ("volcano", "lightgbm"),
-                                            ("indexed-job", "lightgbm")])
-def test_the_shipped_role_covers_every_call_of_a_job_s_life(kind, framework, kube_cluster, kubelet, trainer_namespace):
+                                            ("indexed-job", "lightgbm"), ("trainjob", "pytorch")])
+def test_the_shipped_role_covers_every_call_of_a_job_s_life(kind, framework, kube_cluster, kubelet, trainer_namespace,
+                                                            request):
+    if kind == "trainjob":
+        request.getfixturevalue("trainer_cluster")  # Trainer's CRDs in the same cluster
     hook = TrainingBackendHook()
     backend = hook.get_backend(kind)
     name = JobIdentity("rbac", f"train-{framework}", "manual__1").name

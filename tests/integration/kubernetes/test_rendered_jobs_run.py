@@ -1,7 +1,8 @@
 """Rendered jobs that actually run: each Kubernetes backend's manifest, executed as its pods would.
 
 For indexed-job, volcano and mpijob, the test renders the manifest with the backend
-(``get_backend(...).manifests``) and starts every pod's container, with its command, env and
+(``get_backend(...).manifests``; for trainjob, the JobSet that Trainer's controller makes of the stored
+TrainJob: tests/trainer_controller.py) and starts every pod's container, with its command, env and
 workingDir exactly as rendered, as a real process here (tests/pod_sandbox.py). The local training
 environment (``AIRFLOW_ML_LOCAL_IMAGE``, .venv-train) stands in for the container image: first on the
 image's PATH, as /opt/venv is in images/training/Dockerfile. Artifacts go under tmp_path.
@@ -14,6 +15,9 @@ What the test supplies is only what the cluster would, each with the upstream so
   there (the pod's own FQDN) and the peers' names that cluster DNS answers for the job's headless
   Service (``<hostname>.<subdomain>`` via the ``<ns>.svc.cluster.local`` search path). The host's own
   /etc/hosts is never touched (the mount is private to the pod's mount namespace);
+- the kubelet's ``$(VAR)`` expansion of command and args, and the downward API's ``fieldRef`` values;
+- volcano's pytorch plugin: ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` (plugins/distributed-
+  framework/pytorch/pytorch.go ``OnPodCreate``);
 - indexed-job: ``JOB_COMPLETION_INDEX`` and hostname ``<job>-<index>`` (kubernetes
   pkg/controller/job/indexed_job_utils.go ``addCompletionIndexEnvVariable``; job_controller.go
   ``manageJob``: ``template.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, completionIndex)``);
@@ -45,8 +49,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pod_sandbox import Cluster, can_run, can_ssh, container_env, image_ssh_dir, ssh_key_dir
+from trainer_controller import jobset_for, pods_of
 
 from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.backends.kube_rest import resource_path
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from support import needs_torch
 
@@ -306,12 +312,11 @@ def test_mpijob_horovod_trains(tmp_path, image, cluster, ssh_image):
         assert "Accepted publickey for root" in logs[hostname].read_text(), logs[hostname].read_text()[-2000:]
 
 
-def _torch_spec(tmp_path: Path, image: str) -> TrainingJobSpec:
-    return TrainingJobSpec(
-        framework="pytorch", num_workers=2, image=image, model_dir=str(tmp_path / "model"),
-        checkpoint_dir=str(tmp_path / "checkpoints"), working_dir=str(tmp_path), env={"OMP_NUM_THREADS": "1"},
-        command=["python", "-m", "airflow_ml_provider.runtime.torch_ddp", "--epochs", "2"],
-    )
+def _torch_spec(tmp_path: Path, image: str, **fields) -> TrainingJobSpec:
+    return TrainingJobSpec(**{
+        "framework": "pytorch", "num_workers": 2, "image": image, "model_dir": str(tmp_path / "model"),
+        "checkpoint_dir": str(tmp_path / "checkpoints"), "working_dir": str(tmp_path), "env": {"OMP_NUM_THREADS": "1"},
+        "command": ["python", "-m", "airflow_ml_provider.runtime.torch_ddp", "--epochs", "2"], **fields})
 
 
 def _assert_ddp_trained(logs: dict[str, Path], node0: str, tmp_path: Path) -> None:
@@ -356,3 +361,27 @@ def test_volcano_pytorch_takes_the_pytorch_plugins_numbering_and_trains(tmp_path
     assert "$(MASTER_ADDR)" in command and "$(RANK)" in command  # the kubelet fills in the plugin's values
     logs = _run_volcano(job, tmp_path, image, cluster)
     _assert_ddp_trained(logs, "ddp-master-0", tmp_path)
+
+
+@needs_torch
+def test_trainjob_pods_take_trainers_numbering_and_train(tmp_path, image, cluster, trainer_cluster, namespace):
+    """The TrainJob as the API server stored it, the JobSet Trainer's controller makes of it (accepted by
+    JobSet's CRD, read back), and its pods as JobSet and the Job controller make them: torchrun takes the
+    torch plugin's PET_* variables (node rank from the completion index, by the downward API)."""
+    jobs = get_backend("trainjob", api_client=trainer_cluster.api_client(), namespace=namespace)
+    jobs.submit("ddp", _torch_spec(tmp_path, image, working_dir=None), {})
+    trainer_cluster.request("POST", resource_path("jobset.x-k8s.io/v1alpha2", "JobSet", namespace),
+                            jobset_for(jobs.get("TrainJob", "ddp")))
+    jobset = trainer_cluster.request("GET", resource_path("jobset.x-k8s.io/v1alpha2", "JobSet", namespace, "ddp"))
+    pods = pods_of(jobset)
+    assert [pod["hostname"] for pod in pods] == ["ddp-node-0-0", "ddp-node-0-1"]
+    for pod in pods:
+        cluster.add_pod(pod["hostname"], pod["subdomain"])
+    procs, logs = {}, {}
+    for pod in reversed(pods):  # node 1 first: it waits for node 0's store
+        hostname = pod["hostname"]
+        logs[hostname] = tmp_path / f"{hostname}.log"
+        procs[hostname] = cluster.start(hostname, pod["container"], image=image, workdir=tmp_path, log=logs[hostname],
+                                        extra_env=pod["env"], fields=pod["fields"], mounts={})
+    _wait_all(procs, logs)
+    _assert_ddp_trained(logs, "ddp-node-0-0", tmp_path)

@@ -1,0 +1,115 @@
+"""Kubeflow Trainer v2 (trainer.kubeflow.org/v1alpha1): a TrainJob naming a (Cluster)TrainingRuntime.
+
+Trainer's controller builds a JobSet from the runtime's template and the TrainJob's ``trainer`` fields
+(image, command, env, nodes, processes and resources per node). Its torch plugin numbers the nodes
+(kubeflow/trainer v2.3.0, pkg/runtime/framework/plugins/torch/torch.go ``EnforceMLPolicy``): every
+trainer container gets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the pod's completion index, by
+the downward API), PET_MASTER_ADDR (``<job>-node-0-0.<job>``: pod 0 of the JobSet's ``node`` Job) and
+PET_MASTER_PORT (29500), which torchrun reads as its static rendezvous: the command names none of them.
+Pod-level options (node selector, tolerations, volumes, service account, pull secrets, and the labels
+the log reader and the pod watch select by) go in a runtime patch of the provider's own.
+
+States come from the TrainJob alone: its conditions (Complete, Failed, Suspended; Trainer copies the
+first two from its JobSet's) and ``status.jobsStatus`` (Trainer's copy of the JobSet's replicated-job
+counts), so one shared watch of TrainJobs follows every job.
+"""
+
+from __future__ import annotations
+
+from airflow_ml_provider.jobs import torchrun
+from airflow_ml_provider.jobs.backends.kube_rest import dns_subdomain
+from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
+from airflow_ml_provider.jobs.backends.pod_template import (
+    container,
+    deadline_s,
+    metadata,
+    pod_template,
+    refuse_unused,
+)
+from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState, JobStatus
+
+API_GROUP = "trainer.kubeflow.org"
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+NODE = "node"  # the runtime's trainer Job and container (Trainer's constants.Node)
+PATCH_MANAGER = "ml.airflow.apache.org/airflow-ml-provider"  # who owns the runtime patch (required by the CRD)
+# Set by Trainer's torch plugin: its admission webhook refuses a TrainJob whose env sets one (constants.go
+# TorchRunReservedEnvNames).
+RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+_EVICTION = ("evict", "preempt", "disruption")
+
+
+class TrainJobBackend(KubernetesBackend):
+    """Args (beyond KubernetesBackend's): ``training_runtime``, the runtime a TrainJob names (default
+    Trainer's ``torch-distributed``), and ``training_runtime_kind``, ``ClusterTrainingRuntime`` (default)
+    or ``TrainingRuntime`` (one in the job's namespace)."""
+
+    name = "trainjob"
+    api_version = f"{API_GROUP}/v1alpha1"
+    kind = "TrainJob"
+    frameworks = frozenset({Framework.PYTORCH})
+    suspend_field = ("spec", "suspend")  # Kueue's TrainJob integration
+
+    def __init__(self, *args, training_runtime: str = "torch-distributed",
+                 training_runtime_kind: str = "ClusterTrainingRuntime", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.training_runtime = dns_subdomain("training_runtime", training_runtime)
+        if training_runtime_kind not in RUNTIME_KINDS:
+            raise ValueError(f"training_runtime_kind: {training_runtime_kind!r} is not one of {list(RUNTIME_KINDS)}")
+        self.training_runtime_kind = training_runtime_kind
+
+    def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        _check_options(spec)
+        node = container(spec, NODE, ["torchrun", *torchrun.static_args(spec, {})])
+        trainer = {"image": node["image"], "command": node["command"], "env": node["env"],
+                   "numNodes": spec.num_workers, "numProcPerNode": spec.nproc_per_node}
+        if node["resources"]:
+            trainer["resourcesPerNode"] = node["resources"]
+        mounts = [{"name": NODE, "volumeMounts": node["volumeMounts"]}] if node["volumeMounts"] else []
+        pod = pod_template(spec, labels, "worker", mounts)
+        del pod["spec"]["restartPolicy"]  # the runtime's; a patch cannot set it
+        if not pod["spec"]["containers"]:
+            del pod["spec"]["containers"]
+        job_spec = {
+            "runtimeRef": {"apiGroup": API_GROUP, "kind": self.training_runtime_kind, "name": self.training_runtime},
+            "trainer": trainer,
+            "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+                "replicatedJobs": [{"name": NODE, "template": {"spec": {"template": pod}}}]}}}}],
+        }
+        if deadline := deadline_s(spec):
+            job_spec["activeDeadlineSeconds"] = deadline
+        return [{"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata(name, self.namespace, labels),
+                 "spec": job_spec}]
+
+    def job_status(self, obj: dict) -> JobStatus:
+        status = obj.get("status") or {}
+        true = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+        for kind, state in (("Failed", JobState.FAILED), ("Complete", JobState.SUCCEEDED)):
+            if condition := true.get(kind):
+                message = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ") or kind
+                if state is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
+                    return JobStatus(JobState.PREEMPTED, message)
+                return JobStatus(state, message)
+        if "Suspended" in true:
+            return JobStatus(JobState.PENDING, true["Suspended"].get("message") or "suspended")
+        jobs = status.get("jobsStatus") or []
+        if any(job.get("ready") or job.get("succeeded") for job in jobs):
+            return JobStatus(JobState.RUNNING, "the JobSet's pods are ready")
+        if any(job.get("active") for job in jobs):
+            return JobStatus(JobState.PENDING, "the JobSet's pods are starting")
+        return JobStatus(JobState.PENDING, "waiting for Trainer's JobSet")
+
+
+def _check_options(spec: TrainingJobSpec) -> None:
+    """Refuse, naming the field, what a TrainJob has no place for: it sets pods only through the runtime's
+    template and a runtime patch, which has no priority class, working directory or restart count."""
+    refuse_unused(spec, "trainjob", "clean_pod_policy", "slots_per_worker", "worker_port", "backoff_limit")
+    if spec.scheduling.queue or spec.scheduling.priority_class:
+        field = "queue" if spec.scheduling.queue else "priority_class"
+        raise ValueError(f"scheduling.{field}: a TrainJob takes a queue and priority only through Kueue "
+                         "(the connection's queueing: kueue), or from its runtime's template")
+    if spec.working_dir:
+        raise ValueError("working_dir: a TrainJob cannot set its container's working directory; use the "
+                         "runtime's, or absolute paths in the command")
+    if reserved := sorted(set(spec.env) & set(RESERVED_ENV)):
+        raise ValueError(f"env.{reserved[0]}: Trainer's torch plugin sets it (it numbers the nodes)")

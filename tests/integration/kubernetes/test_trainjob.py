@@ -1,0 +1,165 @@
+"""The trainjob backend (Kubeflow Trainer v2) against a real kube-apiserver with Trainer's and JobSet's real
+CRDs: the TrainJob is accepted and keeps every field, the JobSet Trainer makes of it (played by
+tests/trainer_controller.py) is accepted too, and the job's states come from its conditions and its
+JobSet's counts, followed through the shared watch. Its pods run in tests/integration/kubernetes/
+test_rendered_jobs_run.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from trainer_controller import COMPLETION_INDEX_FIELD, jobset_for
+
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+from airflow_ml_provider.jobs.backends.kube_rest import resource_path
+from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
+from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = JobIdentity("pipeline", "train", "manual__2026-11-21T00:00:00+00:00")
+SPEC = {"framework": "pytorch", "command": ["python", "-m", "train", "--lr", "0.1"], "num_workers": 3,
+        "image": "registry.example/train:1"}
+KUBERNETES = {
+    "node_selector": {"pool": "gpu"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "image_pull_secrets": ["registry"],
+    "service_account": "trainer",
+    "secret_env": {"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}},
+    "volumes": [{"name": "data", "mount_path": "/data", "claim": "datasets", "read_only": True}],
+    "active_deadline_seconds": 3600,
+}
+
+
+def condition(kind: str, reason: str, message: str = "jobs completed") -> dict:
+    """A true status condition (metav1.Condition: reason, message and lastTransitionTime required)."""
+    return {"type": kind, "status": "True", "reason": reason, "message": message,
+            "lastTransitionTime": "2026-11-21T00:01:00Z"}
+
+
+def spec(**overrides) -> TrainingJobSpec:
+    return TrainingJobSpec(**{**SPEC, **overrides})
+
+
+def test_the_trainjob_and_trainers_jobset_are_accepted_and_keep_every_field(trainer_cluster, namespace):
+    jobs = get_backend("trainjob", api_client=trainer_cluster.api_client(), namespace=namespace)
+    name = IDENTITY.name
+    full = spec(nproc_per_node=2, resources={"cpu": 4, "memory": "16Gi", "gpu": 2, "gpu_type": "NVIDIA-A100"},
+                env={"EPOCHS": "3"}, timeout_s=1800, kubernetes=KUBERNETES)
+    assert jobs.submit(name, full, IDENTITY.labels()) is True
+    stored = jobs.get("TrainJob", name)
+    body = stored["spec"]
+    assert stored["metadata"]["labels"] == IDENTITY.labels()
+    assert body["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                  "name": "torch-distributed"}
+    assert body["activeDeadlineSeconds"] == 1800
+    trainer = body["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"], trainer["image"]) == (3, 2, "registry.example/train:1")
+    assert trainer["command"][0] == "torchrun" and trainer["command"][-5:] == SPEC["command"]
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "2"
+    assert {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}} in trainer["env"]
+
+    jobset = jobset_for(stored)  # what Trainer's controller creates from it, accepted by JobSet's CRD
+    trainer_cluster.request("POST", resource_path("jobset.x-k8s.io/v1alpha2", "JobSet", namespace), jobset)
+    made = trainer_cluster.request("GET", resource_path("jobset.x-k8s.io/v1alpha2", "JobSet", namespace, name))
+    (job,) = made["spec"]["replicatedJobs"]
+    assert job["template"]["spec"]["parallelism"] == job["template"]["spec"]["completions"] == 3
+    pod = job["template"]["spec"]["template"]
+    assert pod["metadata"]["labels"]["ml.airflow.apache.org/job-name"] == name, "the log reader's selector"
+    assert pod["spec"]["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-A100"}
+    assert pod["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}] and pod["spec"]["serviceAccountName"] == "trainer"
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
+    (node,) = pod["spec"]["containers"]
+    assert node["volumeMounts"] == [{"name": "data", "mountPath": "/data", "readOnly": True}]
+    env = {var["name"]: var for var in node["env"]}
+    assert env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == COMPLETION_INDEX_FIELD
+    assert env["PET_MASTER_ADDR"]["value"] == f"{name}-node-0-0.{name}" and env["EPOCHS"]["value"] == "3"
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"kubernetes": {"backoff_limit": 2}}, "kubernetes.backoff_limit"),
+    ({"scheduling": {"priority_class": "high"}}, "scheduling.priority_class"),
+    ({"scheduling": {"queue": "research"}}, "scheduling.queue"),
+    ({"working_dir": "/work"}, "working_dir"),
+    ({"env": {"PET_NODE_RANK": "0"}}, "env.PET_NODE_RANK"),
+    ({"min_workers": 2}, "min_workers/max_workers"),
+    ({"framework": "horovod", "nproc_per_node": 1}, "framework"),
+])
+def test_what_a_trainjob_has_no_place_for_is_refused_naming_the_field(overrides, field, trainer_cluster, namespace):
+    jobs = get_backend("trainjob", api_client=trainer_cluster.api_client(), namespace=namespace)
+    with pytest.raises(JobSubmissionError, match=f"^{field}: "):
+        jobs.submit("refused", spec(**overrides), {})
+
+
+def test_a_namespaced_runtime_from_the_connection(trainer_cluster, namespace, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", '{"conn_type": "ml_training", "extra": {'
+                       '"training_runtime": "torch-cpu", "training_runtime_kind": "TrainingRuntime"}}')
+    jobs = TrainingBackendHook().get_backend("trainjob")
+    jobs.submit(IDENTITY.name, spec(), {})
+    assert jobs.get("TrainJob", IDENTITY.name)["spec"]["runtimeRef"]["kind"] == "TrainingRuntime"
+    assert jobs.get("TrainJob", IDENTITY.name)["spec"]["runtimeRef"]["name"] == "torch-cpu"
+
+
+def _counts(**fields) -> dict:
+    """Trainer's copy of the JobSet's replicated-job counts (every count is required by the CRD)."""
+    return {"jobsStatus": [{"name": "node", **{k: fields.get(k, 0)
+                                               for k in ("ready", "succeeded", "failed", "active", "suspended")}}]}
+
+
+TRAINJOB_CASES = [
+    ({}, JobState.PENDING),
+    (_counts(active=1), JobState.PENDING),
+    (_counts(active=1, ready=1), JobState.RUNNING),
+    ({"conditions": [condition("Suspended", reason="Suspended", message="TrainJob is suspended")]}, JobState.PENDING),
+    ({"conditions": [condition("Complete", reason="AllJobsCompleted")], **_counts(succeeded=1)}, JobState.SUCCEEDED),
+    ({"conditions": [condition("Failed", reason="FailedJobs", message="jobset failed: node-0 exit 1")]},
+     JobState.FAILED),
+    ({"conditions": [condition("Failed", reason="FailedJobs", message="pod evicted by the node")]},
+     JobState.PREEMPTED),
+    ({"conditions": [condition("Failed", reason="DeadlineExceeded", message="activeDeadlineSeconds passed")]},
+     JobState.FAILED),
+]
+
+
+@pytest.mark.parametrize("status,expected", TRAINJOB_CASES)
+def test_trainjob_states_from_its_conditions_and_its_jobsets_counts(status, expected, trainer_cluster, namespace):
+    jobs = get_backend("trainjob", api_client=trainer_cluster.api_client(), namespace=namespace)
+    jobs.submit(IDENTITY.name, spec(), IDENTITY.labels())
+    if status:
+        trainer_cluster.patch_status(resource_path(jobs.api_version, "TrainJob", namespace, IDENTITY.name), status)
+    assert jobs.status(IDENTITY.name).state is expected
+
+
+def test_trainjobs_are_followed_through_the_shared_watch(trainer_cluster, namespace):
+    """Trainer's progress (pods starting, ready, the JobSet completed) reaches a follower as it is written:
+    one list and one watch of TrainJobs, no per-job polling."""
+    CollectionWatcher._shared.clear()
+    jobs = TrainingBackendHook().get_backend("trainjob")
+    jobs.submit(IDENTITY.name, spec(), IDENTITY.labels())
+    path = resource_path(jobs.api_version, "TrainJob", namespace, IDENTITY.name)
+
+    def play_trainer() -> None:
+        trainer_cluster.patch_status(path, _counts(active=1))
+        trainer_cluster.patch_status(path, _counts(active=1, ready=1))
+        trainer_cluster.patch_status(path, {"conditions": [condition("Complete", reason="AllJobsCompleted")],
+                                            **_counts(succeeded=1)})
+
+    async def follow() -> tuple[list[JobState], dict[str, int]]:
+        states = []
+        async for status in jobs.statuses(IDENTITY.name, 30):
+            states.append(status.state)
+            if len(states) == 1:
+                await asyncio.to_thread(play_trainer)
+            if status.state.is_terminal:
+                watchers = CollectionWatcher._shared.values()
+                return states, {w.path.rsplit("/", 1)[-1]: w.requests for w in watchers}
+
+    states, requests = asyncio.run(asyncio.wait_for(follow(), 60))
+    assert states[0] is JobState.PENDING and states[-2:] == [JobState.RUNNING, JobState.SUCCEEDED], states
+    assert requests["trainjobs"] == 2, requests
