@@ -7,8 +7,9 @@ import contextlib
 import sys
 
 from airflow_ml_provider.jobs.backends import BACKENDS, get_backend
+from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
+from airflow_ml_provider.jobs.spec import Framework, SpecError, TrainingJobSpec
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -20,7 +21,11 @@ def _render(args: argparse.Namespace) -> int:
         print(f"airflow-ml render: {exc}", file=sys.stderr)
         return 2
     identity = JobIdentity(args.dag_id, args.task_id, args.run_id)
-    print(_backend(args.backend, args).render(identity.name, spec, identity.labels()))
+    try:
+        print(_backend(args.backend, args).render(identity.name, spec, identity.labels()))
+    except JobSubmissionError as exc:
+        print(f"airflow-ml render: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command_name", required=True)
     render = commands.add_parser("render", help=_render.__doc__)
     render.add_argument("--backend", default="local", choices=sorted(BACKENDS))
-    render.add_argument("--framework", default="horovod", choices=["horovod", "lightgbm", "generic"])
+    render.add_argument("--framework", default="horovod", choices=[framework.value for framework in Framework])
     render.add_argument("--workers", type=int, default=2)
     render.add_argument("--image", default=None)
     render.add_argument("--dag-id", default="dag")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from airflow_ml_provider.cli import main
 
 
@@ -31,3 +33,25 @@ def test_render_prints_kubernetes_manifests_without_a_cluster(capsys):
     job, service = yaml.safe_load_all(capsys.readouterr().out)
     assert (job["kind"], job["metadata"]["namespace"], job["spec"]["completions"]) == ("Job", "ml", 2)
     assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+
+
+@pytest.mark.parametrize("backend,kinds", [("indexed-job", ["Job", "Service"]), ("volcano", ["Job"]),
+                                           ("trainjob", ["TrainJob"])])
+def test_render_prints_each_pytorch_backends_manifests(backend, kinds, capsys):
+    import yaml
+
+    argv = ["render", "--backend", backend, "--framework", "pytorch", "--image", "img:1", "--",
+            "python", "-m", "airflow_ml_provider.runtime.torch_ddp"]
+    assert main(argv) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [obj["kind"] for obj in objects] == kinds
+    assert "torchrun" in json.dumps(objects[0]) and "airflow_ml_provider.runtime.torch_ddp" in json.dumps(objects[0])
+
+
+def test_render_pytorch_locally_and_mpijobs_refusal_names_the_backends_that_run_it(tmp_path, capsys):
+    assert main(["render", "--framework", "pytorch", "--local-root", str(tmp_path), "--", "python", "t.py"]) == 0
+    assert "torchrun" in json.loads(capsys.readouterr().out)["argv"][0]
+    assert main(["render", "--backend", "mpijob", "--framework", "pytorch", "--image", "img:1", "--",
+                 "python", "t.py"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "not 'pytorch'; backends that run it: local, volcano, indexed-job, trainjob")

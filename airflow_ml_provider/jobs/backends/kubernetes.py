@@ -164,6 +164,13 @@ class KubernetesBackend(Backend):
     def check_spec(self, spec: TrainingJobSpec) -> None:
         """What this backend requires of a spec before any call (``airflow-ml check`` asks it too).
         Raises JobSubmissionError naming the field."""
+        self._check_framework(spec)
+        if not spec.image:
+            raise JobSubmissionError(f"image: the {self.name} backend needs a container image")
+
+    def _check_framework(self, spec: TrainingJobSpec) -> None:
+        """JobSubmissionError naming the backends that run the spec's framework, if this one does not: no
+        manifest (submitted, dry-run or rendered) is ever made for a framework its launcher cannot start."""
         if spec.framework not in self.frameworks:
             from airflow_ml_provider.jobs.backends import backends_for
 
@@ -171,8 +178,6 @@ class KubernetesBackend(Backend):
                 f"framework: the {self.name} backend runs {sorted(f.value for f in self.frameworks)}, "
                 f"not {spec.framework.value!r}; backends that run it: {', '.join(backends_for(spec.framework.value))}"
             )
-        if not spec.image:
-            raise JobSubmissionError(f"image: the {self.name} backend needs a container image")
 
     def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
         self.check_spec(spec)
@@ -416,7 +421,9 @@ class KubernetesBackend(Backend):
         return status
 
     def _checked_manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
-        """The manifests, or JobSubmissionError naming the field (job name, option) they cannot be made from."""
+        """The manifests, or JobSubmissionError naming the field (job name, framework, option) they cannot be
+        made from."""
+        self._check_framework(spec)
         try:
             name = dns_label("job_name", name)  # the watch and the pod log reader select by this label
             if self.queueing is None:
