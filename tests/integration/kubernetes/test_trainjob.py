@@ -163,3 +163,13 @@ def test_trainjobs_are_followed_through_the_shared_watch(trainer_cluster, namesp
     states, requests = asyncio.run(asyncio.wait_for(follow(), 60))
     assert states[0] is JobState.PENDING and states[-2:] == [JobState.RUNNING, JobState.SUCCEEDED], states
     assert requests["trainjobs"] == 2, requests
+
+
+def test_with_kueue_the_trainjob_is_created_suspended_with_its_queue(trainer_cluster, namespace):
+    """Kueue's TrainJob integration admits it by ``spec.suspend``; queue and priority travel as Kueue's labels."""
+    jobs = get_backend("trainjob", api_client=trainer_cluster.api_client(), namespace=namespace, queueing="kueue")
+    jobs.submit(IDENTITY.name, spec(scheduling={"queue": "team-a", "priority_class": "high"}), IDENTITY.labels())
+    stored = jobs.get("TrainJob", IDENTITY.name)
+    assert stored["spec"]["suspend"] is True
+    assert stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert stored["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
