@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.drivers import SyncDriver, follow_async
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.spec import TrainingJobSpec

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from local_overhead import TRAIN_ENV, artifact_args, run_job
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 WORKERS = 2

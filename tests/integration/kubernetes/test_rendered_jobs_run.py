@@ -48,11 +48,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kube_cluster import resource_path
 from pod_sandbox import Cluster, can_run, can_ssh, container_env, image_ssh_dir, ssh_key_dir
 from trainer_controller import jobset_for, pods_of
 
 from airflow_ml_provider.jobs.backends import get_backend
-from airflow_ml_provider.jobs.backends.kube_rest import resource_path
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from support import needs_torch
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from kube_cluster import resource_path
 from trainer_controller import COMPLETION_INDEX_FIELD, jobset_for
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.kube_rest import resource_path
-from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
+from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState

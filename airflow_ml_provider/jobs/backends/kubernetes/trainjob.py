@@ -17,15 +17,15 @@ counts), so one shared watch of TrainJobs follows every job.
 from __future__ import annotations
 
 from airflow_ml_provider.jobs import torchrun
-from airflow_ml_provider.jobs.backends.kube_rest import dns_subdomain
-from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import (
+from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
+from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     container,
     deadline_s,
     metadata,
     pod_template,
     refuse_unused,
 )
+from airflow_ml_provider.jobs.backends.kubernetes.rest import dns_subdomain
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
