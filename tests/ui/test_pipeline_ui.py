@@ -222,7 +222,7 @@ def test_connection_forms_are_labelled_show_only_used_fields_and_mask_the_token(
     if type_name == "ML Training Backend":  # the choices, by name, and no literal "null"
         dialog.locator("#element_backend").click()
         options = [option.inner_text() for option in page.get_by_role("option").all()]
-        assert [o.split(":")[0] for o in options] == ["local", "mpijob", "volcano", "indexed-job"], options
+        assert [o.split(":")[0] for o in options] == ["local", "mpijob", "volcano", "indexed-job", "trainjob"], options
         page.keyboard.press("Escape")
     else:
         assert dialog.locator("input[name='element_token']").get_attribute("type") == "password"
