@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 from kube_cluster import resource_path
+from test_backends import KUBERNETES as BACKEND_OPTIONS  # the same pod options, rendered the same way
 from trainer_controller import COMPLETION_INDEX_FIELD, jobset_for
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
@@ -25,15 +26,8 @@ pytestmark = pytest.mark.integration
 IDENTITY = JobIdentity("pipeline", "train", "manual__2026-11-21T00:00:00+00:00")
 SPEC = {"framework": "pytorch", "command": ["python", "-m", "train", "--lr", "0.1"], "num_workers": 3,
         "image": "registry.example/train:1"}
-KUBERNETES = {
-    "node_selector": {"pool": "gpu"},
-    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    "image_pull_secrets": ["registry"],
-    "service_account": "trainer",
-    "secret_env": {"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}},
-    "volumes": [{"name": "data", "mount_path": "/data", "claim": "datasets", "read_only": True}],
-    "active_deadline_seconds": 3600,
-}
+# The other backends' pod options, but the restart count (a TrainJob's is its runtime's).
+KUBERNETES = {key: value for key, value in BACKEND_OPTIONS.items() if key != "backoff_limit"}
 
 
 def condition(kind: str, reason: str, message: str = "jobs completed") -> dict:
