@@ -13,11 +13,6 @@ DOCS_VENV := .venv-docs
 # Where make docs writes the HTML (the docs test builds into a temporary folder).
 DOCS_OUT ?= docs/_build/html
 export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
-# The environments are installed with their bytecode (.pyc) compiled once: the tests start hundreds of
-# Python processes (Airflow components and tasks, TensorFlow and PyTorch workers), and where .pyc files
-# are missing and not written (PYTHONDONTWRITEBYTECODE, read-only images) each one compiles every module
-# it imports again: `airflow version` costs 7.2 CPU s without them and 3.2 with them (docs/testing.md).
-export UV_COMPILE_BYTECODE := 1
 # Where the training env's CPU-only torch wheel (torch==2.13.0+cpu in requirements/training.lock) is found:
 # the machine's wheel folder when it has one, else PyTorch's CPU wheel index (`+cpu` builds are not on PyPI).
 TORCH_WHEELS ?= $(if $(wildcard /opt/wheels/torch-*+cpu-*.whl),/opt/wheels,https://download.pytorch.org/whl/cpu/torch/)
