@@ -21,7 +21,7 @@ def airflow_db() -> None:
 # module fixtures; a session fixture, such as the kube-apiserver of tests/integration/kubernetes, is built
 # once per worker that needs it). The files are handed out slowest first, so that no long file starts last
 # and leaves the other workers idle at the end: SLOW_FIRST ranks them by what a clean `make test` measured
-# (the file's setup + calls, 3 workers on 2 cores; docs/testing.md), then whole folders, then the rest.
+# (setup + calls in a clean-clone run's --durations, 3 workers on 2 cores), then whole folders, then the rest.
 SLOW_FIRST = (
     "tests/ui/test_pipeline_ui.py",  # ~350 s setup (a deployment, a pipeline run from its form) + calls
     "tests/integration/pytorch/test_local_ddp.py",  # ~400 s
