@@ -4,9 +4,9 @@ recipe, measured the way Airflow 3's DAG processor parses them, with and without
 Two methods, each a process that forks one child per parse (best of 3 children, CPU and wall time):
 
 - **processor**: what ``airflow dag-processor`` pays per file per cycle. Its manager process has Airflow's
-  core loaded (``airflow.dag_processing``, pydantic, croniter, ...) and pre-imports the ``airflow.*``
-  modules the DAG file names (``[dag_processor] parsing_pre_import_modules``, on by default), then forks a
-  child per parse, which imports ``airflow.sdk.execution_time``'s comms and task runner and fills a
+  core loaded (``airflow.dag_processing``, pydantic, croniter, ...), freezes its heap (``gc.freeze()``) and
+  pre-imports the ``airflow.*`` modules the DAG file names (``[dag_processor] parsing_pre_import_modules``,
+  on by default), then forks a child per parse, which imports ``airflow.sdk.execution_time``'s comms and task runner and fills a
   ``BundleDagBag`` from the file (timed: "first"), then serializes its DAGs (timed apart: "serialize").
   A child exits after one parse: every cycle pays its imports again, so a "warm parse" never happens there.
 - **fresh**: a fresh interpreter with only ``airflow.sdk`` imported runs the file (``runpy``) once
@@ -61,6 +61,8 @@ _PROBE = textwrap.dedent("""
         import airflow.cli.commands.dag_processor_command  # what `airflow dag-processor` has loaded
         from airflow.dag_processing.dagbag import BundleDagBag
         from airflow.dag_processing.processor import _pre_import_airflow_modules, _serialize_dags
+        import gc
+        gc.freeze()  # as the manager does before its parsing loop (no copy-on-write of its heap in children)
         _pre_import_airflow_modules(path, structlog.get_logger())
 
     def timed(fn):
