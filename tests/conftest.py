@@ -18,12 +18,32 @@ def airflow_db() -> None:
 
 
 # `make test` runs the suite on pytest-xdist workers (`-n`): a file's tests stay on one worker (they share
-# module fixtures), and so do those that share one session fixture (one real kube-apiserver for
-# tests/integration/kubernetes). The slowest files are handed out first, so that no long file starts last
-# and leaves the other workers idle at the end.
-SHARED_SESSION = ("tests/integration/kubernetes/",)
-SLOW_FIRST = ("tests/ui/", "tests/integration/elastic/", "tests/integration/search/", "tests/integration/restarts/",
-              "tests/integration/storage/", "tests/integration/kubernetes/", "tests/integration/pipeline/")
+# module fixtures; a session fixture, such as the kube-apiserver of tests/integration/kubernetes, is built
+# once per worker that needs it). The files are handed out slowest first, so that no long file starts last
+# and leaves the other workers idle at the end: SLOW_FIRST ranks them by what a clean `make test` measured
+# (setup + calls in a clean-clone run's --durations, 3 workers on 2 cores), then whole folders, then the rest.
+SLOW_FIRST = (
+    "tests/ui/test_pipeline_ui.py",  # ~350 s setup (a deployment, a pipeline run from its form) + calls
+    "tests/integration/pytorch/test_local_ddp.py",  # ~400 s
+    "tests/integration/elastic/test_local_elastic.py",  # ~360 s
+    "tests/integration/kubernetes/test_rendered_jobs_run.py",  # ~200 s
+    "tests/integration/storage/test_resume_on_object_storage.py",  # ~190 s
+    "tests/integration/restarts/test_triggerer_restart.py",  # ~175 s
+    "tests/integration/kubernetes/test_sync_task_in_airflow.py",  # ~170 s
+    "tests/integration/search/test_search_triggerer_restart.py",  # ~160 s
+    "tests/security/test_params_through_rest.py",  # ~155 s setup (a deployment) + calls
+    "tests/integration/pipeline/test_ml_training_pipeline.py",  # ~150 s
+    "tests/integration/elastic/test_preemption_dag.py",  # ~140 s
+    "tests/ui/",
+    "tests/integration/storage/",
+    "tests/integration/test_benchmarks_run.py",
+    "tests/integration/operators/",
+    "tests/integration/pipeline/",
+    "tests/integration/search/",
+    "tests/integration/kubernetes/",
+    "tests/integration/",
+    "tests/security/",
+)
 
 
 def _file(nodeid: str) -> str:
@@ -40,13 +60,16 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Work units of one file each, or of one SHARED_SESSION folder (xdist's loadgroup marks would do, but
+    """Work units of one file each, handed out in the order above (xdist's loadgroup marks would do, but
     pytest 9 no longer reports the group suffix that xdist 3.8 adds to node ids)."""
     from xdist.scheduler import LoadScopeScheduling
 
+    # xdist would otherwise re-sort the units by their number of tests (--loadscope-reorder, its default),
+    # which starts the many quick parametrized files first and the slow one-test files last.
+    config.option.loadscopereorder = False
+
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = _file(nodeid)
-            return next((shared for shared in SHARED_SESSION if path.startswith(shared)), path)
+            return _file(nodeid)
 
     return ByFile(config, log)

@@ -31,9 +31,16 @@ TRAINING_IMAGE = Path(os.environ["AIRFLOW_ML_LOCAL_IMAGE"])
 
 
 def horovod_available() -> bool:
+    """Probed once per run (importing TensorFlow costs ~15 CPU s): the pytest-xdist workers, started after
+    the controller imported this module, inherit the answer through the environment."""
+    known = os.environ.get("AIRFLOW_ML_TEST_HOROVOD")
+    if known in ("0", "1"):
+        return known == "1"
     python = TRAINING_IMAGE / "bin" / "python"
     probe = "import horovod.tensorflow as hvd; assert hvd.gloo_built()"
-    return python.exists() and subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+    found = python.exists() and subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+    os.environ["AIRFLOW_ML_TEST_HOROVOD"] = "1" if found else "0"
+    return found
 
 
 needs_horovod = pytest.mark.skipif(
