@@ -1,4 +1,5 @@
-"""The grouped, validated options of the job-running operators (``job=``, ``outputs=``).
+"""The grouped, validated options of the job-running operators (``job=``, ``outputs=``), what such an operator
+asks of its job (``JobRequest``, ``OnFinish``) and how a job's failure is raised.
 
 Each is a pydantic model that an operator also takes as a dict (what a Param or a recipe passes). The
 operator keeps the dict (``model_dump``), so Airflow renders the Jinja in its string values like any
@@ -7,11 +8,14 @@ templated field; the runner validates the rendered dict again before it builds t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowException
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from airflow_ml_provider.jobs.spec import KubernetesOptions, Resources, Scheduling
+from airflow_ml_provider.jobs.spec import Framework, KubernetesOptions, Resources, Scheduling
 
 
 class JobConfig(BaseModel):
@@ -72,3 +76,36 @@ def parse(model: type[BaseModel], value: BaseModel | dict[str, Any] | None, fiel
     except ValidationError as exc:
         problems = "; ".join(f"{field}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ValueError(problems) from None
+
+
+class OnFinish(str, Enum):
+    """What to do with the job's record once the task is done (artifacts are always kept)."""
+
+    KEEP = "keep"
+    DELETE = "delete"
+    DELETE_SUCCEEDED = "delete_succeeded"
+
+
+class TrainingJobFailed(AirflowException):
+    """The job ended without succeeding; retryable, since workers fail for infrastructure reasons too."""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What the operator decides about its job; the rest comes from its ``job=`` config and the connection.
+
+    Args:
+        framework: how the workers are started.
+        command: the worker argv (None: the framework's default, where it has one).
+        num_workers: workers (elastic: the initial count); ``min_workers``/``max_workers`` the elastic bounds.
+        inputs: what the job reads from other jobs' directories (see ``TrainingJobSpec.inputs``).
+        nproc_per_node: ranks per worker (PyTorch only).
+    """
+
+    framework: Framework
+    command: list[str] | None
+    num_workers: int | str = 1
+    min_workers: int | None = None
+    max_workers: int | None = None
+    inputs: list[str] = field(default_factory=list)
+    nproc_per_node: int = 1

@@ -18,10 +18,10 @@ from airflow_ml_provider.hooks.model_registry import (
     ModelRegistryHook,
     check_model_name,
 )
-from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
-from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest
+from airflow_ml_provider.operators.config import JobRequest
+from airflow_ml_provider.operators.job_run import BaseJobOperator
 from airflow_ml_provider.operators.links import MLflowEvaluationLink, job_links
 from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
@@ -254,9 +254,7 @@ class EvaluateModelOperator(BaseJobOperator):
         from airflow_ml_provider.runtime.report import PLOT, plot_training_curve, write_report
 
         trained = self.training
-        runner = self.runner
-        backend = runner.backend if trained["backend"] == runner.backend.name else runner.hook.get_backend(trained["backend"])
-        history = replay(runner.source(backend, trained["job_name"])).tracker.history()
+        history = self.runner.history(trained["backend"], trained["job_name"])
         with tempfile.TemporaryDirectory(prefix="evaluation-") as tmp:
             files = [
                 plot_training_curve(history, Path(tmp) / PLOT, f"Training of {trained['job_name']}"),

@@ -1,295 +1,24 @@
-"""Submitting a task's job and following it to a summary: the piece every job-running operator contains
-(training, evaluation, preprocessing), so none of them inherits another's knobs or hooks its internals."""
+"""The operator every job-running task is (training, evaluation, preprocessing): its arguments, checked when
+the DAG file is parsed, and what its job runs. Submitting and following the job is ``operators.job_runner``'s,
+imported when the task executes, so parsing a DAG file does not pay for the follow drivers, triggers and
+log sources."""
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.artifact_layout import job_dirs
-from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
-from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
-from airflow_ml_provider.jobs.naming import JobIdentity
-from airflow_ml_provider.jobs.preemption import resubmit
-from airflow_ml_provider.jobs.spec import Framework, SpecError, TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState
-from airflow_ml_provider.logs.source import LogSource
-from airflow_ml_provider.observability import job_metrics
-from airflow_ml_provider.operators.config import JobConfig, TrainingOutputs, as_dict, parse
+from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.jobs.follow import FollowOptions
+from airflow_ml_provider.operators.config import JobConfig, JobRequest, OnFinish, as_dict
 from airflow_ml_provider.operators.links import job_links
-from airflow_ml_provider.triggers.durable import task_key
-from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
-
-class OnFinish(str, Enum):
-    """What to do with the job's record once the task is done (artifacts are always kept)."""
-
-    KEEP = "keep"
-    DELETE = "delete"
-    DELETE_SUCCEEDED = "delete_succeeded"
-
-
-class TrainingJobFailed(AirflowException):
-    """The job ended without succeeding; retryable, since workers fail for infrastructure reasons too."""
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """What the operator decides about its job; the rest comes from its ``job=`` config and the connection.
-
-    Args:
-        framework: how the workers are started.
-        command: the worker argv (None: the framework's default, where it has one).
-        num_workers: workers (elastic: the initial count); ``min_workers``/``max_workers`` the elastic bounds.
-        inputs: what the job reads from other jobs' directories (see ``TrainingJobSpec.inputs``).
-        nproc_per_node: ranks per worker (PyTorch only).
-    """
-
-    framework: Framework
-    command: list[str] | None
-    num_workers: int | str = 1
-    min_workers: int | None = None
-    max_workers: int | None = None
-    inputs: list[str] = field(default_factory=list)
-    nproc_per_node: int = 1
-
-
-class JobRunner:
-    """Submits one task's job (``request()`` + the ``job`` config), streams its workers' lines into the task
-    log and returns ``{"job_name", "backend", "state", "metrics", "model_path"}``.
-
-    Following the job is the follow core's (``jobs.follow``), driven here synchronously or, with
-    ``deferrable``, by ``TrainingJobTrigger`` in the triggerer; the task's ``execute_complete`` hands the
-    trigger's event to :meth:`resume`. A preempted job is resubmitted under its name (up to
-    ``follow.max_preemptions`` times, no Airflow retry spent); a job that already SUCCEEDED is retrained in
-    fresh ``retrain-<k>`` directories (clear means retrain).
-    """
-
-    def __init__(self, task: BaseOperator, request: Callable[[], JobRequest], *, job: JobConfig | dict[str, Any],
-                 follow: FollowOptions, on_finish: OnFinish, ml_conn_id: str, elasticsearch_conn_id: str | None,
-                 deferrable: bool, outputs: TrainingOutputs | dict[str, Any] | None = None):
-        self.task, self.request = task, request
-        self.config: JobConfig = parse(JobConfig, job, "job")
-        self.outputs: TrainingOutputs = parse(TrainingOutputs, outputs, "outputs")
-        self.follow, self.on_finish, self.deferrable = follow, OnFinish(on_finish), deferrable
-        self.ml_conn_id, self.elasticsearch_conn_id = ml_conn_id, elasticsearch_conn_id
-        self.job: tuple[Backend, str] | None = None  # the job this try submitted: on_kill cancels it
-        self.framework = Framework.GENERIC  # the request's, once a spec was built
-        self.spec: TrainingJobSpec | None = None  # this try's, built once (see prepare)
-
-    @property
-    def log(self):
-        return self.task.log
-
-    @cached_property
-    def hook(self) -> TrainingBackendHook:
-        return TrainingBackendHook(self.ml_conn_id)
-
-    @cached_property
-    def setup(self) -> JobSetup:
-        """How this task's job runs here: one read of the training connection per try."""
-        return self.hook.job_setup(self.config.backend)
-
-    @property
-    def backend(self) -> Backend:
-        return self.setup.backend
-
-    @property
-    def logs_conn_id(self) -> str | None:
-        """The Elasticsearch connection the job's log is read from, if one is configured."""
-        return self.elasticsearch_conn_id or self.setup.logs_conn_id
-
-    def job_dir(self, name: str) -> str | None:
-        """The job's directory under the artifact root (the first start's, whatever the generation)."""
-        return self.setup.artifact_dir(name)
-
-    def artifact_dirs(self, setup: JobSetup, name: str, generation: str | None = None) -> dict[str, str | None]:
-        """``model_dir``/``checkpoint_dir``: the task's own, else the job's under the artifact root; those of a
-        fresh start (``retrain-<k>``) when a try retrains after a succeeded job."""
-        artifacts = setup.artifact_dir(name)
-        if generation and artifacts:
-            artifacts = f"{artifacts}/{generation}"
-        defaults, own = job_dirs(artifacts), self.outputs
-        return {"model_dir": own.model_dir and _below(own.model_dir, generation) or defaults.get("model_dir"),
-                "checkpoint_dir": own.checkpoint_dir and _below(own.checkpoint_dir, generation)
-                or defaults.get("checkpoint_dir")}
-
-    def build_spec(self, name: str, setup: JobSetup | None = None) -> TrainingJobSpec:
-        """The job's spec where ``setup`` says (default: the task's; a search passes its own for its trials)."""
-        setup = setup or self.setup
-        request, config = self.request(), self.config
-        self.framework = request.framework
-        storage = setup.environment  # checked at submission (JobSetup.checked), not for a rendered manifest
-        timeout = self.task.execution_timeout.total_seconds() if self.task.execution_timeout else None
-        try:
-            return TrainingJobSpec(
-                framework=request.framework, command=request.command, num_workers=request.num_workers,
-                min_workers=request.min_workers, max_workers=request.max_workers, inputs=request.inputs,
-                nproc_per_node=request.nproc_per_node,
-                image=config.image or setup.image(request.framework.value),
-                resources=config.resources, scheduling=config.scheduling,
-                kubernetes=storage.merged_kubernetes(config.kubernetes), env=storage.merged_env(config.env),
-                working_dir=config.working_dir, timeout_s=max(1, int(timeout)) if timeout else None,
-                **self.artifact_dirs(setup, name),
-            )
-        except SpecError as exc:
-            raise AirflowFailException(f"{self.task.task_id}: {exc}") from None
-
-    def prepare(self, context) -> TrainingJobSpec:
-        """This try's spec, built once: at render time (the manifest shows it), else at execution."""
-        if self.spec is None:
-            self.spec = self.build_spec(JobIdentity.from_context(context).name)
-        return self.spec
-
-    def manifest(self, context) -> str:
-        """What the backend will create (or the local launch plan), for the UI's rendered view."""
-        identity = JobIdentity.from_context(context)
-        return self.backend.render(identity.name, self.prepare(context), identity.labels())
-
-    def run(self, context) -> dict[str, Any]:
-        """Submit (or attach to) the task's job and follow it to its summary."""
-        identity, backend = JobIdentity.from_context(context), self.backend
-        environment = self.setup.checked()  # the artifact store, checked before anything reads it
-        spec = self.spec = self._in_generation(self.prepare(context), identity.name, self._choose_generation(identity))
-        self.job = (backend, identity.name)  # set first: a kill during submission still cancels the job
-        try:
-            started = backend.submit(identity.name, spec, identity.labels(), **environment.submit_kwargs())
-        except JobSubmissionError as exc:
-            raise AirflowFailException(f"{self.task.task_id}: backend {backend.name} refused the job: {exc}") from None
-        self.log.info("%s job %s on backend %s with %d worker(s): %s",
-                      "Submitted" if started else "Attached to the already running",
-                      identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
-        source = self.source(backend, identity.name)
-        follower = Follower(job_options(self.follow, backend, identity.name, spec, source))
-        return self._follow(context, backend, identity.name, follower, source)
-
-    def resume(self, context, event: dict[str, Any]) -> dict[str, Any]:
-        """The trigger's final event (the task resumed from deferral): conclude, or resubmit and follow again."""
-        backend, name = self.backend, event["job_name"]
-        self.job = (backend, name)
-        self.spec = self._in_generation(self.prepare(context), name, self._generation(name, bump=False))
-        follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
-        return self._conclude(context, backend, name, follower, Step.from_dict(event))
-
-    def cancel(self) -> None:
-        """The task was killed: cancel the job this try submitted, if any."""
-        if self.job is not None:
-            backend, name = self.job
-            self.log.info("Task killed: cancelling job %s on backend %s", name, backend.name)
-            backend.cancel(name)
-
-    def source(self, backend: Backend, name: str) -> LogSource:
-        """A job's log, built once per attempt (at submission, at each resubmission): the follow options, the
-        resubmission and the sync driver all read that one."""
-        return job_log_source(backend, name, self.logs_conn_id)
-
-    def _choose_generation(self, identity: JobIdentity) -> str | None:
-        """Whether this try trains from scratch (its job already succeeded: the next ``retrain-<k>``)
-        or continues the latest start's directories (a first try, or resuming a failed attempt)."""
-        try:
-            succeeded = self.backend.status(identity.name).state is JobState.SUCCEEDED
-        except JobNotFound:
-            succeeded = False
-        generation = self._generation(identity.name, bump=succeeded)
-        if succeeded:
-            self.log.info("Job %s already succeeded (the task was cleared or its DAG run re-run): this try retrains "
-                          "from scratch as a new job, with empty model and checkpoint directories (%s/)",
-                          identity.name, generation)
-        return generation
-
-    def _generation(self, name: str, bump: bool) -> str | None:
-        """``retrain-<k>`` of the newest fresh start (k + 1 with ``bump``), None for the first start's."""
-        root, store = self.outputs.checkpoint_dir or self.setup.artifact_dir(name), self.setup.store
-        latest = 0
-        if root and store is not None:
-            try:
-                names = [entry.name for entry in store.locate(root).iterdir()]
-            except (FileNotFoundError, NotADirectoryError):
-                names = []
-            latest = max((int(match.group(1)) for n in names if (match := _GENERATION.fullmatch(n))), default=0)
-        latest += bump
-        return f"retrain-{latest}" if latest else None
-
-    def _in_generation(self, spec: TrainingJobSpec, name: str, generation: str | None) -> TrainingJobSpec:
-        """``spec`` with the directories of ``generation`` (the same spec for the first start's)."""
-        if generation is None:
-            return spec
-        return TrainingJobSpec.model_validate({**spec.model_dump(), **self.artifact_dirs(self.setup, name, generation)})
-
-    def _follow(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> dict[str, Any]:
-        """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
-        metrics = job_metrics(context, name, self.framework.value)
-        if self.deferrable:
-            self.task.defer(
-                trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id, options=follower.options.to_dict(),
-                                           state=follower.state, elasticsearch_conn_id=self.logs_conn_id,
-                                           state_key=task_key(context), metric_tags=metrics.tags),
-                method_name="execute_complete",
-            )
-        step = SyncDriver(follower, self.log, backend, name, source, on_step=metrics).run()
-        return self._conclude(context, backend, name, follower, step)
-
-    def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
-        if step.action is Action.RESUBMIT:
-            return self._resubmit(context, backend, name, follower, step)
-        state = step.status.state if step.status else JobState.FAILED
-        try:
-            if step.action is Action.FINISH:
-                self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(follower.metrics))
-                return {"job_name": name, "backend": backend.name, "state": state.value,
-                        "metrics": follower.metrics, "image": self._image(backend),
-                        "model_path": follower.model_path or (self.spec.model_dir if self.spec else None)}
-            message = follower.failure(f"{self.task.task_id}: job {name}: {step.message}")
-            if not step.retryable:
-                raise AirflowFailException(message)
-            raise TrainingJobFailed(message)
-        finally:
-            if self.on_finish is OnFinish.DELETE or (
-                self.on_finish is OnFinish.DELETE_SUCCEEDED and step.action is Action.FINISH
-            ):
-                backend.delete(name)
-            self.job = None
-
-    def _image(self, backend: Backend) -> str | None:
-        """The image the job ran (lineage): its spec's, else the local backend's environment."""
-        return (self.spec.image if self.spec else None) or getattr(backend, "image", None)
-
-    def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
-        """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""
-        base = self.spec
-        self.log.warning(
-            "Job %s was preempted (%s). Resubmitting it (preemption %d of at most %d; not an Airflow retry), "
-            "resuming from %s", name, step.message, follower.preemptions, follower.options.max_preemptions,
-            step.resume.describe() if step.resume
-            else f"whatever {base.checkpoint_dir} holds (its log reported no checkpoint)",
-        )
-        source = self.source(backend, name)
-        self.job = (backend, name)
-        try:
-            resubmit(backend, name, base, JobIdentity.from_context(context).labels(), follower, step.resume,
-                     source.restarts_with_job, **self.setup.checked().submit_kwargs())
-        except JobSubmissionError as exc:
-            raise AirflowFailException(
-                f"{self.task.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
-        return self._follow(context, backend, name, follower, source)
-
-
-_GENERATION = re.compile(r"retrain-(\d+)")
-
-
-def _below(directory: str, generation: str | None) -> str:
-    return f"{directory.rstrip('/')}/{generation}" if generation else directory
+if TYPE_CHECKING:
+    from airflow_ml_provider.operators.job_runner import JobRunner
 
 
 class BaseJobOperator(BaseOperator):
@@ -348,7 +77,9 @@ class BaseJobOperator(BaseOperator):
 
     @cached_property
     def runner(self) -> JobRunner:
-        """Built from the rendered fields (rebuilt once they are rendered)."""
+        """Built from the rendered fields (rebuilt once they are rendered); only execution builds one."""
+        from airflow_ml_provider.operators.job_runner import JobRunner
+
         return JobRunner(self, self.job_request, job=self.job, outputs=self.job_outputs(), follow=self.follow,
                          on_finish=self.on_finish, ml_conn_id=self.ml_conn_id,
                          elasticsearch_conn_id=self.elasticsearch_conn_id, deferrable=self.deferrable)

@@ -7,7 +7,8 @@ from typing import Any
 
 from airflow_ml_provider import assets
 from airflow_ml_provider.jobs.spec import Framework
-from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest
+from airflow_ml_provider.operators.config import JobRequest
+from airflow_ml_provider.operators.job_run import BaseJobOperator
 
 
 class PreprocessOperator(BaseJobOperator):

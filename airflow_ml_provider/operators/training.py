@@ -8,8 +8,14 @@ from typing import Any
 
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
-from airflow_ml_provider.operators.config import TrainingOutputs, as_dict
-from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest, OnFinish, TrainingJobFailed
+from airflow_ml_provider.operators.config import (
+    JobRequest,
+    OnFinish,
+    TrainingJobFailed,
+    TrainingOutputs,
+    as_dict,
+)
+from airflow_ml_provider.operators.job_run import BaseJobOperator
 
 __all__ = ["BaseTrainingOperator", "HorovodTrainingOperator", "LightGBMTrainingOperator", "OnFinish",
            "PyTorchTrainingOperator", "TrainingJobFailed", "TrainingJobOperator"]

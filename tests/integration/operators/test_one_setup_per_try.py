@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from airflow.sdk import BaseHook
 
-from airflow_ml_provider.operators.job_run import JobRunner
+from airflow_ml_provider.operators.job_runner import JobRunner
 
 pytestmark = pytest.mark.integration
 
