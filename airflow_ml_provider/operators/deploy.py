@@ -40,7 +40,7 @@ class DeployModelOperator(BaseOperator):
     (``champion_metric.<name>``, with ``airflow.compared_with_version``), lineage tags (``airflow.bundle_name``
     and ``airflow.bundle_version``: the DAG bundle and the version the run started on, a git commit for a
     GitDagBundle; ``airflow.dag_id``, ``airflow.run_id``, ``airflow.task_id``, ``airflow.data_version``,
-    ``airflow.training_job``, ``airflow.training_backend``, ``airflow.image``; see ``operators.lineage``)
+    ``airflow.training_job``, ``airflow.training_backend``, ``airflow.image``; see ``reporting.lineage``)
     and ``description``.
     Registering is idempotent: the version made from the same evaluation run is reused.
 
