@@ -53,7 +53,7 @@ def _kill_rank(backend: LocalBackend, name: str, rank: int, rank_env: str) -> No
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
             if (env.get(JOB_UID_ENV) == uid and env.get(rank_env) == str(rank)
-                    and "airflow_ml_provider.jobs.backends.local_rank" not in cmdline):
+                    and not any(arg.endswith("/local/output.py") for arg in cmdline)):  # the rank, not its shim
                 return proc
         return None
 
