@@ -67,6 +67,9 @@ def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)
     assert _backend().status(name).state is JobState.CANCELLED
+    status = _backend().job_dir(name) / "status.json"  # the launcher's own record, not only the cancel marker
+    record = json.loads(wait_for(lambda: status.exists() and status.read_text(), what="the launcher's record"))
+    assert record["state"] == "CANCELLED", record  # before (issue 18): PREEMPTED, "rank 0 was killed by a signal"
 
 
 def test_a_second_execution_attaches_to_the_running_job():
