@@ -94,7 +94,7 @@ with DAG(
 
         from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
         from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-        from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
+        from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
         # MLflow's output in the task log at its own level, minus its type-hint warning (the model has a signature)
         registry = ModelRegistryHook()

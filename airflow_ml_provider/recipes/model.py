@@ -26,7 +26,7 @@ from pydantic import (
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.jobs.spec import Framework, Resources
 from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
-from airflow_ml_provider.recipes.space import Range, Scalar, product_size, sample_space
+from airflow_ml_provider.recipes.experiment_space import Range, Scalar, product_size, sample_space
 
 MAX_SAMPLES = 10_000
 MAX_WORKERS = 512
