@@ -16,7 +16,7 @@ from airflow_ml_provider.artifact_layout import check_root, data_dir, job_artifa
 from airflow_ml_provider.hooks.artifact_store import ArtifactStore, ArtifactStoreError, JobEnvironment
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.jobs.backends.local_sandbox import sqlite_file
+from airflow_ml_provider.jobs.backends.local.sandbox import sqlite_file
 
 
 class TrainingBackendHook(BaseHook):
