@@ -28,10 +28,12 @@ class Budgets:
 
     @staticmethod
     def key(field: str) -> str:
-        return f"[{SECTION}] {Budgets._option(field)}"
+        return f"[{SECTION}] {Budgets.option(field)}"
 
     @staticmethod
-    def _option(field: str) -> str:
+    def option(field: str) -> str:
+        """The ``[ml_training]`` option a field is read from: ``recipe_<field>``, but a ``search_`` field is the
+        bound every search has."""
         return field if field.startswith("search_") else f"recipe_{field}"
 
     @classmethod
@@ -44,7 +46,7 @@ class Budgets:
             return cls()
         values = {}
         for field in fields(cls):
-            name = Budgets._option(field.name)
+            name = Budgets.option(field.name)
             if field.type == "int":
                 values[field.name] = conf.getint(SECTION, name, fallback=field.default)
             elif conf.get(SECTION, name, fallback=""):

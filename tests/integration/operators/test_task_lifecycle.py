@@ -51,7 +51,8 @@ def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
     )
     task = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        name = wait_for(lambda: _running_job_of("ml_test_kill", known), what="both Horovod ranks to start")
+        name = wait_for(lambda: _running_job_of("ml_test_kill", known), timeout=300,
+                        what="both Horovod ranks to start")  # TensorFlow imports take minutes at load 10
         uid = json.loads((_backend().job_dir(name) / "job.json").read_text())["uid"]
         pids = {p.pid for p in job_processes(uid)}
         pgids = {os.getpgid(pid) for pid in pids}
