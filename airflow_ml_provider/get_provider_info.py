@@ -254,7 +254,8 @@ CONFIG = {
                 "first task.", 65536, "16384"),
             "search_max_parallel": _bound(
                 "The most trial jobs one hyperparameter search runs at once (max_parallel; a recipe's "
-                "parallel), checked when the DAG is parsed and when the search starts.", 16, "8"),
+                "parallel), checked when the DAG is parsed (a recipe's when it is read, airflow-ml validate "
+                "included) and when the search starts.", 16, "8"),
             "search_max_trials": _bound(
                 "The most trials one hyperparameter search runs (n_trials; a grid without n_trials: its whole "
                 "size), checked when the DAG is parsed and when the search starts.", 10000, "1000"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from airflow_ml_provider.artifact_layout import check_root, data_dir, job_artifa
 from airflow_ml_provider.hooks.artifact_store import ArtifactStore, ArtifactStoreError, JobEnvironment
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.jobs.backends.local.sandbox import sqlite_file
 
 
 class TrainingBackendHook(BaseHook):
@@ -112,6 +114,7 @@ class TrainingBackendHook(BaseHook):
                 **({"orphan_grace_s": float(extras["orphan_grace_s"])} if extras.get("orphan_grace_s") else {}),
                 max_workers=conf.getint("ml_training", "local_max_workers", fallback=0) or None,
                 **({"sandbox": extras["local_sandbox"]} if extras.get("local_sandbox") else {}),
+                hide=airflow_private_paths(),
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
@@ -278,3 +281,18 @@ class JobSetup:
             _check(self.store, self.conn_id)
             self._checked = True
         return self.environment
+
+
+def airflow_private_paths() -> list[str]:
+    """Where this Airflow keeps what no job may read, wherever its configuration puts it: a SQLite metadata
+    DB, the task logs, and the files of a local secrets backend (``[secrets] backend_kwargs``'s
+    ``*_file_path``). The local backend hides them from sandboxed jobs, as it hides ``$AIRFLOW_HOME``."""
+    paths = [conf.get("logging", "base_log_folder", fallback=""),
+             sqlite_file(conf.get("database", "sql_alchemy_conn", fallback="") or "")]
+    try:
+        kwargs = json.loads(conf.get("secrets", "backend_kwargs", fallback="") or "{}")
+    except ValueError:
+        kwargs = {}
+    if isinstance(kwargs, dict):
+        paths += [value for key, value in kwargs.items() if key.endswith("_file_path") and isinstance(value, str)]
+    return [path for path in paths if path and os.path.isabs(path)]

@@ -9,22 +9,32 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
+from airflow_ml_provider.search.space import MAX_PARALLEL
+
 SECTION = "ml_training"
 
 
 @dataclass(frozen=True)
 class Budgets:
-    """The limits, each configurable as ``[ml_training] recipe_<field>``."""
+    """The limits, each configurable as ``[ml_training] recipe_<field>`` (``search_max_parallel``: the bound
+    every search has, a recipe's included)."""
 
     max_jobs_per_file: int = 10_000  # trials of every experiment, search trials included
     max_jobs_per_folder: int = 50_000  # the same, summed over the recipes DAG file's folder
     max_search_trials: int = 4_096  # ``samples`` of one experiment with a ``search:``
+    search_max_parallel: int = MAX_PARALLEL  # ``parallel`` of one experiment with a ``search:``
     parse_seconds: float = 5.0  # CPU seconds to read, validate and build one recipe file's DAG
     folder_parse_seconds: float | None = None  # wall seconds for a folder; None: half of dagbag_import_timeout
 
     @staticmethod
     def key(field: str) -> str:
-        return f"[{SECTION}] recipe_{field}"
+        return f"[{SECTION}] {Budgets.option(field)}"
+
+    @staticmethod
+    def option(field: str) -> str:
+        """The ``[ml_training]`` option a field is read from: ``recipe_<field>``, but a ``search_`` field is the
+        bound every search has."""
+        return field if field.startswith("search_") else f"recipe_{field}"
 
     @classmethod
     def from_config(cls) -> Budgets:
@@ -36,7 +46,7 @@ class Budgets:
             return cls()
         values = {}
         for field in fields(cls):
-            name = f"recipe_{field.name}"
+            name = Budgets.option(field.name)
             if field.type == "int":
                 values[field.name] = conf.getint(SECTION, name, fallback=field.default)
             elif conf.get(SECTION, name, fallback=""):

@@ -115,7 +115,7 @@ def redacted(issues: list[Issue], data: Any) -> list[Issue]:
 
 
 def budget_problems(recipe: Recipe, budgets: Budgets) -> list[tuple[Loc, str]]:
-    """Trials per search and jobs per file over their budgets, counted from ``samples`` and the sizes of the
+    """Trials per search (in all and at once) and jobs per file over their budgets, counted from ``samples`` and the sizes of the
     parameter values (a product, never materialized), so a recipe of millions of jobs is refused at once."""
     problems = []
     for name, experiment in recipe.experiments.items():
@@ -123,6 +123,10 @@ def budget_problems(recipe: Recipe, budgets: Budgets) -> list[tuple[Loc, str]]:
             problems.append((("experiments", name, "samples"),
                              f"a search of {experiment.num_samples} trials is over the budget of "
                              f"{budgets.max_search_trials} ({Budgets.key('max_search_trials')})"))
+        if experiment.search is not None and (experiment.parallel or 1) > budgets.search_max_parallel:
+            problems.append((("experiments", name, "parallel"),
+                             f"{experiment.parallel} trial jobs at once is more than the "
+                             f"{budgets.search_max_parallel} allowed per search ({Budgets.key('search_max_parallel')})"))
     if recipe.num_jobs > budgets.max_jobs_per_file:
         problems.append((("experiments",), f"the recipe creates {recipe.num_jobs} jobs, over the budget of "
                                            f"{budgets.max_jobs_per_file} per recipe file "

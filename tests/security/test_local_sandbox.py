@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -334,3 +335,60 @@ def test_a_file_under_the_machines_tmp_named_in_the_command_is_not_seen_and_the_
     assert "will not see" not in caplog.text
     assert final_status(backend, "declared").state is JobState.SUCCEEDED
     assert "READ rows" in job_log(backend, "declared")
+
+
+@needs_sandbox
+def test_airflows_db_logs_and_secrets_files_are_hidden_wherever_its_configuration_puts_them(tmp_path):
+    """An airflow.cfg that keeps the SQLite metadata DB, the task logs and a local secrets backend's file
+    outside $AIRFLOW_HOME (read through Airflow's configuration by the hook, not from the environment):
+    before, a sandboxed job read all three; unsandboxed (``local_sandbox: off``) it still does."""
+    home = tmp_path / "home"
+    home.mkdir()
+    # Not under /tmp, which a sandboxed job never sees anyway: beside this test's own Airflow home, which the
+    # job's submitter (AIRFLOW_HOME=home) does not know of.
+    outside = Path(os.environ["AIRFLOW_HOME"]) / f"elsewhere-{secrets.token_hex(4)}"
+    try:
+        _configured_elsewhere(tmp_path, home, outside)
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def _configured_elsewhere(tmp_path: Path, home: Path, outside: Path) -> None:
+    (outside / "logs" / "dag_id=d").mkdir(parents=True)
+    files = {"db": outside / "meta.db", "log": outside / "logs" / "dag_id=d" / "attempt=1.log",
+             "secrets": outside / "connections.json"}
+    for path in files.values():
+        path.write_text(f"canary {secrets.token_hex(8)}")
+    (home / "airflow.cfg").write_text(textwrap.dedent(f"""\
+        [database]
+        sql_alchemy_conn = sqlite:///{files["db"]}
+        [logging]
+        base_log_folder = {outside / "logs"}
+        [secrets]
+        backend_kwargs = {{"connections_file_path": "{files["secrets"]}"}}
+    """))
+    probe = "import json, sys\nfor path in json.loads(sys.argv[1]):\n    try:\n        open(path).read()\n" \
+            "        print('READ', path, flush=True)\n    except OSError:\n        print('DENIED', path, flush=True)\n"
+    script = textwrap.dedent(f"""
+        import json, os, time
+        from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+        from airflow_ml_provider.jobs.spec import TrainingJobSpec
+        for mode in ("auto", "off"):
+            os.environ["AIRFLOW_CONN_ML_TRAINING_DEFAULT"] = json.dumps({{"conn_type": "ml_training", "extra": {{
+                "local_root": {str(tmp_path / "ml")!r}, "local_image": {str(TRAINING_IMAGE)!r}, "local_sandbox": mode}}}})
+            backend = TrainingBackendHook().get_backend("local")
+            backend.submit(mode, TrainingJobSpec(framework="generic", num_workers=1, command=[
+                "python", "-c", {probe!r}, json.dumps({[str(p) for p in files.values()]!r})]), {{}})
+            while not backend.status(mode).state.is_terminal:
+                time.sleep(0.1)
+            print(mode, backend.status(mode).state.value, open(backend.job_dir(mode) / "output.log").read(), flush=True)
+    """)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
+    result = subprocess.run([sys.executable, "-c", script], env={**env, "AIRFLOW_HOME": str(home)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sandboxed_part, unsandboxed_part = result.stdout.split("\noff ", 1)
+    assert "auto SUCCEEDED" in sandboxed_part, result.stdout
+    for path in files.values():
+        assert f"DENIED {path}" in sandboxed_part, sandboxed_part
+        assert f"READ {path}" in unsandboxed_part, unsandboxed_part

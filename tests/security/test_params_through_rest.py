@@ -12,7 +12,7 @@ import math
 import shutil
 
 import pytest
-from airflow_stack import AirflowStack
+from airflow_stack import AirflowStack, ApiError
 
 from support import REPO, TRAINING_IMAGE, wait_for
 
@@ -106,3 +106,14 @@ def _filled(run_conf: dict, folders: dict[str, str]) -> dict:
 def test_a_huge_key_is_not_echoed_in_full(refused_runs):
     log = refused_runs["a_2_mb_key"]
     assert "'" + "k" * 40 + "...'" in log and "k" * 1000 not in log
+
+
+def test_another_teams_model_name_is_refused_by_the_server_and_starts_no_run(stack):
+    """Issue 19 M1: ``model_name`` was free text, so a run could write (and take the aliases of) another team's
+    model. The Param allows only the DAG's own names; the API refuses any other before a run exists."""
+    runs = stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"]
+    for name in ("other_team_model", "ml_training_pipelineX"):
+        with pytest.raises(ApiError) as refused:
+            stack.trigger_dag(DAG_ID, {"model_name": name})
+        assert refused.value.status == 400 and "Invalid input for param model_name" in refused.value.body, refused.value
+    assert stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"] == runs

@@ -85,7 +85,7 @@ def test_every_ml_training_option_the_code_reads_is_declared():
     source = "\n".join(p.read_text() for p in (REPO / "airflow_ml_provider").rglob("*.py"))
     read = set(re.findall(r"conf\.get\w*\(\s*\"ml_training\",\s*\"(\w+)\"", source))
     read |= set(re.findall(r"^\s+option = \"(\w+)\"", source, re.MULTILINE))  # the extra links' templates
-    read |= {f"recipe_{field.name}" for field in dataclasses.fields(Budgets)}  # Budgets.from_config reads these
+    read |= {Budgets.option(field.name) for field in dataclasses.fields(Budgets)}  # Budgets.from_config reads these
     declared = set(get_provider_info()["config"]["ml_training"]["options"])
     assert read and read <= declared, read - declared
     assert declared <= read, f"declared but never read: {declared - read}"
@@ -125,7 +125,7 @@ def _code_defaults() -> dict[str, object]:
     from airflow_ml_provider.operators.params import MAX_CONF_BYTES, MAX_CONF_KEYS
     from airflow_ml_provider.search.space import MAX_PARALLEL, MAX_TRIALS
 
-    budgets = {f"recipe_{field.name}": field.default for field in dataclasses.fields(Budgets)}
+    budgets = {Budgets.option(field.name): field.default for field in dataclasses.fields(Budgets)}
     return {**budgets, "max_conf_keys": MAX_CONF_KEYS, "max_conf_bytes": MAX_CONF_BYTES,
             "search_max_parallel": MAX_PARALLEL, "search_max_trials": MAX_TRIALS, "local_max_workers": None,
             "data_roots": None, "local_images": None, "recipe_cache_dir": None}

@@ -51,7 +51,8 @@ def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
     )
     task = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        name = wait_for(lambda: _running_job_of("ml_test_kill", known), what="both Horovod ranks to start")
+        name = wait_for(lambda: _running_job_of("ml_test_kill", known), timeout=300,
+                        what="both Horovod ranks to start")  # TensorFlow imports take minutes at load 10
         uid = json.loads((_backend().job_dir(name) / "job.json").read_text())["uid"]
         pids = {p.pid for p in job_processes(uid)}
         pgids = {os.getpgid(pid) for pid in pids}
@@ -67,6 +68,9 @@ def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)
     assert _backend().status(name).state is JobState.CANCELLED
+    status = _backend().job_dir(name) / "status.json"  # the launcher's own record, not only the cancel marker
+    record = json.loads(wait_for(lambda: status.exists() and status.read_text(), what="the launcher's record"))
+    assert record["state"] == "CANCELLED", record  # before (issue 18): PREEMPTED, "rank 0 was killed by a signal"
 
 
 def test_a_second_execution_attaches_to_the_running_job():

@@ -129,3 +129,25 @@ def test_once_the_folder_budget_is_spent_the_remaining_files_are_refused(folder,
     assert set(bag.dag_ids) == {"invalid_recipe_a"}
     assert "the recipes folder's parse budget of 1e-06 s is spent ([ml_training] recipe_folder_parse_seconds)" \
         in refusal(bag, "invalid_recipe_a")
+
+
+def test_a_search_recipes_parallel_over_the_search_bound_is_refused_at_its_line_by_validate_and_the_dag_file(
+        folder, airflow_db, monkeypatch):
+    """Before: `airflow-ml validate` said ok to ``parallel: 30`` and the recipes DAG file refused it only while
+    building the DAG, with a placeholder saying "SearchSpaceError" and no YAML path."""
+    search = good("wide", samples=40).replace('"{{sample}}"', "'{{lr}}'") + (
+        "    parallel: 30\n    search: {sampler: random}\n    parameters: {lr: {min: 0.1, max: 1}}\n")
+    (folder / "recipes" / "wide.yaml").write_text(search)
+    (folder / "recipes" / "narrow.yaml").write_text(search.replace("wide", "narrow").replace("parallel: 30",
+                                                                                            "parallel: 16"))
+    message = ("wide.yaml:8: experiments.train.parallel: 30 trial jobs at once is more than the 16 allowed per "
+               "search ([ml_training] search_max_parallel)")
+
+    assert main(["validate", str(folder / "recipes" / "wide.yaml")]) == 1
+    assert main(["validate", str(folder / "recipes" / "narrow.yaml")]) == 0
+    bag = parse(folder)
+    assert set(bag.dag_ids) == {"recipe_narrow", "invalid_recipe_wide"}
+    assert message in refusal(bag, "invalid_recipe_wide")
+
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__SEARCH_MAX_PARALLEL", "30")  # the bound every search has
+    assert set(parse(folder).dag_ids) == {"recipe_narrow", "recipe_wide"}

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -109,13 +109,16 @@ class LocalBackend(Backend):
             refuse to run a job unsandboxed; ``off``: never sandbox (a single-tenant machine).
         lock_timeout_s: how long ``submit``/``delete`` wait for a job name's lock before giving up with
             an error naming it.
+        hide: more paths a sandboxed job must not see, besides ``$AIRFLOW_HOME``, ``$AIRFLOW_CONFIG`` and
+            the root (``TrainingBackendHook`` adds Airflow's configured SQLite DB, logs and secrets files).
     """
 
     name = "local"
 
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
                  etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None,
-                 sandbox: SandboxMode | str = SandboxMode.AUTO, lock_timeout_s: float = 120.0):
+                 sandbox: SandboxMode | str = SandboxMode.AUTO, lock_timeout_s: float = 120.0,
+                 hide: Sequence[str] = ()):
         if orphan_grace_s is not None and not orphan_grace_s > 0:
             raise ValueError(f"orphan_grace_s: must be a positive number of seconds (got {orphan_grace_s!r})")
         if max_workers is not None and not max_workers >= 1:
@@ -127,6 +130,7 @@ class LocalBackend(Backend):
             raise ValueError(f"sandbox: must be one of {[m.value for m in SandboxMode]} (got {sandbox!r})") from None
         self._warned = False
         self.lock_timeout_s = lock_timeout_s
+        self.hide = [str(path) for path in hide if path]
         self.root = Path(root)
         self.image = image
         self.cancel_grace_s = cancel_grace_s
@@ -397,7 +401,7 @@ class LocalBackend(Backend):
                              "and files as the Airflow worker does (the local backend is then single-tenant: recipe "
                              "authors and jobs must be as trusted as DAG authors).", why)
             return None
-        hidden = local_sandbox.hidden_paths(self.root)
+        hidden = local_sandbox.hidden_paths(self.root, extra=self.hide)
         writable = [(field, path) for field in ("model_dir", "checkpoint_dir")
                     if (path := getattr(spec, field)) and "://" not in path]
         unseen = [*hidden, local_sandbox.PRIVATE_TMP]  # e.g. a training environment installed under /tmp

@@ -4,7 +4,8 @@ Inside it a job's processes have their own PID namespace (they see no other proc
 another job's, so no ``/proc/<pid>/environ`` of theirs) and IPC namespace, no capabilities, the whole
 filesystem read-only, a private ``/tmp``, and nothing of what ``hidden`` names: ``$AIRFLOW_HOME``
 (``airflow.cfg``, the metadata DB, logs), ``$AIRFLOW_CONFIG``, a SQLite metadata DB named by
-``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, and the local backend's root (the job records, locks and owner
+``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, what the backend's ``hide`` adds (the hook: Airflow's configured
+SQLite DB, log folder and local secrets files), and the local backend's root (the job records, locks and owner
 key, every job's artifacts). Bound back into that view, writable: the job's own directories (its
 ``model_dir`` and ``checkpoint_dir``, widened to the job's own directory, ``.../<job name>``, whose
 parent is hidden so that no other job's directory shows) and ``<root>/data``, the runs' data shards,
@@ -22,6 +23,7 @@ import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 
@@ -55,15 +57,21 @@ def unavailable() -> str | None:
     return None
 
 
-def hidden_paths(root: Path, environ: dict[str, str] | None = None) -> list[str]:
-    """What a job must not see: Airflow's home, config and SQLite DB, and the backend's root."""
+def hidden_paths(root: Path, environ: dict[str, str] | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """What a job must not see: Airflow's home, config and SQLite DB, the backend's root, and ``extra`` (what
+    the caller knows of Airflow's configuration: a metadata DB, log folder or secrets file set elsewhere)."""
     environ = os.environ if environ is None else environ
-    paths = [environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"), str(root)]
+    paths = [environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"), str(root), *extra]
     if config := environ.get("AIRFLOW_CONFIG"):
         paths.append(config)
-    if (conn := environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")).startswith(_SQLITE):
-        paths.append(conn[len(_SQLITE):].split("?")[0])
+    if database := sqlite_file(environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")):
+        paths.append(database)
     return [os.path.realpath(path) for path in paths if path]
+
+
+def sqlite_file(url: str) -> str | None:
+    """The database file of a SQLAlchemy SQLite URL (None for any other database)."""
+    return url[len(_SQLITE):].split("?")[0] or None if url.startswith(_SQLITE) else None
 
 
 def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readable: list[str]) -> dict:
