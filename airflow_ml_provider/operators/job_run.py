@@ -54,6 +54,8 @@ class JobRequest:
         num_workers: workers (elastic: the initial count); ``min_workers``/``max_workers`` the elastic bounds.
         inputs: what the job reads from other jobs' directories (see ``TrainingJobSpec.inputs``).
         nproc_per_node: ranks per worker (PyTorch only).
+        image_of: the framework whose default image (local: environment) runs the job, when not its own:
+            a generic job that loads a model runs where that model's trainer ran.
     """
 
     framework: Framework
@@ -63,6 +65,7 @@ class JobRequest:
     max_workers: int | None = None
     inputs: list[str] = field(default_factory=list)
     nproc_per_node: int = 1
+    image_of: str | None = None
 
 
 class JobRunner:
@@ -137,7 +140,7 @@ class JobRunner:
                 framework=request.framework, command=request.command, num_workers=request.num_workers,
                 min_workers=request.min_workers, max_workers=request.max_workers, inputs=request.inputs,
                 nproc_per_node=request.nproc_per_node,
-                image=config.image or setup.image(request.framework.value),
+                image=config.image or setup.image(request.image_of or request.framework.value),
                 resources=config.resources, scheduling=config.scheduling,
                 kubernetes=storage.merged_kubernetes(config.kubernetes), env=storage.merged_env(config.env),
                 working_dir=config.working_dir, timeout_s=max(1, int(timeout)) if timeout else None,
