@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_ml_provider.assets import model_asset
 from airflow_ml_provider.operators.scoring import BatchScoringOperator
-from airflow_ml_provider.patterns import MODEL_NAME
+from airflow_ml_provider.patterns import MODEL_NAME, MODEL_NAME_WORDS, bounded
 
 MODEL = model_asset("ml_training_pipeline")
 
@@ -40,7 +40,7 @@ with DAG(
         "model_name": Param(
             "ml_training_pipeline",
             type="string",
-            pattern=MODEL_NAME,
+            allOf=bounded(MODEL_NAME_WORDS, pattern=MODEL_NAME),
             title="Model name",
             description="The registered model scored with: the newest version an Asset event names, "
                         "else (a run by hand) its champion. Events for other models are not scored with.",
