@@ -71,7 +71,7 @@ chromium:
 # jobs that the tests run (tests/integration/kubernetes/test_rendered_jobs_run.py); idempotent.
 sshd:
 	scripts/install_sshd.sh
-# bubblewrap: the sandbox each local job runs in (airflow_ml_provider/jobs/backends/local_sandbox.py).
+# bubblewrap: the sandbox each local job runs in (airflow_ml_provider/jobs/backends/local/sandbox.py).
 bwrap:
 	scripts/install_bwrap.sh
 kube-apiserver: .tools/kube-apiserver

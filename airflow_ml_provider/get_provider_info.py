@@ -12,7 +12,7 @@ def _field(label: str, description: str, kind: str = "string", **schema) -> dict
     return {"label": label, "description": description, "schema": {"type": [kind, "null"], **schema}}
 
 
-# What the Kubernetes backends require of a name they send to the API (kube_rest.dns_label), as a
+# What the Kubernetes backends require of a name they send to the API (kubernetes.rest.dns_label), as a
 # JSON schema: the form's input stops at maxLength; a schema validator (an API client) applies the whole
 # pattern, the same in ECMAScript and in Python's re.search (where "$" also matches before a final "\n").
 _DNS_LABEL_SCHEMA = {"pattern": whole(DNS_LABEL.pattern), "maxLength": DNS_LABEL_MAX}

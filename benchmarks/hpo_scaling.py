@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.runtime.datasets import write_synthetic

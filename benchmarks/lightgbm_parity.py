@@ -22,7 +22,7 @@ from pathlib import Path
 
 from local_overhead import TRAIN_ENV, run_job  # the sibling benchmark: the sync driver a task runs
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.runtime.datasets import write_synthetic

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.drivers import SyncDriver, follow_async
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -76,13 +76,13 @@ def follow_job(backend: LocalBackend, name: str, follow: str, on_step) -> Step:
     return SyncDriver(follower, LOG, backend, name, source, on_step=on_step).run()
 
 
-def run_bare(command: list[str], cwd: Path) -> tuple[float, int]:
-    """Run ``command`` under bare horovodrun from the training env; return (seconds, output lines)."""
+def run_bare(launcher: list[str], command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
+    """``command`` under a bare ``launcher`` (horovodrun, torchrun: argv from the training env's bin/, up to
+    the trainer); returns (seconds, output lines)."""
     bin_dir = TRAIN_ENV / "bin"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
-           "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    argv = [str(bin_dir / "horovodrun"), "-np", str(RANKS), "-H", f"localhost:{RANKS}", "--gloo",
-            "--network-interface", "lo", *command]
+           "PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE", **(env or {})}
+    argv = [str(bin_dir / launcher[0]), *launcher[1:], *command]
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -90,13 +90,50 @@ def run_bare(command: list[str], cwd: Path) -> tuple[float, int]:
     code = proc.wait()
     elapsed = time.perf_counter() - start
     if code:
-        sys.exit(f"bare horovodrun exited with {code}\n" + "".join(f"  {line}" for line in lines[-10:]))
+        sys.exit(f"bare {launcher[0]} exited with {code}\n" + "".join(f"  {line}" for line in lines[-10:]))
     return elapsed, len(lines)
 
 
 def artifact_args(base: Path) -> list[str]:
     """Fresh model and checkpoint dirs under ``base``: the same argv on both sides, and no run resumes."""
     return ["--model-dir", str(base / "model"), "--checkpoint-dir", str(base / "ckpt")]
+
+
+def alternate(runs: int, framework: str, workers: int, trainer: list[str], follow: str,
+              bare) -> tuple[dict[str, list[float]], list[float]]:
+    """``runs`` of (a) the job through the local backend and (b) ``bare(command, cwd)``, alternated, each
+    run with fresh model/checkpoint dirs (none resumes); returns the seconds of each side and, per run of
+    (a), its wall time over that of the launcher's workers inside it (timed in status.json)."""
+    times: dict[str, list[float]] = {"operator": [], "bare": []}
+    within: list[float] = []
+    with tempfile.TemporaryDirectory(prefix=f"bench-{framework}-") as tmp:
+        backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
+        for run in range(1, runs + 1):
+            name = f"{framework}-overhead-{run}"
+            job_dir = Path(backend.default_artifact_dir(name))
+            spec = TrainingJobSpec(framework=framework, num_workers=workers, command=trainer + artifact_args(job_dir),
+                                   model_dir=str(job_dir / "model"), checkpoint_dir=str(job_dir / "ckpt"))
+            seconds, lines, inner = run_job(backend, name, spec, follow)  # the spec's dirs: the sandbox binds them
+            times["operator"].append(seconds)
+            within.append(seconds / inner)
+            print(f"run {run}  (a) operator path {seconds:6.1f} s  ({len(lines)} lines; its workers {inner:.1f} s)",
+                  flush=True)
+            bare_dir = Path(tmp, f"bare-{run}")
+            bare_dir.mkdir()
+            seconds, count = bare(trainer + artifact_args(bare_dir), bare_dir)
+            times["bare"].append(seconds)
+            print(f"run {run}  (b) bare            {seconds:6.1f} s  ({count} lines)", flush=True)
+    return times, within
+
+
+def report(times: dict[str, list[float]], bare_label: str) -> None:
+    """The medians of both sides, every run, and the ratio against TARGET."""
+    medians = {side: statistics.median(values) for side, values in times.items()}
+    ratio = medians["operator"] / medians["bare"]
+    print(f"\n{'side':<22}{'median s':>10}  runs (s)")
+    for side, label in (("operator", "(a) operator path"), ("bare", f"(b) {bare_label}")):
+        print(f"{label:<22}{medians[side]:>10.2f}  " + " ".join(f"{t:.1f}" for t in times[side]))
+    print(f"{'ratio a/b':<22}{ratio:>10.3f}  target <= {TARGET}: {'met' if ratio <= TARGET else 'NOT met'}")
 
 
 def main() -> int:
@@ -111,32 +148,10 @@ def main() -> int:
     trainer = ["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", str(args.epochs)]
     print(f"{RANKS} ranks, {args.epochs} epochs, {args.runs} runs per side; following {args.follow}, operator "
           f"poll_interval {POLL_INTERVAL} s; training env {TRAIN_ENV}")
-    times: dict[str, list[float]] = {"operator": [], "bare": []}
-    within: list[float] = []  # (a)'s wall time / its own horovodrun's: the same load on both terms
-    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
-        backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
-        for run in range(1, args.runs + 1):
-            name = f"hvd-overhead-{run}"
-            job_dir = Path(backend.default_artifact_dir(name))
-            command = trainer + artifact_args(job_dir)
-            spec = TrainingJobSpec(framework="horovod", num_workers=RANKS, command=command,  # dirs the sandbox binds
-                                   model_dir=str(job_dir / "model"), checkpoint_dir=str(job_dir / "ckpt"))
-            seconds, lines, inner = run_job(backend, name, spec, args.follow)
-            times["operator"].append(seconds)
-            within.append(seconds / inner)
-            print(f"run {run}  (a) operator path   {seconds:6.1f} s  ({len(lines)} lines; horovodrun inside it "
-                  f"{inner:.1f} s)", flush=True)
-            bare = Path(tmp, f"bare-{run}")
-            bare.mkdir()
-            seconds, count = run_bare(trainer + artifact_args(bare), bare)
-            times["bare"].append(seconds)
-            print(f"run {run}  (b) bare horovodrun {seconds:6.1f} s  ({count} lines)", flush=True)
-    medians = {side: statistics.median(values) for side, values in times.items()}
-    ratio = medians["operator"] / medians["bare"]
-    print(f"\n{'side':<22}{'median s':>10}  runs (s)")
-    for side, label in (("operator", "(a) operator path"), ("bare", "(b) bare horovodrun")):
-        print(f"{label:<22}{medians[side]:>10.2f}  " + " ".join(f"{t:.1f}" for t in times[side]))
-    print(f"{'ratio a/b':<22}{ratio:>10.3f}  target <= {TARGET}: {'met' if ratio <= TARGET else 'NOT met'}")
+    horovodrun = ["horovodrun", "-np", str(RANKS), "-H", f"localhost:{RANKS}", "--gloo", "--network-interface", "lo"]
+    times, within = alternate(args.runs, "horovod", RANKS, trainer, args.follow,
+                              lambda command, cwd: run_bare(horovodrun, command, cwd))
+    report(times, "bare horovodrun")
     print(f"{'within (a)':<22}{statistics.median(within):>10.3f}  median of (a) / the horovodrun inside it: "
           "the launcher's and following's share alone, immune to load that differs between (a) and (b)")
     return 0

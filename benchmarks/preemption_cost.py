@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import psutil  # noqa: E402
 from etcd_server import start_etcd  # noqa: E402
 
-from airflow_ml_provider.jobs.backends.local import JOB_UID_ENV, LocalBackend  # noqa: E402
+from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend  # noqa: E402
 from airflow_ml_provider.jobs.follow import ResumePoint  # noqa: E402
 from airflow_ml_provider.jobs.preemption import resubmission  # noqa: E402
 from airflow_ml_provider.jobs.spec import TrainingJobSpec  # noqa: E402

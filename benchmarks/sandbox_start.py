@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from airflow_ml_provider.jobs.backends import local_sandbox
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 

@@ -72,7 +72,7 @@ def orchestration(sampler: str, trials: int, parallel: int) -> dict:
 
 
 def local(trials: int, parallel: int) -> dict:
-    from airflow_ml_provider.jobs.backends.local import LocalBackend
+    from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 
     with tempfile.TemporaryDirectory() as tmp:
         backend = LocalBackend(Path(tmp) / "ml", image=sys.prefix, cancel_grace_s=2)

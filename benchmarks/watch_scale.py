@@ -60,7 +60,7 @@ def trigger_reads(cluster) -> int:
 async def follow(names: list[str], wait_s: float, cluster, namespace: str):
     """(reads to set up, (reads, CPU s, seconds) while the jobs run, reads in all) for N followers."""
     from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-    from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
+    from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
 
     async def first(name: str):
         backend = await asyncio.to_thread(TrainingBackendHook().get_backend, "mpijob")
@@ -91,7 +91,7 @@ async def follow(names: list[str], wait_s: float, cluster, namespace: str):
 
 def queue(cluster, namespace: str, job: dict) -> None:
     """What Kueue does for a job it cannot admit: a Workload owned by the job, QuotaReserved false."""
-    from airflow_ml_provider.jobs.backends.kueue import WORKLOAD_API
+    from airflow_ml_provider.jobs.backends.kubernetes.kueue import WORKLOAD_API
 
     path = f"/apis/{WORKLOAD_API}/namespaces/{namespace}/workloads"
     name = f"mpijob-{job['metadata']['name']}"

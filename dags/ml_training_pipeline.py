@@ -28,7 +28,6 @@ from airflow_ml_provider.operators.approval import ChampionApprovalOperator
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
-from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 from airflow_ml_provider.operators.params import (
     conf_problems,
     data_file,
@@ -44,6 +43,7 @@ from airflow_ml_provider.operators.training import (
     PyTorchTrainingOperator,
 )
 from airflow_ml_provider.patterns import bounded, whole
+from airflow_ml_provider.reporting.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
 IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / image (Kubernetes backends)
@@ -350,7 +350,7 @@ with DAG(
 
     @task(doc_md="What came out of this run: metrics, the gate's verdict, the approval, the model version, links.")
     def summary(evaluation: dict, verdict: dict, deployed: dict, approval: dict) -> dict:
-        from airflow_ml_provider.operators.summary import log_run_summary
+        from airflow_ml_provider.reporting.summary import log_run_summary
 
         return log_run_summary(evaluation, verdict, deployed, approval)
 

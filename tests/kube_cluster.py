@@ -27,6 +27,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from airflow_ml_provider.jobs.backends.kubernetes.rest import (
+    collection_path,
+    dns_label,
+    dns_subdomain,
+    object_path,
+)
 from support import REPO
 
 
@@ -328,3 +334,11 @@ def play_mpi_operator(cluster: KubeCluster, kubelet: FakeKubelet, namespace: str
 
     threading.Thread(target=run, daemon=True, name="mpi-operator double").start()
     return done
+
+
+def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """A concrete API path of a collection or one object, as the tests address objects directly."""
+    if name is None:
+        return collection_path(api_version, kind).format(namespace=dns_label("namespace", namespace))
+    return object_path(api_version, kind).format(namespace=dns_label("namespace", namespace),
+                                                 name=dns_subdomain("name", name))

@@ -26,7 +26,7 @@ from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.labels import JOB_NAME
 from airflow_ml_provider.logs import ecs
 from airflow_ml_provider.logs.source import LogLine, LogSourceUnavailable

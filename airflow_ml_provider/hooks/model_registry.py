@@ -239,7 +239,7 @@ class ModelRegistryHook(BaseHook):
         it); returns its location there."""
         import tempfile
 
-        from airflow_ml_provider.artifacts import join
+        from airflow_ml_provider.artifact_layout import join
         from airflow_ml_provider.runtime import storage
 
         with tempfile.TemporaryDirectory(prefix="model-") as tmp:

@@ -11,8 +11,8 @@ from typing import Any
 from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
-from airflow_ml_provider.artifacts import check_root, data_dir, job_artifact_dir
-from airflow_ml_provider.hooks.artifacts import ArtifactStore, ArtifactStoreError, JobEnvironment
+from airflow_ml_provider.artifact_layout import check_root, data_dir, job_artifact_dir
+from airflow_ml_provider.hooks.artifact_store import ArtifactStore, ArtifactStoreError, JobEnvironment
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
 
@@ -33,7 +33,7 @@ class TrainingBackendHook(BaseHook):
 
     Artifacts (``artifact_root`` extra, else ``[ml_training] artifact_root``, else the local root
     ``$AIRFLOW_HOME/ml`` for local jobs): a local/mounted path or ``s3://``/``gs://`` URL under which
-    every job keeps its model, checkpoints and data (see ``airflow_ml_provider.artifacts``);
+    every job keeps its model, checkpoints and data (see ``airflow_ml_provider.artifact_layout``);
     ``artifact_conn_id`` names the aws/google connection for it; ``artifact_secret_env`` maps worker
     variables to Kubernetes Secret keys (``{"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}``).
     Images for the Kubernetes backends: ``image_<framework>`` (``image_horovod``, ``image_lightgbm``,

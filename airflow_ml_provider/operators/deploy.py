@@ -20,9 +20,9 @@ from airflow_ml_provider.hooks.model_registry import (
     check_model_name,
 )
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.operators import lineage
 from airflow_ml_provider.operators.links import MLflowModelVersionLink
-from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
+from airflow_ml_provider.reporting import lineage
+from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
 
 class DeployModelOperator(BaseOperator):

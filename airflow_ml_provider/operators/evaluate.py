@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import literal
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.artifacts import evaluation_dir, join
+from airflow_ml_provider.artifact_layout import evaluation_dir, join
 from airflow_ml_provider.hooks.model_registry import (
     CHAMPION,
     LINEAGE_KEY,
@@ -23,7 +23,7 @@ from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
 from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest
 from airflow_ml_provider.operators.links import MLflowEvaluationLink, job_links
-from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
+from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
 _NOT_METRICS = {"rows", "n_features", "n_classes"}
 _FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".keras": "keras", ".pt": "pytorch"}

@@ -17,7 +17,7 @@ from airflow_ml_provider.hooks.model_registry import (
     check_model_name,
 )
 from airflow_ml_provider.logs.metrics import metric_goal
-from airflow_ml_provider.operators.notify import notify_all
+from airflow_ml_provider.reporting.notify import notify_all
 
 
 def decide(

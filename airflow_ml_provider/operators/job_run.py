@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_ml_provider.artifacts import job_dirs
+from airflow_ml_provider.artifact_layout import job_dirs
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_ml_provider.artifacts import RUN_DIR
+from airflow_ml_provider.artifact_layout import RUN_DIR
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.operators.training import TrainingJobOperator
 

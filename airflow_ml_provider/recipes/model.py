@@ -23,11 +23,11 @@ from pydantic import (
     model_validator,
 )
 
-from airflow_ml_provider.artifacts import RUN_DIR
+from airflow_ml_provider.artifact_layout import RUN_DIR
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.jobs.spec import Framework, Resources
 from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
-from airflow_ml_provider.recipes.space import Range, Scalar, product_size, sample_space
+from airflow_ml_provider.recipes.experiment_space import Range, Scalar, product_size, sample_space
 
 MAX_SAMPLES = 10_000
 MAX_WORKERS = 512

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from airflow_ml_provider.artifacts import job_dirs
+from airflow_ml_provider.artifact_layout import job_dirs
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec

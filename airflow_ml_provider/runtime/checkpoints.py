@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_ml_provider.artifacts import join
+from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.metrics_log import emit
 

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from airflow_ml_provider.artifacts import join
+from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import KEEP, Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, save_npz, shard

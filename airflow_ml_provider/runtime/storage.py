@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-from airflow_ml_provider.artifacts import join
+from airflow_ml_provider.artifact_layout import join
 
 Location = Any  # str | os.PathLike | ObjectStoragePath-like (has .fs and .path)
 

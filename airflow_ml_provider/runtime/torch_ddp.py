@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from airflow_ml_provider.artifacts import join
+from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from airflow_ml_provider.artifacts import job_dirs
+from airflow_ml_provider.artifact_layout import job_dirs
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.search.space import SearchSpace, SearchSpaceError
 

@@ -11,8 +11,8 @@ from airflow.providers.http.notifications.http import HttpNotifier
 from airflow.sdk import DAG, BaseNotifier
 
 from airflow_ml_provider.operators.gate import ModelGateOperator
-from airflow_ml_provider.operators.notify import FAILURE_MESSAGE, GATE_MESSAGE
 from airflow_ml_provider.operators.training import LightGBMTrainingOperator
+from airflow_ml_provider.reporting.notify import FAILURE_MESSAGE, GATE_MESSAGE
 
 
 class RecordingNotifier(BaseNotifier):

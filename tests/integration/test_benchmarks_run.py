@@ -33,7 +33,7 @@ def test_preemption_cost_compares_resuming_and_restarting():
 
 
 def test_sandbox_start_compares_sandboxed_and_unsandboxed_jobs():
-    from airflow_ml_provider.jobs.backends import local_sandbox
+    from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
 
     if (why := local_sandbox.unavailable()) is not None:
         pytest.skip(f"no sandbox here: {why}")

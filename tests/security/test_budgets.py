@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import WORKERS_PER_CPU, LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import WORKERS_PER_CPU, LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator

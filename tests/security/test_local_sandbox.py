@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import ForgedJobRecord, LocalBackend, job_processes
+from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
+from airflow_ml_provider.jobs.backends.local.backend import ForgedJobRecord, LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from support import TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
@@ -237,7 +237,7 @@ def test_without_a_sandbox_the_backend_says_so_once_and_runs_the_job(tmp_path):
     script = textwrap.dedent(f"""
         import logging, time
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-        from airflow_ml_provider.jobs.backends.local import LocalBackend
+        from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
         from airflow_ml_provider.jobs.backends.base import JobSubmissionError
         from airflow_ml_provider.jobs.spec import TrainingJobSpec
         backend = LocalBackend({str(tmp_path / "ml")!r}, image={str(TRAINING_IMAGE)!r})
@@ -323,13 +323,13 @@ def test_a_file_under_the_machines_tmp_named_in_the_command_is_not_seen_and_the_
     reader = TrainingJobSpec(framework="generic", num_workers=1, command=[
         "python", "-c", "import sys; print('READ', open(sys.argv[1].partition('=')[2]).read(), flush=True)",
         f"--data={data}"])
-    with caplog.at_level("WARNING", logger="airflow_ml_provider.jobs.backends.local"):
+    with caplog.at_level("WARNING", logger="airflow_ml_provider.jobs.backends.local.backend"):
         assert backend.submit("unseen", reader, {})
     assert f"Job unseen names {data} under /tmp, which it will not see" in caplog.text
     assert final_status(backend, "unseen").state is JobState.FAILED
     assert "FileNotFoundError" in job_log(backend, "unseen")
     caplog.clear()
-    with caplog.at_level("WARNING", logger="airflow_ml_provider.jobs.backends.local"):
+    with caplog.at_level("WARNING", logger="airflow_ml_provider.jobs.backends.local.backend"):
         assert backend.submit("declared", reader.model_copy(update={"inputs": [str(data)]}), {})
     assert "will not see" not in caplog.text
     assert final_status(backend, "declared").state is JobState.SUCCEEDED

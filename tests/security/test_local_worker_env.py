@@ -14,8 +14,8 @@ import stat
 
 import pytest
 
-from airflow_ml_provider.jobs.backends import local_sandbox
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from support import TRAINING_IMAGE, needs_horovod, wait_for

@@ -184,7 +184,7 @@ def test_an_allowed_environment_or_a_registry_reference_is_accepted(pipeline, mo
 def test_the_local_backend_refuses_a_relative_image_at_submit(tmp_path):
     """Whatever the DAG: a relative image would be resolved against the submitting process's directory."""
     from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-    from airflow_ml_provider.jobs.backends.local import LocalBackend
+    from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
     spec = TrainingJobSpec(framework="generic", command=["python", "-c", "pass"], num_workers=1, image="venv")

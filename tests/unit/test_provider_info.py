@@ -101,7 +101,7 @@ def test_kubernetes_name_fields_accept_exactly_what_the_backend_accepts_and_name
     """The form's schema for these extras is the Kubernetes backends' own check (a DNS-1123 label)."""
     from jsonschema import Draft202012Validator
 
-    from airflow_ml_provider.jobs.backends.kube_rest import dns_label
+    from airflow_ml_provider.jobs.backends.kubernetes.rest import dns_label
 
     fields = _hook_meta()["ml_training"].extra_fields
     form = Draft202012Validator({"type": "object", "properties": {n: f["schema"] for n, f in fields.items()}})

@@ -9,10 +9,10 @@ if TYPE_CHECKING:  # the local launcher imports this package at every job start:
     from airflow_ml_provider.jobs.backends.base import Backend
 
 BACKENDS = {
-    "local": "airflow_ml_provider.jobs.backends.local:LocalBackend",
-    "mpijob": "airflow_ml_provider.jobs.backends.mpijob:MPIJobBackend",
-    "volcano": "airflow_ml_provider.jobs.backends.volcano:VolcanoBackend",
-    "indexed-job": "airflow_ml_provider.jobs.backends.indexed_job:IndexedJobBackend",
+    "local": "airflow_ml_provider.jobs.backends.local.backend:LocalBackend",
+    "mpijob": "airflow_ml_provider.jobs.backends.kubernetes.mpijob:MPIJobBackend",
+    "volcano": "airflow_ml_provider.jobs.backends.kubernetes.volcano:VolcanoBackend",
+    "indexed-job": "airflow_ml_provider.jobs.backends.kubernetes.indexed_job:IndexedJobBackend",
 }
 
 

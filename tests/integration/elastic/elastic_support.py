@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from airflow_ml_provider.jobs.backends.local import JOB_UID_ENV, LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend
 
 
 def events(job_dir: Path, kind: str | None = None) -> list[dict]:
@@ -37,7 +37,7 @@ def rank_process(job_dir: Path, rank: int, trainer: str) -> psutil.Process | Non
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         if (env.get(JOB_UID_ENV) == uid and env.get("HOROVOD_RANK") == str(rank)
-                and trainer in cmdline and not any(arg.endswith("local_output.py") for arg in cmdline)):
+                and trainer in cmdline and not any(arg.endswith("/local/output.py") for arg in cmdline)):
             return proc
     return None
 

@@ -12,11 +12,11 @@ import pytest
 from elastic_support import events, last_step, rank_process
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.etcd_kv import EtcdKV
-from airflow_ml_provider.jobs.local_discovery import slot_host, slots_prefix, write_slots
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.runtime.etcd_kv import EtcdKV
+from airflow_ml_provider.runtime.local_discovery import slot_host, slots_prefix, write_slots
 from support import TRAINING_IMAGE, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def test_discovery_prints_one_loopback_host_per_slot_from_etcd(etcd):
     write_slots(kv, "disc", 2)
     _put(etcd.endpoint, f"{slots_prefix('disc')}5", "1")
     _put(etcd.endpoint, f"{slots_prefix('disc')}junk", "1")
-    out = subprocess.run([sys.executable, "-m", "airflow_ml_provider.jobs.local_discovery", "--etcd", etcd.endpoint,
+    out = subprocess.run([sys.executable, "-m", "airflow_ml_provider.runtime.local_discovery", "--etcd", etcd.endpoint,
                           "--job", "disc"], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["127.0.0.1:1", "127.0.0.01:1", "127.0.0.000001:1"]
     assert "ignoring" in out.stderr and "junk" in out.stderr

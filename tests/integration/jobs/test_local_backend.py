@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from support import TRAINING_IMAGE, needs_horovod, wait_for
@@ -102,7 +102,8 @@ def test_exit_codes_and_the_first_failing_rank_are_reported(backend, framework):
     # the waiting peer is stopped, not left hanging: killed (horovodrun reports it when it can before exiting)
     assert status.exit_codes.get(0, -signal.SIGTERM) != 0
     uid = json.loads((backend.job_dir(name) / "job.json").read_text())["uid"]
-    assert not job_processes(uid), "a rank of the ended job is still running"
+    launcher = json.loads((backend.job_dir(name) / "launcher.json").read_text())["pid"]  # exits just after the status
+    assert not job_processes(uid, exclude=launcher), "a rank of the ended job is still running"
     lines = backend.log_source(name).read().lines
     assert any(line.source == "rank 1" and line.text == "rank 1" for line in lines)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
-from airflow_ml_provider.jobs.backends.local_output import CONTINUED, MAX_LINE, MAX_PIECES
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes
+from airflow_ml_provider.jobs.backends.local.output import CONTINUED, MAX_LINE, MAX_PIECES
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from support import TRAINING_IMAGE, needs_horovod, wait_for

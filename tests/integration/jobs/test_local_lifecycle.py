@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState
 from support import REPO, TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
@@ -58,7 +58,7 @@ def test_a_job_the_launcher_cannot_run_fails_once_with_the_launchers_error(backe
 
 _SUBMITTER = textwrap.dedent("""
     import pathlib, sys, time
-    from airflow_ml_provider.jobs.backends.local import LocalBackend
+    from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
     root, image, role = sys.argv[1:4]
     jobs, signals = pathlib.Path(root, "jobs"), pathlib.Path(root).parent
@@ -113,7 +113,7 @@ def test_a_job_past_its_deadline_is_stopped_and_fails_naming_the_deadline(backen
 
 _FOLLOWER = textwrap.dedent("""
     import sys, time
-    from airflow_ml_provider.jobs.backends.local import LocalBackend
+    from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
     from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
     root, image = sys.argv[1:3]
     backend = LocalBackend(root, image=image, cancel_grace_s=2, orphan_grace_s=3)
@@ -145,7 +145,7 @@ def test_a_job_whose_owning_task_was_sigkilled_is_stopped_after_the_orphan_grace
 
 _KILLED_SUBMITTER = textwrap.dedent("""
     import os, signal, subprocess, sys
-    from airflow_ml_provider.jobs.backends import local
+    from airflow_ml_provider.jobs.backends.local import backend as local
     from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
     root, image, when = sys.argv[1:4]
 
@@ -159,7 +159,7 @@ _KILLED_SUBMITTER = textwrap.dedent("""
         class Popen(subprocess.Popen):
             def __init__(self, *args, **kwargs):
                 super().__init__(*args, **kwargs)
-                if any("local_launcher" in str(arg) for arg in args[0]):  # not the sandbox probe's bwrap
+                if any("local.launcher" in str(arg) for arg in args[0]):  # not the sandbox probe's bwrap
                     die()
         local.subprocess.Popen = Popen
     spec = TrainingJobSpec(framework="generic", num_workers=1,

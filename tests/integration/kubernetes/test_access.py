@@ -11,7 +11,7 @@ from kube_cluster import NOBODY_TOKEN, ApiError, new_namespace
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import BackendAccessError
-from airflow_ml_provider.jobs.backends.kube_rest import object_path
+from airflow_ml_provider.jobs.backends.kubernetes.rest import object_path
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 pytestmark = pytest.mark.integration

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from kube_cluster import resource_path
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.backends.kube_rest import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 

@@ -10,10 +10,9 @@ import textwrap
 
 import pytest
 import yaml
-from kube_cluster import TRAINER_TOKEN, new_namespace
+from kube_cluster import TRAINER_TOKEN, new_namespace, resource_path
 
 from airflow_ml_provider.cli import main
-from airflow_ml_provider.jobs.backends.kube_rest import resource_path
 from support import REPO
 
 pytestmark = pytest.mark.integration

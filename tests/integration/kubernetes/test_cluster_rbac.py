@@ -9,11 +9,10 @@ import json
 
 import pytest
 import yaml
-from kube_cluster import TRAINER_TOKEN, new_namespace
+from kube_cluster import TRAINER_TOKEN, new_namespace, resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.backends.kube_rest import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.kube_rest import resource_path
+from airflow_ml_provider.jobs.backends.kubernetes.rest import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec

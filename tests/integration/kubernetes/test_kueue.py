@@ -16,9 +16,9 @@ from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs import drivers
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound, JobSubmissionError
-from airflow_ml_provider.jobs.backends.kube_rest import resource_path
-from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
-from airflow_ml_provider.jobs.backends.kueue import PRIORITY_LABEL, QUEUE_LABEL, WORKLOAD_API
+from airflow_ml_provider.jobs.backends.kubernetes.kueue import PRIORITY_LABEL, QUEUE_LABEL, WORKLOAD_API
+from airflow_ml_provider.jobs.backends.kubernetes.rest import resource_path
+from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec

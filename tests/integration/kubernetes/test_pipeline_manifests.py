@@ -136,7 +136,7 @@ def test_the_same_dag_renders_manifests_the_api_server_accepts(pipeline, cluster
 
 
 def test_without_an_artifact_root_a_cluster_run_is_refused_before_any_job(pipeline, namespace, monkeypatch):
-    from airflow_ml_provider.hooks.artifacts import ArtifactStoreError
+    from airflow_ml_provider.hooks.artifact_store import ArtifactStoreError
     from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 
     monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps({"conn_type": "ml_training",

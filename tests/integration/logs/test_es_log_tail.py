@@ -12,8 +12,8 @@ from es_logs_support import T0, connection_env, line_doc, load, training_log
 from kubernetes.client import ApiClient
 
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
-from airflow_ml_provider.jobs.backends.indexed_job import IndexedJobBackend
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.kubernetes.indexed_job import IndexedJobBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.logs.ecs import LOCAL_NAMESPACE
 from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource, unpack_seen
 

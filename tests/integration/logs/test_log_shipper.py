@@ -12,7 +12,7 @@ import pytest
 from elasticsearch import Elasticsearch
 from shipper_support import SHIPPER, ship
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
 from airflow_ml_provider.operators.deploy import _requirements, _signature
-from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
+from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend, job_processes
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.operators.training import TrainingJobOperator
 from support import TEST_DAGS, needs_horovod, wait_for

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.drivers import replay
 from support import needs_horovod
 

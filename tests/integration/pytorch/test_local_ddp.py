@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_ml_provider.jobs.backends.local import JOB_UID_ENV, LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend
 from support import needs_torch, wait_for
 
 pytestmark = [pytest.mark.integration, needs_torch]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dag_runs import load_dag, run
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.recipes import load_recipe
 from support import TEST_DAGS
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.labels import DAG_ID as DAG_ID_LABEL
 from airflow_ml_provider.search.space import parse_settings, parse_space
 from airflow_ml_provider.search.study import open_storage, open_study

@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.search.runner import TrialScheduler

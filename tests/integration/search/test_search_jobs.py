@@ -110,7 +110,7 @@ def test_restart_keeps_finished_trials_and_reattaches_to_running_jobs(tmp_path):
 _KILLED_MID_SUBMIT = """
 import os, signal, sys
 import search_setup
-from airflow_ml_provider.jobs.backends import local
+from airflow_ml_provider.jobs.backends.local import backend as local
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 real_write = local.write_json  # SIGKILL of the search the moment its first trial's job record is written

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.drivers import replay
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from airflow_stack import AirflowStack, ApiError
 from optuna.trial import TrialState
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.search.study import open_storage
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from s3_server import ACCESS_KEY, SECRET_KEY
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 
 pytestmark = pytest.mark.integration
 

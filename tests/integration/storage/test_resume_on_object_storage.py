@@ -18,8 +18,8 @@ import numpy as np
 import psutil
 import pytest
 
-from airflow_ml_provider.artifacts import job_artifact_dir, job_dirs
-from airflow_ml_provider.jobs.backends.local import JOB_UID_ENV, LocalBackend
+from airflow_ml_provider.artifact_layout import job_artifact_dir, job_dirs
+from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend
 from airflow_ml_provider.jobs.follow import ResumePoint
 from airflow_ml_provider.jobs.preemption import RESUME_ENV, resubmission
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from s3_server import SECRET_KEY
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from dag_runs import load_dag, run
 from s3_server import REGION
 
-from airflow_ml_provider.hooks.artifacts import ArtifactStoreError
+from airflow_ml_provider.hooks.artifact_store import ArtifactStoreError
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from support import TEST_DAGS
 

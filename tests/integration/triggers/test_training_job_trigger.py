@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 from support import TRAINING_IMAGE

@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
+from airflow_ml_provider.jobs.backends.local.launcher import launch_plan
 from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.follow import FollowOptions, ResumePoint
 from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, RESUME_ENV, resubmission
@@ -51,8 +51,8 @@ def test_an_elastic_local_plan_runs_horovodrun_with_bounds_and_the_etcd_discover
     assert argv[1:4] == ["-np", "2", "--min-np"] and argv[4:7] == ["1", "--max-np", "4"]
     assert "-H" not in argv
     discovery = shlex.split(argv[argv.index("--host-discovery-script") + 1])
-    assert discovery[1:] == ["-m", "airflow_ml_provider.jobs.local_discovery", "--etcd", "http://127.0.0.1:2379",
+    assert discovery[1:] == ["-m", "airflow_ml_provider.runtime.local_discovery", "--etcd", "http://127.0.0.1:2379",
                              "--job", "job-a"]
-    assert argv[argv.index("--gloo-timeout-seconds") + 1] == "60"  # as on Kubernetes (elastic_launch)
+    assert argv[argv.index("--gloo-timeout-seconds") + 1] == "60"  # as on Kubernetes (jobs.horovodrun)
     fixed = launch_plan(SPEC, sys.prefix, Path("/j"))["argv"]
     assert fixed[1:5] == ["-np", "2", "-H", "localhost:2"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ml_provider.jobs import torchrun
-from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
+from airflow_ml_provider.jobs.backends.local.launcher import launch_plan
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 
 TRAIN = ["python", "-m", "airflow_ml_provider.runtime.torch_ddp"]

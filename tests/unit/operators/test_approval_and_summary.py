@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_ml_provider.operators.approval import ChampionApprovalOperator
-from airflow_ml_provider.operators.summary import run_summary, summary_lines
+from airflow_ml_provider.reporting.summary import run_summary, summary_lines
 
 EVALUATION = {"metrics": {"accuracy": 0.93}, "mlflow_run_id": "r1"}
 DEPLOY = {"model_name": "m", "version": 4, "aliases": ["challenger"], "model_uri": "models:/m/4"}

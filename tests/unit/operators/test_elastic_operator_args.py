@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.operators.training import HorovodTrainingOperator
 
 

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from airflow_ml_provider.operators.mlflow_output import mlflow_output_to_task_log
+from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
 MISMATCH = (
     "Detected one or more mismatches between the model's dependencies and the current Python environment:\n"

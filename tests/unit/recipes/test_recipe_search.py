@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from airflow_ml_provider.hooks.artifacts import JobEnvironment
+from airflow_ml_provider.hooks.artifact_store import JobEnvironment
 from airflow_ml_provider.hooks.training_backend import JobSetup
-from airflow_ml_provider.jobs.backends.local import LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
 from airflow_ml_provider.recipes import RecipeError, parse_recipe

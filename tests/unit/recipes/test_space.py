@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from airflow_ml_provider.recipes.space import Range, product_size, sample_space
+from airflow_ml_provider.recipes.experiment_space import Range, product_size, sample_space
 
 DISCRETE = {"optimizer": ["sgd", "adam", "rmsprop"], "batch_size": [16, 32]}
 

@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from airflow_ml_provider.jobs.backends import get_backend, indexed_job
+from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+from airflow_ml_provider.jobs.backends.kubernetes import indexed_job
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 
 HOROVOD = {"framework": "horovod", "command": ["python", "train.py"], "num_workers": 4, "image": "img:1"}

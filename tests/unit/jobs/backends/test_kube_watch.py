@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_ml_provider.jobs.backends.kube_rest import TransientApiError
-from airflow_ml_provider.jobs.backends.kube_watch import CollectionWatcher
+from airflow_ml_provider.jobs.backends.kubernetes.rest import TransientApiError
+from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
 
 PATH, PARAMS = "/apis/x/v1/namespaces/{namespace}/jobs", {"namespace": "ns"}
 

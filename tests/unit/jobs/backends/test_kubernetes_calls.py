@@ -10,8 +10,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.kubernetes import TransientApiError
-from airflow_ml_provider.jobs.backends.mpijob import MPIJobBackend
+from airflow_ml_provider.jobs.backends.kubernetes.base import TransientApiError
+from airflow_ml_provider.jobs.backends.kubernetes.mpijob import MPIJobBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 
@@ -76,7 +76,7 @@ def test_a_gang_lookup_that_fails_for_good_degrades_to_no_gang_information(caplo
     jobs = MPIJobBackend(api, namespace="ml", retries=4, backoff_s=0.01, gang_scheduler="volcano")
     manifest = jobs.manifests("j", SPEC, {})[0]
     pending = jobs.job_status(manifest)
-    with caplog.at_level(logging.WARNING, logger="airflow_ml_provider.jobs.backends.kubernetes"):
+    with caplog.at_level(logging.WARNING, logger="airflow_ml_provider.jobs.backends.kubernetes.base"):
         assert jobs.with_gang(manifest, pending) == pending and jobs.with_gang(manifest, pending) == pending
     assert api.calls == [("GET", "/apis/scheduling.volcano.sh/v1beta1/namespaces/ml/podgroups/j")] * 4, \
         "the second lookup is not made: the namespace is not asked again for a while"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_ml_provider.jobs.backends.kueue import label_value, queueing, workload_owner, workload_status
+from airflow_ml_provider.jobs.backends.kubernetes.kueue import (
+    label_value,
+    queueing,
+    workload_owner,
+    workload_status,
+)
 from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
 
 PENDING, RUNNING = JobStatus(JobState.PENDING, "waiting for the MPI operator"), JobStatus(JobState.RUNNING, "r")

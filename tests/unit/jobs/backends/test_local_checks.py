@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import LocalBackend
-from airflow_ml_provider.jobs.backends.local_common import allowed_env
-from airflow_ml_provider.jobs.backends.local_launcher import horovod_output, launch_plan, rank_shim
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from airflow_ml_provider.jobs.backends.local.common import allowed_env
+from airflow_ml_provider.jobs.backends.local.launcher import horovod_output, launch_plan, rank_shim
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 SPEC = TrainingJobSpec(framework="generic", command=["python", "t.py"], num_workers=1)
@@ -84,7 +84,7 @@ def test_horovodruns_report_of_a_ranks_end_is_read_even_with_another_line_on_it(
 
 
 def test_the_sandbox_hides_the_parent_of_the_jobs_own_directory_and_refuses_a_dir_that_would_show_a_secret():
-    from airflow_ml_provider.jobs.backends.local_sandbox import mounts
+    from airflow_ml_provider.jobs.backends.local.sandbox import mounts
 
     got = mounts("job-1", ["/srv/airflow"], [("model_dir", "/data/ml/artifacts/job-1/model")], ["/data/ml/data"])
     assert got == {"hide": ["/data/ml/artifacts", "/srv/airflow"], "writable": ["/data/ml/artifacts/job-1"],

@@ -6,15 +6,18 @@ operator mounts; workers run sshd. The operator reports progress as conditions.
 
 from __future__ import annotations
 
-from airflow_ml_provider.jobs.backends.elastic_launch import MPI_OPERATOR_DISCOVERY, horovodrun_hosts
-from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import (
+from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
+from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     container,
     deadline_s,
     metadata,
     pod_template,
     refuse_unused,
     user_argv,
+)
+from airflow_ml_provider.jobs.horovodrun import (
+    MPI_OPERATOR_DISCOVERY,
+    horovodrun_hosts,
 )
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus

@@ -20,7 +20,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from airflow_ml_provider.jobs.backends.base import BackendAccessError
-from airflow_ml_provider.jobs.backends.kube_rest import OBJECT, PERMANENT, TransientApiError, api_message
+from airflow_ml_provider.jobs.backends.kubernetes.rest import (
+    OBJECT,
+    PERMANENT,
+    TransientApiError,
+    api_message,
+)
 
 log = logging.getLogger(__name__)
 DELETED = {"deleted": True}  # delivered to a subscriber whose object was deleted

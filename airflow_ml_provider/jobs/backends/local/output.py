@@ -7,7 +7,7 @@ character another reader could take for a line break (``\\r``, ``\\x0b``, ``\\x0
 ``CONTINUED``, and past ``MAX_PIECES`` pieces the rest of the line dropped (counted, never held), so memory
 stays bounded whatever a worker prints and no worker text can start a line of its own.
 
-Run as a script, it is the shim a Horovod rank runs under (``python -I -S local_output.py CMD...``):
+Run as a script, it is the shim a Horovod rank runs under (``python -I -S .../local/output.py CMD...``):
 horovodrun's own forwarder dies on one invalid UTF-8 byte and buffers whole lines, so each rank's stdout
 and stderr pass through ``lines`` first. The shim forwards SIGTERM/SIGINT to its command and ends the way
 the command did (its exit code, or the same signal), so horovodrun's per-rank reports stay true. It uses

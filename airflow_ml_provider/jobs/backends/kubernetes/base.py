@@ -23,14 +23,15 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from airflow_ml_provider.jobs.backends import kueue
 from airflow_ml_provider.jobs.backends.base import (
     Backend,
     BackendAccessError,
     JobNotFound,
     JobSubmissionError,
 )
-from airflow_ml_provider.jobs.backends.kube_rest import (
+from airflow_ml_provider.jobs.backends.kubernetes import kueue
+from airflow_ml_provider.jobs.backends.kubernetes.pod_logs import PodLogSource
+from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     OBJECT,
     RETRYABLE,
     TransientApiError,
@@ -41,8 +42,7 @@ from airflow_ml_provider.jobs.backends.kube_rest import (
     missing_object,
     object_path,
 )
-from airflow_ml_provider.jobs.backends.kube_watch import DELETED, CollectionWatcher
-from airflow_ml_provider.jobs.backends.pod_logs import PodLogSource
+from airflow_ml_provider.jobs.backends.kubernetes.watch import DELETED, CollectionWatcher
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL

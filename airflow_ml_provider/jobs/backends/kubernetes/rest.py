@@ -60,14 +60,6 @@ def object_path(api_version: str, kind: str) -> str:
     return collection_path(api_version, kind) + "/{name}"
 
 
-def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
-    """A concrete path, for callers outside the client (tests, ``kubectl``-style tools); the names are checked."""
-    if name is None:
-        return collection_path(api_version, kind).format(namespace=dns_label("namespace", namespace))
-    return object_path(api_version, kind).format(namespace=dns_label("namespace", namespace),
-                                                 name=dns_subdomain("name", name))
-
-
 def api_message(exc: ApiException) -> str:
     """The API server's own explanation (e.g. which schema field was rejected, which permission is missing)."""
     try:

@@ -7,9 +7,8 @@ other by the stable hostnames of the svc plugin.
 
 from __future__ import annotations
 
-from airflow_ml_provider.jobs.backends.elastic_launch import horovodrun_hosts, pod_discovery
-from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import (
+from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
+from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     ROLE_LABEL,
     container,
     deadline_s,
@@ -18,6 +17,7 @@ from airflow_ml_provider.jobs.backends.pod_template import (
     refuse_unused,
     user_argv,
 )
+from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL

@@ -9,7 +9,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from airflow_ml_provider.jobs.backends.base import BackendAccessError
-from airflow_ml_provider.jobs.backends.kube_rest import (
+from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     OBJECT,
     RETRYABLE,
     api_message,

@@ -1,7 +1,7 @@
 """The local backend's launcher: runs one job's workers, merges their output by rank, records the end.
 
 ``LocalBackend.submit`` computes the plan (``launch_plan``: argv, the job's variables, cwd), stores it
-in ``job.json`` and starts ``python -m airflow_ml_provider.jobs.backends.local_launcher JOB_DIR`` in a
+in ``job.json`` and starts ``python -m airflow_ml_provider.jobs.backends.local.launcher JOB_DIR`` in a
 session of its own, with an allow-listed environment. On the launcher's stdin it writes the job's
 explicit secrets as one JSON document and closes it once the submission is complete: a launcher that
 reads an incomplete document knows its submitter died mid-submit and starts nothing. Secrets thus
@@ -55,9 +55,8 @@ from pathlib import Path
 from typing import IO
 
 from airflow_ml_provider.jobs import torchrun
-from airflow_ml_provider.jobs.backends import local_sandbox
-from airflow_ml_provider.jobs.backends.elastic_launch import ELASTIC_GLOO_TIMEOUT_S
-from airflow_ml_provider.jobs.backends.local_common import (
+from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
+from airflow_ml_provider.jobs.backends.local.common import (
     JOB_UID_ENV,
     NEVER_LAUNCHED_STATUS,
     allowed_env,
@@ -69,7 +68,8 @@ from airflow_ml_provider.jobs.backends.local_common import (
     terminate,
     write_json,
 )
-from airflow_ml_provider.jobs.backends.local_output import lines
+from airflow_ml_provider.jobs.backends.local.output import lines
+from airflow_ml_provider.jobs.horovodrun import ELASTIC_GLOO_TIMEOUT_S
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$")
@@ -131,10 +131,10 @@ def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
     """horovodrun's elastic options: size bounds, and the discovery command reading the slots in etcd.
     (No ``--log-level``: horovodrun hands it to the workers too, whose C++ log lines then tear the
     trainer's JSON lines apart; the trainer reports each membership change itself.) The Gloo timeout is
-    every backend's (``elastic_launch.ELASTIC_GLOO_TIMEOUT_S``)."""
+    every backend's (``horovodrun.ELASTIC_GLOO_TIMEOUT_S``)."""
     if not etcd:
         raise ValueError("an elastic job needs etcd for its worker slots: set AIRFLOW_ML_ETCD or the backend's etcd")
-    discovery = [sys.executable, "-m", "airflow_ml_provider.jobs.local_discovery", "--etcd", etcd,
+    discovery = [sys.executable, "-m", "airflow_ml_provider.runtime.local_discovery", "--etcd", etcd,
                  "--job", job_dir.name]
     return ["--min-np", str(spec.min_workers or spec.num_workers), "--max-np", str(spec.max_workers or spec.num_workers),
             "--host-discovery-script", shlex.join(discovery), "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S)]
@@ -166,7 +166,7 @@ def main(job_dir: Path) -> int:
 def rank_shim() -> list[str]:
     """The argv prefix that runs a Horovod rank under ``local_output``'s shim, with this interpreter in
     isolated mode (no site-packages: it needs the standard library only, whatever the rank's environment)."""
-    return [sys.executable, "-I", "-S", str(Path(__file__).with_name("local_output.py"))]
+    return [sys.executable, "-I", "-S", str(Path(__file__).with_name("output.py"))]
 
 
 def _cancelled(job_dir: Path) -> str | None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from airflow_ml_provider.jobs.backends.kubernetes import KubernetesBackend
-from airflow_ml_provider.jobs.backends.pod_template import (
+from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
+from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     container,
     deadline_s,
     metadata,

@@ -41,14 +41,14 @@ from pathlib import Path
 
 import psutil
 
-from airflow_ml_provider.jobs.backends import local_sandbox
 from airflow_ml_provider.jobs.backends.base import (
     Backend,
     BackendAccessError,
     JobNotFound,
     JobSubmissionError,
 )
-from airflow_ml_provider.jobs.backends.local_common import (
+from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
+from airflow_ml_provider.jobs.backends.local.common import (
     JOB_UID_ENV,
     NEVER_LAUNCHED_STATUS,
     allowed_env,
@@ -61,21 +61,21 @@ from airflow_ml_provider.jobs.backends.local_common import (
     write_json,
     write_private,
 )
-from airflow_ml_provider.jobs.backends.local_launcher import launch_plan
-from airflow_ml_provider.jobs.backends.local_sandbox import SandboxMode
-from airflow_ml_provider.jobs.etcd_kv import EtcdError, EtcdKV
-from airflow_ml_provider.jobs.local_discovery import ETCD_ENV, slots_prefix, write_slots
+from airflow_ml_provider.jobs.backends.local.launcher import launch_plan
+from airflow_ml_provider.jobs.backends.local.sandbox import SandboxMode
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.files import FileLogSource
+from airflow_ml_provider.runtime.etcd_kv import EtcdError, EtcdKV
+from airflow_ml_provider.runtime.local_discovery import ETCD_ENV, slots_prefix, write_slots
 
 __all__ = ["JOB_UID_ENV", "LocalBackend", "SandboxMode", "job_processes"]
 
-_LAUNCHER = "airflow_ml_provider.jobs.backends.local_launcher"
+_LAUNCHER = "airflow_ml_provider.jobs.backends.local.launcher"
 # A job name becomes a directory name: no separators, no "..", nothing hidden.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # where the launcher and the rank shim are read from
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[4])  # where the launcher and the rank shim are read from
 _log = logging.getLogger(__name__)
 _FAST_POLL_S = 0.05  # how often statuses() looks for the end of a job between full status reads
 _LOCK_POLL_S = 0.05  # how often a waiter tries a job name's lock again

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_ml_provider.artifacts import is_remote, join, mlflow_dir, scheme
+from airflow_ml_provider.artifact_layout import is_remote, join, mlflow_dir, scheme
 
 # The variables s3fs/boto3 (workers) and MLflow's S3 client read; endpoint and region are not secret.
 S3_ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"

@@ -1,5 +1,7 @@
-"""How a Kubernetes launcher's ``horovodrun`` finds its workers: a fixed host list, or for an elastic job
-(``min_workers``/``max_workers``) size bounds and a discovery command that lists the running workers."""
+"""How every backend's ``horovodrun`` finds its workers: a fixed host list, or for an elastic job
+(``min_workers``/``max_workers``) size bounds, Gloo's timeout and a discovery command that lists the running
+workers (the Kubernetes launchers' here; the local launcher's reads the job's slots in etcd). The twin of
+``torchrun`` for PyTorch jobs."""
 
 from __future__ import annotations
 

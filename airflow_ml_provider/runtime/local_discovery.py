@@ -1,6 +1,6 @@
 """Elastic Horovod on the local backend: worker slots live in etcd, and this is the discovery script.
 
-``python -m airflow_ml_provider.jobs.local_discovery --etcd URL --job NAME`` prints one
+``python -m airflow_ml_provider.runtime.local_discovery --etcd URL --job NAME`` prints one
 ``host:1`` line per slot key ``/airflow-ml/jobs/<job>/slots/<n>``; ``horovodrun`` runs it every
 second, so writing or deleting a key adds or removes a worker while the job runs.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from airflow_ml_provider.jobs.etcd_kv import EtcdKV
+from airflow_ml_provider.runtime.etcd_kv import EtcdKV
 
 ETCD_ENV = "AIRFLOW_ML_ETCD"  # where the local backend finds etcd when not configured explicitly
 _ROOT = "/airflow-ml/jobs"
@@ -51,7 +51,7 @@ def discover(kv: EtcdKV, job: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.jobs.local_discovery")
+    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.local_discovery")
     parser.add_argument("--etcd", required=True, help="etcd endpoint, e.g. http://127.0.0.1:2379")
     parser.add_argument("--job", required=True, help="the local job's name")
     args = parser.parse_args(argv)
