@@ -80,6 +80,11 @@ def evaluation_dir(job_dir: str) -> str:
     return join(job_dir, "evaluation")
 
 
+# A recipe command's {{run_dir}}: the DAG run's own data folder (data_dir), known only when a trial runs, so
+# left as these characters at parse time and replaced by RecipeTrialOperator (never a fixed, shared /tmp path)
+RUN_DIR = "{{run_dir}}"
+
+
 def data_dir(root: str, dag_id: str, run_key: str) -> str:
     return join(root, "data", dag_id, run_key)
 

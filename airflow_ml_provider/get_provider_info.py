@@ -315,6 +315,7 @@ def get_provider_info() -> dict:
                     "airflow_ml_provider.operators.search",
                     "airflow_ml_provider.operators.preprocess",
                     "airflow_ml_provider.operators.evaluate",
+                    "airflow_ml_provider.operators.scoring",
                     "airflow_ml_provider.operators.gate",
                     "airflow_ml_provider.operators.deploy",
                     "airflow_ml_provider.operators.recipe",

@@ -3,6 +3,7 @@ the Kubernetes backends' API calls. Import-light: DAG files and the provider met
 
 from __future__ import annotations
 
+import pprint
 import re
 
 # A DNS-1123 label: what Kubernetes requires of namespaces, job and volume names.
@@ -16,15 +17,22 @@ def whole(pattern: str) -> str:
     return rf"^(?:{pattern})$(?!\n)"
 
 
-def bounded(words: str, **limits: float) -> list[dict]:
-    """JSON-schema bounds (``minimum``, ``maximum``, ``exclusiveMinimum``...) as an ``allOf`` entry: the
-    server refuses an out-of-range value when the run is triggered, quoting ``words`` with the bound,
-    while Airflow's trigger form, which silently clamps a number to a top-level minimum/maximum, leaves
-    the value as typed. Use as ``Param(..., allOf=bounded("1 to 64 workers", minimum=1, maximum=64))``."""
-    return [{"description": words, **limits}]
+def bounded(words: str, **limits: float | str) -> list[dict]:
+    """JSON-schema bounds (``minimum``, ``maximum``, ``exclusiveMinimum``...) or a ``pattern``, as an
+    ``allOf`` entry: the server refuses a value outside them when the run is triggered, quoting ``words``
+    beside the failed keyword (a refused pattern no longer shows only the regex), while Airflow's trigger
+    form, which silently clamps a number to a top-level minimum/maximum, leaves the value as typed. Use as
+    ``Param(..., allOf=bounded("1 to 64 workers", minimum=1, maximum=64))``. Raises ValueError when
+    ``words`` are too long to appear whole in the refusal (jsonschema prints the schema wrapped at 72
+    columns, which would split them)."""
+    entry = {"description": words, **limits}
+    if repr(words) not in pprint.pformat(entry, width=72):
+        raise ValueError(f"bounded: {words!r} would be split in a refusal; say it in fewer words")
+    return [entry]
 
 
 MODEL_NAME = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a registered model's name, as the example DAGs take it
+MODEL_NAME_WORDS = "Model name: up to 100 of A-Z a-z 0-9 _ . -"
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]; never a local path.
 IMAGE_REF = whole(
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"

@@ -7,20 +7,20 @@ variant such as `ml_training_pipeline.<experiment>`) is not scored with: the run
 which models the events were for.
 
 Triggered by hand (no Asset event), it scores with `models:/<model_name>@champion`. The batch is
-generated here (`rows` rows with the model's input width); point `score` at your own data instead.
-The model is an MLflow pyfunc, loaded in this Airflow environment: LightGBM models work as they are;
-a Keras model needs TensorFlow where this task runs.
+generated (`rows` rows with the model's input width); point `score` at your own data instead.
+The model is not loaded in this Airflow environment: `score` runs a one-worker job on the training
+backend, in the environment of the framework that trained the model (a Horovod/Keras model: TensorFlow's),
+and its log says which version it scores, why, and where the predictions went.
 """
 
 from __future__ import annotations
-
-import hashlib
 
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_ml_provider.assets import model_asset
-from airflow_ml_provider.patterns import MODEL_NAME
+from airflow_ml_provider.operators.scoring import BatchScoringOperator
+from airflow_ml_provider.patterns import MODEL_NAME, MODEL_NAME_WORDS, bounded
 
 MODEL = model_asset("ml_training_pipeline")
 
@@ -40,7 +40,7 @@ with DAG(
         "model_name": Param(
             "ml_training_pipeline",
             type="string",
-            pattern=MODEL_NAME,
+            allOf=bounded(MODEL_NAME_WORDS, pattern=MODEL_NAME),
             title="Model name",
             description="The registered model scored with: the newest version an Asset event names, "
                         "else (a run by hand) its champion. Events for other models are not scored with.",
@@ -85,45 +85,11 @@ with DAG(
             "metrics": extra.get("metrics", {}),
         }
 
-    @task(doc_md="Scores a generated batch and writes `predictions.csv` under the artifact root, with "
-                 "`lineage.json` naming the model version that scored it.")
-    def score(model: dict, params: dict, run_id: str) -> dict:
-        import json
-
-        import numpy as np
-
-        from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
-        from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-        from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
-
-        # MLflow's output in the task log at its own level, minus its type-hint warning (the model has a signature)
-        registry = ModelRegistryHook()
-        if model.get("version") is None:  # by hand: the champion's number, resolved once, is what scores
-            with mlflow_output_to_task_log():
-                champion = registry.alias_version(model["model_name"], "champion")
-            if champion is None:
-                raise ValueError(f"model {model['model_name']!r} has no champion to score with")
-            model = {**model, "version": champion["version"],
-                     "model_uri": f"models:/{model['model_name']}/{champion['version']}"}
-        with registry.mlflow() as mlflow, mlflow_output_to_task_log():
-            loaded = mlflow.pyfunc.load_model(model["model_uri"])
-            width = loaded.metadata.get_input_schema().inputs[0].shape[-1]
-            batch = np.random.default_rng(0).normal(size=(params["rows"], width)).astype(np.float32)
-            probabilities = np.asarray(loaded.predict(batch))
-        labels = probabilities.argmax(axis=1) if probabilities.ndim == 2 else (probabilities > 0.5).astype(int)
-        store = TrainingBackendHook().artifact_store()
-        if store is None:
-            raise ValueError("artifact_root: not configured for the training connection's cluster backend")
-        where = ("predictions", dag.dag_id, hashlib.sha256(run_id.encode()).hexdigest()[:12])
-        store.path(*where).mkdir(parents=True, exist_ok=True)
-        with store.path(*where, "predictions.csv").open("w") as f:
-            f.write("row,label\n")
-            f.writelines(f"{i},{label}\n" for i, label in enumerate(labels.tolist()))
-        scored_by = {"model_name": model["model_name"], "version": model["version"], "model_uri": model["model_uri"],
-                     "dag_id": dag.dag_id, "run_id": run_id, "predictions": "predictions.csv"}
-        with store.path(*where, "lineage.json").open("w") as f:  # which model version made these predictions
-            json.dump(scored_by, f, indent=2)
-        return {**model, "rows": len(labels), "predictions": store.url(*where, "predictions.csv"),
-                "label_counts": {str(k): int(v) for k, v in zip(*np.unique(labels, return_counts=True))}}
-
-    score(choose_model())
+    BatchScoringOperator(
+        task_id="score",
+        doc_md="Scores a generated batch in a job where the model's framework loads (a Keras model: the Horovod "
+               "environment, with TensorFlow) and writes `predictions.csv` and `lineage.json` (the version that "
+               "scored) under the artifact root; the log says where.",
+        model=choose_model(),
+        rows="{{ params.rows }}",
+    )

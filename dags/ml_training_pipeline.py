@@ -177,7 +177,7 @@ with DAG(
         "model_name": Param(
             "ml_training_pipeline",
             type="string",
-            pattern=MODEL_NAME,
+            allOf=bounded("Model name: ml_training_pipeline[.<variant>]", pattern=MODEL_NAME),
             title="Model name",
             description="Registered model: ml_training_pipeline, or a variant of it for experiments "
             "(ml_training_pipeline.<variant>: letters, digits, '_', '-'). This DAG writes no other model.",

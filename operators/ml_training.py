@@ -5,6 +5,7 @@ from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
+from airflow_ml_provider.operators.scoring import BatchScoringOperator
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.operators.training import (
     BaseTrainingOperator,
@@ -18,6 +19,7 @@ from airflow_ml_provider.operators.training import (
 
 __all__ = [
     "BaseTrainingOperator",
+    "BatchScoringOperator",
     "DeployModelOperator",
     "EvaluateModelOperator",
     "HorovodTrainingOperator",

@@ -33,6 +33,8 @@ CHAMPION, CHALLENGER = "champion", "challenger"
 LINEAGE_KEY = "airflow.lineage_key"
 PREVIOUS_CHAMPION = "airflow.previous_champion"
 MODEL_FILES = (".txt", ".keras", ".pt")  # what the trainers write (runtime.predict loads them)
+# The training framework whose image (environment) loads a model file: a Keras model needs TensorFlow.
+TRAINED_BY = {".txt": "lightgbm", ".keras": "horovod", ".pt": "pytorch"}
 _AUTHORIZATION: ContextVar[str | None] = ContextVar("ml_registry_authorization", default=None)
 
 
@@ -231,6 +233,24 @@ class ModelRegistryHook(BaseHook):
         if not files:
             raise LookupError(f"model {name!r} version {version}: no {' or '.join(MODEL_FILES)} file in its artifacts")
         return files[0]
+
+    def place_model_file(self, name: str, version: int, store: Any, directory: str) -> str:
+        """Copy the version's model file into ``directory`` under the artifact ``store`` (where a job reads
+        it); returns its location there."""
+        import tempfile
+
+        from airflow_ml_provider.artifact_layout import join
+        from airflow_ml_provider.runtime import storage
+
+        with tempfile.TemporaryDirectory(prefix="model-") as tmp:
+            local = self.model_file(name, version, tmp)
+            return storage.upload(str(local), store.locate(join(directory, local.name)))
+
+    def input_width(self, name: str, version: int) -> int:
+        """The number of features the version takes (its signature's), read without loading the model."""
+        with self.mlflow() as mlflow:
+            signature = mlflow.models.get_model_info(f"models:/{name}/{version}").signature
+        return int(signature.inputs.inputs[0].shape[-1])
 
     def promote(self, name: str, version: int) -> int | None:
         """Move ``champion`` to ``version``, noting the version it replaces (for rollback); returns that."""

@@ -100,6 +100,8 @@ class JobRequest:
         num_workers: workers (elastic: the initial count); ``min_workers``/``max_workers`` the elastic bounds.
         inputs: what the job reads from other jobs' directories (see ``TrainingJobSpec.inputs``).
         nproc_per_node: ranks per worker (PyTorch only).
+        image_of: the framework whose default image (local: environment) runs the job, when not its own:
+            a generic job that loads a model runs where that model's trainer ran.
     """
 
     framework: Framework
@@ -109,3 +111,4 @@ class JobRequest:
     max_workers: int | None = None
     inputs: list[str] = field(default_factory=list)
     nproc_per_node: int = 1
+    image_of: str | None = None

@@ -141,13 +141,9 @@ class EvaluateModelOperator(BaseJobOperator):
         if not job_dir or store is None:
             self._champion["error"] = "no artifact root to hand the champion's model to the evaluation job"
             return self._champion
-        from airflow_ml_provider.runtime import storage
-
-        with tempfile.TemporaryDirectory(prefix="champion-") as tmp, mlflow_output_to_task_log():
-            local = registry.model_file(name, held["version"], tmp)
-            self._champion["location"] = storage.upload(
-                str(local), store.locate(join(job_dir, "champion", local.name))
-            )
+        with mlflow_output_to_task_log():
+            self._champion["location"] = registry.place_model_file(name, held["version"], store,
+                                                                   join(job_dir, "champion"))
         self.log.info("The champion, %s version %d, is scored on the same held-out rows", name, held["version"])
         return self._champion
 

@@ -109,7 +109,7 @@ class JobRunner:
                 framework=request.framework, command=request.command, num_workers=request.num_workers,
                 min_workers=request.min_workers, max_workers=request.max_workers, inputs=request.inputs,
                 nproc_per_node=request.nproc_per_node,
-                image=config.image or setup.image(request.framework.value),
+                image=config.image or setup.image(request.image_of or request.framework.value),
                 resources=config.resources, scheduling=config.scheduling,
                 kubernetes=storage.merged_kubernetes(config.kubernetes), env=storage.merged_env(config.env),
                 working_dir=config.working_dir, timeout_s=max(1, int(timeout)) if timeout else None,

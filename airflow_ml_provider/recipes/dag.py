@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
 from airflow_ml_provider.recipes import cache
 from airflow_ml_provider.recipes.budgets import Budgets, Clock
+from airflow_ml_provider.recipes.docs import recipe_doc_md
 from airflow_ml_provider.recipes.loader import (
     Issue,
     RecipeError,
@@ -102,7 +103,7 @@ def build_dag(recipe: Recipe, source: str = "<recipe>", *, budgets: Budgets | No
         "schedule": recipe.schedule,
         "catchup": False,
         "tags": ["ml", "recipe", *recipe.tags],
-        "doc_md": f"Generated from the recipe `{source}` by `airflow_ml_provider.recipes.dag_from_recipe`.",
+        "doc_md": recipe_doc_md(recipe, source),
         **dag_kwargs,
     }
     with DAG(**settings) as dag, _collector_paused():

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_ml_provider.artifact_layout import RUN_DIR
 from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.jobs.spec import Framework, Resources
 from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
@@ -32,7 +33,7 @@ MAX_SAMPLES = 10_000
 MAX_WORKERS = 512
 DAG_ID_PREFIX = "recipe_"  # every recipe DAG id: recipes never take the id of another DAG file
 INVALID_DAG_ID_PREFIX = "invalid_recipe_"  # the placeholder DAG of a recipe file that does not load
-BUILTINS = ("sample", "experiment")  # placeholders every command may use besides its parameters
+BUILTINS = ("sample", "experiment", "run_dir")  # placeholders every command may use besides its parameters
 
 
 def _matching(pattern: str, what: str):
@@ -212,6 +213,8 @@ class Experiment(_Strict):
             raise ValueError(f"samples: a {self.search.sampler} search needs a trial budget")
         if self.search and any("sample" in placeholders(argument) for argument in self.command):
             raise ValueError("command: {{sample}} is not known before a search runs its trials")
+        if self.search and any("run_dir" in placeholders(argument) for argument in self.command):
+            raise ValueError("command: {{run_dir}} is given to mapped trials only, not to a search's")
         return self
 
     @property
@@ -230,7 +233,7 @@ class Experiment(_Strict):
         assignments = sample_space(discrete, ranges, self.num_samples, seed)
         template = ArgvTemplate(self.command)
         return [
-            Trial(i, params, template.render({**params, "sample": i, "experiment": name}))
+            Trial(i, params, template.render({**params, "sample": i, "experiment": name, "run_dir": RUN_DIR}))
             for i, params in enumerate(assignments)
         ]
 

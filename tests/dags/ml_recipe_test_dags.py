@@ -7,3 +7,4 @@ from pathlib import Path
 from airflow_ml_provider.recipes import dag_from_recipe
 
 injection = dag_from_recipe(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "injection.yaml")
+run_dir = dag_from_recipe(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "run_dir.yaml")

@@ -23,6 +23,7 @@ def runs(stack) -> int:
     ("workers", "100000", "Workers: a whole number from 1 to 64."),
     ("shards", "65", "Shards: a whole number from 1 to 64."),
     ("learning_rate", "1.5", "Learning rate: above 0 and at most 1."),
+    ("model_name", "my model", "Model name: ml_training_pipeline[.<variant>]"),  # D5
 ])
 def test_an_out_of_range_number_is_refused_in_the_params_words_and_starts_no_run(
     page, stack, screenshots, name, value, words

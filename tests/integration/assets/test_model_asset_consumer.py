@@ -16,9 +16,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dag_runs import load_dag, run_tasks
+from dag_runs import load_dag, run, run_tasks
 
-from support import REPO, TEST_DAGS
+from support import REPO, TEST_DAGS, needs_horovod
 
 pytestmark = pytest.mark.integration
 
@@ -175,3 +175,31 @@ def test_batch_scoring_does_not_score_a_version_the_gate_rejected(airflow_db):
         states = {ti.task_id: str(ti.state) for ti in session.query(TaskInstance).filter_by(
             dag_id="ml_batch_scoring", run_id=run_id)}
     assert states == {"choose_model": "skipped", "score": "skipped"}, states
+
+
+@needs_horovod
+def test_a_horovod_champion_is_scored_by_the_asset_triggered_run(airflow_db):
+    """Issue 25 D1: the real pipeline trains a Horovod (Keras) model that becomes champion; the scoring run
+    its Asset event triggers scores with it in a job on the Horovod environment (TensorFlow), which the
+    Airflow worker lacks (it failed with "No module named 'keras'" when the model was loaded in the task)."""
+    _sync_dags()
+    name = f"ml_training_pipeline.hvd_{uuid.uuid4().hex[:8]}"  # a new model: its first version is champion
+    trained = run(load_dag(REPO / "dags" / "ml_training_pipeline.py"),
+                  {"model_name": name, "framework": "horovod", "epochs": 2, "min_accuracy": 0.5})
+    assert trained.state == "success", trained.states
+    assert trained.value("deploy")["aliases"] == ["challenger", "champion"]
+
+    run_id = _schedule_asset_triggered_run("ml_batch_scoring")
+    consumer = load_dag(REPO / "dags" / "ml_batch_scoring.py")
+    for scoring_task in consumer.tasks:
+        scoring_task.params["model_name"] = name
+    result = _execute(consumer, run_id)
+    assert result["state"] == "success", result
+    scored = result["score"]
+    assert (scored["model_uri"], scored["framework"], scored["why"]) == (f"models:/{name}/1", "horovod", "the champion")
+    with open(scored["predictions"]) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == scored["rows"] == 1000 and sum(scored["label_counts"].values()) == 1000
+    assert {row["label"] for row in rows} <= set(map(str, range(10)))  # the digits model's classes
+    with open(Path(scored["predictions"]).with_name("lineage.json")) as f:
+        assert json.load(f)["model_uri"] == f"models:/{name}/1"

@@ -150,8 +150,11 @@ def test_a_job_its_own_task_cancels_is_recorded_cancelled_not_preempted(backend,
     wait_for(lambda: (backend.job_dir(name) / "status.json").exists(), what="the launcher's record")
     record = json.loads((backend.job_dir(name) / "status.json").read_text())
     assert (record["state"], record["message"]) == ("CANCELLED", "the task was killed")
-    assert [line.text for line in all_lines(backend, name) if line.source == "launcher"] == [
+    lines = all_lines(backend, name)
+    assert [line.text for line in lines if line.source == "launcher"] == [
         "job ended: CANCELLED the task was killed"]
+    # issue 25 D6: horovodrun's 24-line traceback about the rank it saw end is not shown for a cancel
+    assert not [line for line in lines if "Traceback" in line.text or "RuntimeError" in line.text], lines
 
 
 @pytest.fixture
@@ -217,3 +220,22 @@ def test_a_full_disk_ends_the_job_failed_with_the_reason_and_cancel_and_the_dead
     wait_for(lambda: not job_processes(job_uid), timeout=30, what="every process of the job to end")
     record = json.loads((backend.job_dir(name) / "status.json").read_text())
     assert record["state"] == expected[0].value, "the launcher records the end even on a full disk"
+
+
+@needs_horovod
+def test_a_horovod_job_log_starts_quiet_with_no_tensorflow_notices_from_the_launcher(backend):
+    """Issue 25 D6: horovodrun imports TensorFlow, which printed its absl and CPU-instructions notices at the
+    start of every Horovod task's log."""
+    name = "hvd-quiet"
+    assert backend.submit(name, spec("print('hello', flush=True)", framework="horovod", workers=1), {})
+    assert final(backend, name).state is JobState.SUCCEEDED
+    texts = [line.text for line in all_lines(backend, name)]
+    assert "hello" in texts, texts
+    assert not [t for t in texts if "absl::InitializeLog" in t or "cpu_feature_guard" in t
+                or "rebuild TensorFlow" in t], texts
+    # a rank's failure (no stop asked) still shows horovodrun's traceback, after the rank's own lines
+    assert backend.submit("hvd-fails", spec("import sys; print('failing', flush=True); sys.exit(3)",
+                                            framework="horovod", workers=1), {})
+    assert final(backend, "hvd-fails").state is JobState.FAILED
+    lines = all_lines(backend, "hvd-fails")
+    assert any(line.source == "horovodrun" and line.text == "Traceback (most recent call last):" for line in lines)

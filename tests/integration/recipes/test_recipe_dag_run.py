@@ -31,3 +31,17 @@ def test_hostile_recipe_values_are_passed_as_data_and_never_executed(airflow_db)
     assert {x["metrics"]["argv"][0] for x in result.mapped("echo")} >= {"{{ 7 * 7 }}", "{% raw %}$HOME"}
     assert not [m for m in MARKERS if m.exists()], "a value was executed by a shell"
     assert result.mapped("after")[0]["state"] == "SUCCEEDED"
+
+
+def test_run_dir_is_the_runs_own_data_folder_shared_by_its_experiments(airflow_db):
+    """Issue 25 D11: a recipe's jobs hand files on through ``{{run_dir}}``, the DAG run's own folder under
+    the artifact root, instead of a fixed /tmp path (shared by every run and deployment on the host, and
+    private to each job in the local sandbox)."""
+    from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+
+    dag = load_dag(TEST_DAGS / "ml_recipe_test_dags.py", "run_dir")
+    result = run(dag)
+    assert result.state == "success", result.states
+    folder = TrainingBackendHook().run_data_dir(dag.dag_id, result.run_id)
+    assert (folder / "handed-over.txt").read_text() == "from write"
+    assert str(folder).startswith(TrainingBackendHook().artifact_store().root + "/data/")

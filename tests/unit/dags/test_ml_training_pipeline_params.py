@@ -90,7 +90,7 @@ def test_patterns_mean_the_same_in_the_browser_and_on_the_server(dag):
     (where ``$`` also matches before a final newline): both must accept and refuse the same values."""
     node = _node()
     for name, values in PATTERN_CASES.items():
-        pattern = dag.params.get_param(name).schema["pattern"]
+        pattern = dag.params.get_param(name).schema["allOf"][0]["pattern"]
         script = "const [p, v] = JSON.parse(process.argv[1]); console.log(JSON.stringify(v.map(s => new RegExp(p, 'u').test(s))))"
         ecmascript = json.loads(
             subprocess.run(
@@ -162,3 +162,26 @@ def _node() -> str:
 def _trigger_form_schema(dag, name: str) -> dict:
     """The schema the UI's trigger form validates against."""
     return dag.params.get_param(name).schema
+
+
+@pytest.mark.parametrize(("dag_file", "words"), [
+    ("ml_training_pipeline.py", "Model name: ml_training_pipeline[.<variant>]"),
+    ("ml_batch_scoring.py", "Model name: up to 100 of A-Z a-z 0-9 _ . -"),
+])
+def test_a_refused_model_name_is_explained_in_the_params_own_words(dag_file, words):
+    """Issue 25 D5: a pattern refusal showed the raw regex only; the server's refusal (what the trigger form
+    shows) now quotes the Param's words beside it, as the DAG serialized for the API server has them."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    served = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(runpy.run_path(str(REPO / "dags" / dag_file))["dag"]))
+    for value in ("; rm -rf /", "my model", "../models/x"):
+        with pytest.raises(ParamValidationError) as refused:
+            served.params.deep_merge({"model_name": value}).validate()
+        assert "Invalid input for param model_name" in str(refused.value) and words in str(refused.value)
+
+
+def test_words_too_long_to_be_quoted_whole_in_a_refusal_are_refused_when_the_dag_is_written():
+    from airflow_ml_provider.patterns import bounded
+
+    with pytest.raises(ValueError, match="would be split in a refusal"):
+        bounded("Workers: a whole number from one to sixty-four, the job's process count.", minimum=1)

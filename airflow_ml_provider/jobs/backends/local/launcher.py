@@ -87,6 +87,9 @@ class _Interrupted(Exception):
     """The submitter died before completing the submission: the job must not start."""
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+_STOPPING = threading.Event()  # set when the launcher stops the job (a SIGTERM: a cancel; its watchdog)
+
 def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dict:
     """What the launcher will run for ``spec`` (a TrainingJobSpec): argv, the variables it adds to the
     workers' allow-listed environment, cwd. An elastic Horovod job discovers its slots in ``etcd``."""
@@ -104,6 +107,10 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         **spec.env,
     }
     if spec.framework is Framework.HOROVOD:
+        if os.environ.get("AIRFLOW_ML_TF_STARTUP_LOGS") != "1" and "AIRFLOW_ML_TF_STARTUP_LOGS" not in spec.env:
+            # horovodrun imports TensorFlow, whose C++ start-up notices (absl, CPU instructions) opened every
+            # Horovod task's log; warnings and errors stay (runtime.quiet does the same for the ranks)
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         n = str(spec.num_workers)
         hosts = _elastic_args(spec, job_dir, etcd) if spec.elastic else ["-H", f"localhost:{n}"]
         if spec.command[0].startswith("-"):  # horovodrun keeps a "--" in the command, so refuse instead
@@ -294,6 +301,7 @@ class _Watchdog:
             self.reason = self._check(time.time())
             if self.reason is not None:
                 self.writer.write("launcher", f"stopping the job: {self.reason.message}")
+                _STOPPING.set()
                 terminate(lambda: job_processes(self.uid, exclude=os.getpid()), self.cancel_grace_s)
                 return
 
@@ -361,13 +369,20 @@ def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrite
     _forward_sigterm(env[JOB_UID_ENV])
     codes: dict[int, int] = {}
     failures: list[tuple[int, int]] = []
+    held: list[str] = []  # horovodrun's traceback: written at its end unless the launcher stopped the job
     for line in lines(proc.stdout):
         for source, text, exit_code in horovod_output(line):
-            writer.write(source, text)
+            if source == "horovodrun" and (held or text == _TRACEBACK):
+                held.append(text)
+            else:
+                writer.write(source, text)
             if exit_code is not None:
                 codes[exit_code[0]] = exit_code[1]
                 failures.append(exit_code)
     code = proc.wait()
+    if not _STOPPING.is_set():  # a stop (a cancel, the deadline) is the launcher's one line, not this traceback
+        for text in held:
+            writer.write("horovodrun", text)
     elastic = spec.get("min_workers") is not None or spec.get("max_workers") is not None
     if code == 0 and not elastic:
         codes = dict.fromkeys(range(spec["num_workers"]), 0)
@@ -517,6 +532,7 @@ def _forward_sigterm(uid: str) -> None:
     """A SIGTERM to the launcher (a cancel, a shutdown) goes on to every process of the job but the
     sandboxes' own processes, which would end their sandbox at once: the workers get their grace."""
     def handler(signum, _frame):
+        _STOPPING.set()
         for proc in job_processes(uid, exclude=os.getpid()):
             if not is_sandbox_process(proc):
                 signal_process(proc, signum)

@@ -1,0 +1,109 @@
+"""Batch scoring with a registered model version, where the model's framework loads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_ml_provider.artifact_layout import join
+from airflow_ml_provider.hooks.model_registry import CHAMPION, TRAINED_BY, ModelRegistryHook
+from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest
+from airflow_ml_provider.operators.links import MLflowModelVersionLink, job_links
+from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
+from airflow_ml_provider.runtime.score import PREDICTIONS
+
+
+class BatchScoringOperator(BaseJobOperator):
+    """Scores a generated batch with one registered model version in a one-worker job
+    (``runtime.score``) that runs in the image of the framework that trained the model, chosen by its
+    model file (``model.keras``: Horovod's, which has TensorFlow; ``model.txt``: LightGBM's; ``model.pt``:
+    PyTorch's; locally: the training environment). The Airflow worker never loads the model. The
+    predictions (``predictions.csv``) and ``lineage.json`` (the version that made them) are written to the
+    job's model directory under the artifact root; the task log says where, and links the version.
+
+    Args:
+        model: ``{"model_name", "version"}`` (``version`` None: the ``champion`` alias's, resolved once);
+            other keys (``why``, ``trigger``) are passed through to the result. Templated (an XComArg).
+        rows: rows in the generated batch.
+        registry_conn_id: the model registry (MLflow) connection.
+        job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
+            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+
+    Returns (XCom): ``model`` plus ``{"version", "model_uri", "framework", "rows", "label_counts",
+    "predictions", "url", "job_name", "backend"}`` (``url``: the version in the MLflow UI, or empty).
+    """
+
+    template_fields: Sequence[str] = (*BaseJobOperator.template_fields, "model", "rows")
+    operator_extra_links = (*job_links(), MLflowModelVersionLink())
+    ui_color = "#d5f5e3"
+
+    def __init__(self, *, model: dict[str, Any] | Any, rows: int | str = 1000,
+                 registry_conn_id: str = ModelRegistryHook.default_conn_name, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.model = model
+        self.rows = rows
+        self.registry_conn_id = registry_conn_id
+        self._identity: JobIdentity | None = None
+        self._placed: dict[str, Any] | None = None  # the version, its file in the job's directory, its width
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        self._identity = JobIdentity.from_context(context)
+        super().render_template_fields(context, jinja_env)
+
+    def job_request(self) -> JobRequest:
+        placed = self._place()
+        command = ["python", "-m", "airflow_ml_provider.runtime.score", "--model", placed["location"],
+                   "--features", str(placed["features"]), "--rows", str(int(self.rows))]
+        return JobRequest(Framework.GENERIC, command, image_of=placed["image_of"])
+
+    def _place(self) -> dict[str, Any]:
+        """Once per try: the version (the champion's number when none is named), copied next to this job's
+        artifacts where the job can read it."""
+        if self._placed is not None:
+            return self._placed
+        if self._identity is None:
+            raise AirflowFailException(f"{self.task_id}: the model version is placed when the task runs")
+        name, version = self.model["model_name"], self.model.get("version")
+        registry = ModelRegistryHook(self.registry_conn_id)
+        job_dir, store = self.runner.job_dir(self._identity.name), self.runner.setup.store
+        if not job_dir or store is None:
+            raise AirflowFailException(f"{self.task_id}: no artifact root to hand the model to the scoring job")
+        with mlflow_output_to_task_log():
+            if version is None:
+                held = registry.alias_version(name, CHAMPION)
+                if held is None:
+                    raise AirflowFailException(f"{self.task_id}: model {name!r} has no champion to score with")
+                version = held["version"]
+            location = registry.place_model_file(name, version, store, join(job_dir, "scored-model"))
+            features = registry.input_width(name, version)
+        image_of = TRAINED_BY[PurePosixPath(location).suffix]
+        self.log.info("Model %s version %s (%s) is scored in a job on the %s environment: %s", name, version,
+                      PurePosixPath(location).name, image_of, self.model.get("why") or "as asked")
+        self._placed = {"version": version, "location": location, "features": features, "image_of": image_of}
+        return self._placed
+
+    def finish(self, context, job: dict[str, Any]) -> dict[str, Any]:
+        """Write ``lineage.json`` beside the predictions, say where they are and link the version."""
+        ti, placed, name = context["ti"], self._placed, self.model["model_name"]
+        model_dir = self.runner.spec.model_dir
+        store = self.runner.setup.store
+        uri = f"models:/{name}/{placed['version']}"
+        lineage = {"model_name": name, "version": placed["version"], "model_uri": uri,
+                   "dag_id": ti.dag_id, "run_id": ti.run_id, "predictions": PREDICTIONS}
+        with store.locate(join(model_dir, "lineage.json")).open("w") as f:
+            json.dump(lineage, f, indent=2)
+        predictions = join(model_dir, PREDICTIONS)
+        rows = job["metrics"].get("rows")
+        self.log.info("Scored %s rows with %s version %s: predictions at %s (lineage.json beside them)",
+                      rows, name, placed["version"], predictions)
+        with mlflow_output_to_task_log():
+            url = ModelRegistryHook(self.registry_conn_id).version_url(name, placed["version"])
+        return {**self.model, "version": placed["version"], "model_uri": uri, "framework": placed["image_of"],
+                "rows": rows, "label_counts": job["metrics"].get("label_counts", {}), "predictions": predictions,
+                "url": url, "job_name": job["job_name"], "backend": job["backend"]}
