@@ -13,7 +13,8 @@ from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.hooks.model_registry import CHAMPION, TRAINED_BY, ModelRegistryHook
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
-from airflow_ml_provider.operators.job_run import BaseJobOperator, JobRequest
+from airflow_ml_provider.operators.config import JobRequest
+from airflow_ml_provider.operators.job_run import BaseJobOperator
 from airflow_ml_provider.operators.links import MLflowModelVersionLink, job_links
 from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 from airflow_ml_provider.runtime.score import PREDICTIONS
