@@ -186,11 +186,11 @@ def test_a_job_kueue_queues_admits_evicts_and_admits_again_is_followed_to_succes
     # check before it submits (has its job already succeeded?) and the pod log reader's, once admitted
     reads = _task_reads(kueue, namespace)
     name = first["metadata"]["name"]
-    assert [read for read in reads if read[1] in ("mpijobs", "workloads")] == [
+    assert sorted(read for read in reads if read[1] in ("mpijobs", "workloads")) == [  # the watches start concurrently
         ("get", "mpijobs", name, ""), ("list", "mpijobs", None, ""), ("list", "workloads", None, ""),
         ("watch", "mpijobs", None, ""), ("watch", "workloads", None, "")], reads
-    assert [read for read in reads if read[1] == "pods" and read[3] == ""] == [("list", "pods", None, ""),
-                                                                               ("watch", "pods", None, "")], reads
+    assert sorted(read for read in reads if read[1] == "pods" and read[3] == "") == [("list", "pods", None, ""),
+                                                                                   ("watch", "pods", None, "")], reads
 
 
 def _task_reads(cluster, namespace: str) -> list[tuple]:
