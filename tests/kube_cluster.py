@@ -139,6 +139,16 @@ class KubeCluster:
                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
                       "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
 
+    def audited(self, namespace: str) -> list[dict]:
+        """What the API server's audit log says was asked of it in ``namespace`` (one event per request,
+        when it started to be answered), beside who asked (``user``, ``userAgent``)."""
+        events = {}
+        for line in (self.workdir / "audit.log").read_text().splitlines():
+            event = json.loads(line)
+            if event.get("objectRef", {}).get("namespace") == namespace:
+                events.setdefault(event["auditID"], event)
+        return list(events.values())
+
     def stop(self) -> None:
         for proc in reversed(self.processes):
             proc.terminate()
@@ -180,7 +190,8 @@ def start_cluster(binary: Path, crds: list[Path] | None = None) -> KubeCluster:
              f"--service-account-signing-key-file={sa_key}", "--service-account-issuer=https://kubernetes.default",
              f"--token-auth-file={workdir / 'tokens.csv'}", "--authorization-mode=RBAC",
              "--disable-admission-plugins=ServiceAccount", "--endpoint-reconciler-type=none",
-             "--kubelet-preferred-address-types=InternalIP"],
+             "--kubelet-preferred-address-types=InternalIP", f"--audit-policy-file={_audit_policy(workdir)}",
+             f"--audit-log-path={workdir / 'audit.log'}", "--audit-log-mode=blocking"],
             stdout=(workdir / "apiserver.log").open("wb"), stderr=subprocess.STDOUT)
         cluster.processes.append(apiserver)
         _wait_ready(cluster)
@@ -195,6 +206,15 @@ def start_cluster(binary: Path, crds: list[Path] | None = None) -> KubeCluster:
     except BaseException:
         cluster.stop()
         raise
+
+
+def _audit_policy(workdir: Path) -> Path:
+    """Every request of the tests' users at Metadata level (a watch twice: started, ended)."""
+    path = workdir / "audit-policy.json"
+    path.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                                "omitStages": ["RequestReceived"],
+                                "rules": [{"level": "Metadata", "users": ["admin", "trainer", "nobody"]}]}))
+    return path
 
 
 def _wait_ready(cluster: KubeCluster, timeout_s: float = 60) -> None:

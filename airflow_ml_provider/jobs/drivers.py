@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogLine, LogSource, LogSourceUnavailable
 
 if TYPE_CHECKING:
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
+    from airflow_ml_provider.jobs.state import JobStatus
 
 
 SHOWING = "showing"  # in a saved state: the batch being shown when it was saved (lines, cursor before it)
@@ -64,7 +66,7 @@ class SyncDriver:
                 status = self.backend.status(self.name)
             except (JobNotFound, BackendAccessError) as exc:
                 status = exc
-        if self.source is not None and not isinstance(status, Exception):
+        if self.source is not None and _has_log(status):
             try:
                 batch = self.source.read(self.follower.cursor, self.follower.options.max_lines)
             except LogSourceUnavailable as exc:
@@ -87,6 +89,12 @@ class SyncDriver:
         if _report(step, self.log, self.on_step, self.backend, self.name, self.owns_job):
             self.backend.cancel(self.name)
         return step
+
+
+def _has_log(status: JobStatus | Exception | None) -> bool:
+    """Whether to read the job's log this round: not after a status error, nor while the job waits for
+    admission (QUEUED: its queue keeps it suspended, so it has no pods; a thousand queued jobs read nothing)."""
+    return not isinstance(status, Exception) and not (status is not None and status.state is JobState.QUEUED)
 
 
 def _report(step: Step, log: logging.Logger, on_step: Callable[[Step], None] | None, backend: Backend | None,
@@ -177,7 +185,7 @@ async def _round(follower: Follower, backend: Backend | None, name: str | None, 
         return follower.round(status, None, clock())
     if backend is not None and owns_job:
         await asyncio.to_thread(backend.heartbeat, name)
-    if source is not None:
+    if source is not None and _has_log(status):
         try:
             batch = await asyncio.to_thread(source.read, follower.cursor, follower.options.max_lines)
         except LogSourceUnavailable as exc:

@@ -110,13 +110,32 @@ LabelKey = Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?
 LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")]
 
 
+MAX_NODE_SELECTOR = 32  # labels a job's pods may require of their node
+MAX_TOLERATIONS = 32  # taints they may tolerate
+MAX_TOLERATION_S = 7 * 24 * 3600
+
+
 class Toleration(BaseModel):
+    """A taint the job's pods tolerate (a spot pool's, e.g.), checked as Kubernetes checks one."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: LabelKey | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
     value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    # how long a pod stays on a node that gets the NoExecute taint (e.g. unreachable); rendered tolerationSeconds
+    toleration_seconds: Annotated[int | None, Field(ge=0, le=MAX_TOLERATION_S, serialization_alias="tolerationSeconds")] = None
+
+    @model_validator(mode="after")
+    def _as_kubernetes_checks_it(self) -> Toleration:
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator: a toleration without a key must use 'Exists' (it tolerates every taint)")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value: a toleration with operator 'Exists' takes no value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("toleration_seconds: only for effect 'NoExecute'")
+        return self
 
 
 class KubernetesOptions(BaseModel):
@@ -124,8 +143,8 @@ class KubernetesOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_SELECTOR)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
     image_pull_secrets: list[str] = Field(default_factory=list)
     service_account: str | None = None
     secret_env: dict[EnvName, SecretRef] = Field(default_factory=dict)

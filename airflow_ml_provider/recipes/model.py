@@ -25,7 +25,16 @@ from pydantic import (
 
 from airflow_ml_provider.artifact_layout import RUN_DIR
 from airflow_ml_provider.jobs.backends import BACKENDS
-from airflow_ml_provider.jobs.spec import Framework, Resources
+from airflow_ml_provider.jobs.spec import (
+    MAX_NODE_SELECTOR,
+    MAX_TOLERATIONS,
+    Framework,
+    KubernetesOptions,
+    LabelKey,
+    LabelValue,
+    Resources,
+    Toleration,
+)
 from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
 from airflow_ml_provider.recipes.experiment_space import Range, Scalar, product_size, sample_space
 
@@ -156,6 +165,18 @@ class Hardware(_Strict):
         return Resources(cpu=self.cpu, memory=self.memory, gpu=gpu.count, gpu_type=gpu.type)
 
 
+class Placement(_Strict):
+    """Which nodes the experiment's pods may run on, e.g. a spot pool: the nodes' labels they require and
+    the taints they tolerate (Kubernetes backends; the local backend ignores it). Nothing else of the pods
+    (service account, volumes, Secrets) is a recipe's to choose."""
+
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_SELECTOR)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
+
+    def options(self) -> KubernetesOptions:
+        return KubernetesOptions(node_selector=self.node_selector, tolerations=self.tolerations)
+
+
 class Search(_Strict):
     """Trials chosen by an Optuna sampler as earlier ones finish, instead of sampled up front."""
 
@@ -185,6 +206,7 @@ class Experiment(_Strict):
     workers: Annotated[int, Field(strict=True, ge=1, le=MAX_WORKERS)] = 1
     parallel: Annotated[int, Field(strict=True, ge=1)] | None = None
     hardware: Hardware = Hardware()
+    kubernetes: Placement = Placement()
     env: dict[EnvName, Annotated[str, Field(strict=True)]] = Field(default_factory=dict)
     depends_on: list[ExperimentName] = Field(default_factory=list)
     retries: Annotated[int, Field(strict=True, ge=0, le=10)] = 0

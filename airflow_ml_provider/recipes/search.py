@@ -44,7 +44,7 @@ def trial_spec(name: str, experiment: Experiment) -> TrainingJobSpec:
 
     return TrainingJobSpec(
         framework=experiment.job_framework, num_workers=experiment.workers, image=experiment.image,
-        resources=experiment.hardware.resources(), env=experiment.env,
+        resources=experiment.hardware.resources(), env=experiment.env, kubernetes=experiment.kubernetes.options(),
         command=[PLACEHOLDER.sub(fill, argument) for argument in experiment.command],
     )
 

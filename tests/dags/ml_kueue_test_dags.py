@@ -24,3 +24,6 @@ def _kueue_dag(dag_id: str, deferrable: bool, **options) -> DAG:
 kueue_sync = _kueue_dag("ml_test_kueue_sync", deferrable=False)
 kueue_deferred = _kueue_dag("ml_test_kueue_deferred", deferrable=True)
 kueue_max_queue = _kueue_dag("ml_test_kueue_max_queue", deferrable=False, max_queue_s=10)
+# queued longer than the task's execution_timeout, with no max_queue_s: Airflow's deadline covers the queue too
+kueue_execution_timeout = _kueue_dag("ml_test_kueue_execution_timeout", deferrable=False)
+kueue_execution_timeout.get_task("train").execution_timeout = timedelta(seconds=20)

@@ -112,6 +112,38 @@ REFUSED = [
      "experiments.a.command", "duplicate key 'command'"),
     ("dunder_field", _experiment("framework: generic\ncommand: [python]\n__class__: x\n"), 7,
      "experiments.a.__class__", "unknown field '__class__'"),
+    # spot pools: node labels and taints as Kubernetes checks them, bounded; nothing else of the pods
+    ("node_selector_value_with_a_command", _experiment("framework: generic\ncommand: [python]\n"
+                                                       "kubernetes: {node_selector: {pool: 'spot; id'}}\n"), 7,
+     "experiments.a.kubernetes.node_selector.pool", "String should match pattern"),
+    ("node_selector_key_with_a_path", _experiment("framework: generic\ncommand: [python]\n"
+                                                  "kubernetes: {node_selector: {'../x': spot}}\n"), 7,
+     "experiments.a.kubernetes.node_selector.../x", "String should match pattern"),
+    ("node_selector_value_not_a_string", _experiment("framework: generic\ncommand: [python]\n"
+                                                     "kubernetes: {node_selector: {cloud.google.com/gke-spot: true}}\n"),
+     7, "experiments.a.kubernetes.node_selector.cloud.google.com/gke-spot", "Input should be a valid string"),
+    ("node_selector_of_33_labels", _experiment("framework: generic\ncommand: [python]\nkubernetes: {node_selector: {"
+                                               + ", ".join(f"k{i}: v" for i in range(33)) + "}}\n"), 7,
+     "experiments.a.kubernetes.node_selector", "at most 32 items"),
+    ("toleration_operator_outside_the_enum", _experiment("framework: generic\ncommand: [python]\n"
+                                                         "kubernetes: {tolerations: [{key: spot, operator: Gt}]}\n"),
+     7, "experiments.a.kubernetes.tolerations[0].operator", "Input should be 'Exists' or 'Equal'"),
+    ("toleration_effect_outside_the_enum", _experiment("framework: generic\ncommand: [python]\n"
+                                                       "kubernetes: {tolerations: [{key: spot, effect: Evict}]}\n"),
+     7, "experiments.a.kubernetes.tolerations[0].effect", "Input should be 'NoSchedule'"),
+    ("toleration_of_every_taint_with_a_value", _experiment("framework: generic\ncommand: [python]\nkubernetes: "
+                                                           "{tolerations: [{operator: Exists, value: x}]}\n"), 7,
+     "experiments.a.kubernetes.tolerations[0]", "takes no value"),
+    ("toleration_seconds_beyond_the_bound", _experiment("framework: generic\ncommand: [python]\nkubernetes: "
+                                                        "{tolerations: [{key: spot, effect: NoExecute, "
+                                                        "toleration_seconds: 99999999999}]}\n"), 7,
+     "experiments.a.kubernetes.tolerations[0].toleration_seconds", "less than or equal to 604800"),
+    ("tolerations_of_33_taints", _experiment("framework: generic\ncommand: [python]\nkubernetes: {tolerations: ["
+                                             + ", ".join("{key: k, operator: Exists}" for _ in range(33)) + "]}\n"),
+     7, "experiments.a.kubernetes.tolerations", "at most 32 items"),
+    ("pod_field_a_recipe_may_not_set", _experiment("framework: generic\ncommand: [python]\n"
+                                                   "kubernetes: {service_account: admin}\n"), 7,
+     "experiments.a.kubernetes.service_account", "unknown field 'service_account'"),
 ]
 
 

@@ -6,12 +6,13 @@ kubelet/PodGC on the real kube-apiserver."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import threading
 
 import pytest
+from kube_cluster import resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.kubernetes.rest import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -26,14 +27,14 @@ NODE_GONE = ("DeletionByPodGC", "PodGC: node no longer exists")
 CHECKPOINT = '{"event": "checkpoint", "epoch": 2, "step": 44, "path": "/ckpt/ckpt-000002.npz"}'
 
 
-def _pod(namespace: str, name: str, job: dict, owner_uid: str | None = None) -> dict:
+def _pod(namespace: str, name: str, job: dict, owner_uid: str | None = None, node: str = "fake-node") -> dict:
     """A pod as the job's controller makes it: the job's labels, owned by the job."""
     meta = job["metadata"]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": namespace, "labels": meta["labels"], "ownerReferences": [{
             "apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
             "uid": owner_uid or meta["uid"], "controller": True}]},
-        "spec": {"nodeName": "fake-node", "containers": [{"name": "worker", "image": "img:1"}]}}
+        "spec": {"nodeName": node, "containers": [{"name": "worker", "image": "img:1"}]}}
 
 
 def _disrupt(cluster, namespace: str, pod: str, reason: tuple[str, str]) -> None:
@@ -45,7 +46,7 @@ def _disrupt(cluster, namespace: str, pod: str, reason: tuple[str, str]) -> None
 @pytest.mark.parametrize("kind,framework,reason", [("mpijob", "horovod", SHUTDOWN), ("volcano", "horovod", NODE_GONE),
                                                    ("volcano", "lightgbm", SHUTDOWN),
                                                    ("indexed-job", "lightgbm", NODE_GONE)])
-def test_a_disrupted_worker_pod_makes_the_job_preempted(kind, framework, reason, kube_cluster, namespace):
+def test_a_disrupted_worker_pod_makes_the_job_preempted(kind, framework, reason, kube_cluster, kubelet, namespace):
     backend = TrainingBackendHook().get_backend(kind)  # as a follower builds it: from the connection
     name = JobIdentity("spot", f"train-{framework}", "manual__1").name
     backend.submit(name, TrainingJobSpec(framework=framework, command=["python", "t.py"], num_workers=2,
@@ -117,3 +118,42 @@ def test_a_job_whose_spot_node_shuts_down_is_resubmitted_from_its_checkpoint(kub
     assert f"pod {first['metadata']['name']}-worker-0 is disrupted ({SHUTDOWN[0]}: {SHUTDOWN[1]})" in out
     assert "resuming from checkpoint /ckpt/ckpt-000002.npz at step 44, epoch 2" in out
     assert JOB_NAME_LABEL in second["metadata"]["labels"]
+
+
+def _taint(cluster, node: str, key: str, age_s: float) -> None:
+    """Play the node lifecycle controller: a NoExecute taint on ``node``, added ``age_s`` ago."""
+    added = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=age_s)
+    cluster.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": [
+        {"key": key, "effect": "NoExecute", "timeAdded": added.strftime("%Y-%m-%dT%H:%M:%SZ")}]}},
+        "application/merge-patch+json")
+
+
+@pytest.mark.parametrize("kind,framework", [("mpijob", "horovod"), ("indexed-job", "lightgbm")])
+def test_a_worker_on_a_dead_node_is_lost_when_kubernetes_would_evict_it(kind, framework, kube_cluster, kubelet,
+                                                                         namespace):
+    """A sync status (one pod list, a GET per node; what sensors and search trials read): a pod on a node
+    tainted unreachable is not lost while it tolerates the taint (300 s by default), lost once it no longer
+    does, and lost at once on a node out of service or deleted, with nothing marking the pod (no PodGC)."""
+    backend = TrainingBackendHook().get_backend(kind)
+    name = JobIdentity("spot", f"dead-{framework}", "manual__1").name
+    backend.submit(name, TrainingJobSpec(framework=framework, command=["python", "t.py"], num_workers=2,
+                                         image="img:1"), {})
+    job = backend.get(backend.kind, name)
+    node = kubelet.register_node(kube_cluster, f"dead-{namespace}")
+    kube_cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods",
+                         _pod(namespace, f"{name}-worker-0", job, node=node))
+
+    def both() -> list[JobStatus]:
+        return [backend.status(name)]
+
+    assert {status.state for status in both()} == {JobState.PENDING}
+    _taint(kube_cluster, node, "node.kubernetes.io/unreachable", 60)  # within the pod's 300 s: may come back
+    assert {status.state for status in both()} == {JobState.PENDING}
+    _taint(kube_cluster, node, "node.kubernetes.io/unreachable", 600)
+    lost = JobStatus(JobState.PREEMPTED, f"pod {name}-worker-0 lost its node {node} (unreachable for 600 s)")
+    assert [(s.state, s.message[:-7]) for s in both()] == [(lost.state, lost.message[:-7])]
+    _taint(kube_cluster, node, "node.kubernetes.io/out-of-service", 0)
+    assert both() == [JobStatus(JobState.PREEMPTED, f"pod {name}-worker-0 lost its node {node} (out of service)")]
+    kube_cluster.request("DELETE", f"/api/v1/nodes/{node}")
+    gone = JobStatus(JobState.PREEMPTED, f"pod {name}-worker-0 lost its node {node} (the Node was deleted)")
+    assert both() == [gone]

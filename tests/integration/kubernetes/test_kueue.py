@@ -7,17 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
-from kube_cluster import CRDS_DIR, TRAINER_TOKEN, _install_crds, new_namespace
+from kube_cluster import CRDS_DIR, TRAINER_TOKEN, _install_crds, new_namespace, resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs import drivers
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.backends.kubernetes.kueue import PRIORITY_LABEL, QUEUE_LABEL, WORKLOAD_API
-from airflow_ml_provider.jobs.backends.kubernetes.rest import resource_path
 from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import RESUME_ENV
@@ -182,6 +182,30 @@ def test_a_job_kueue_queues_admits_evicts_and_admits_again_is_followed_to_succes
     for line in set(expected):
         assert out.count(line) == expected.count(line), (line, out.count(line))
     assert "resubmitting" not in out.lower()
+    # no read beyond the shared watches (a list, then a watch, of each collection), besides the try's one
+    # check before it submits (has its job already succeeded?) and the pod log reader's, once admitted
+    reads = _task_reads(kueue, namespace)
+    name = first["metadata"]["name"]
+    assert sorted(read for read in reads if read[1] in ("mpijobs", "workloads")) == [  # the watches start concurrently
+        ("get", "mpijobs", name, ""), ("list", "mpijobs", None, ""), ("list", "workloads", None, ""),
+        ("watch", "mpijobs", None, ""), ("watch", "workloads", None, "")], reads
+    assert sorted(read for read in reads if read[1] == "pods" and read[3] == "") == [("list", "pods", None, ""),
+                                                                                   ("watch", "pods", None, "")], reads
+
+
+def _task_reads(cluster, namespace: str) -> list[tuple]:
+    """The reads the task made in ``namespace`` (the test's own requests, by urllib, left out), from the
+    API server's audit log, in order (watches, which last, sorted last): (verb, resource or resource/subresource,
+    name, the job the label selector names: "" for the shared watches' selector, which names none)."""
+    reads = []
+    for event in cluster.audited(namespace):
+        if event["verb"] not in ("get", "list", "watch") or event["userAgent"].startswith("Python-urllib"):
+            continue
+        ref, query = event["objectRef"], parse_qs(urlparse(event["requestURI"]).query)
+        selector = query.get("labelSelector", [""])[0]
+        reads.append((event["verb"], "/".join(filter(None, [ref["resource"], ref.get("subresource")])),
+                      ref.get("name"), selector.partition("=")[2]))
+    return sorted(reads, key=lambda read: read[0] == "watch")
 
 
 def test_max_queue_s_fails_with_kueues_reason_and_deletes_the_job(kueue, namespace, run_dag, capfd):
@@ -196,6 +220,22 @@ def test_max_queue_s_fails_with_kueues_reason_and_deletes_the_job(kueue, namespa
     out = capfd.readouterr().out
     assert "not admitted by its queue within max_queue_s (10 s)" in out
     assert f"the queue's last reason: Pending: {NO_QUOTA}" in out
+    assert kueue.request("GET", resource_path(*MPIJOB, namespace))["items"] == [], "the job was deleted"
+    reads = _task_reads(kueue, namespace)
+    assert not [read for read in reads if read[1] == "pods/log" or read[1] == "pods" and read[3]], \
+        "no log read while queued"
+
+
+def test_a_job_queued_past_the_tasks_execution_timeout_fails_the_task_and_is_deleted(kueue, namespace, run_dag):
+    """execution_timeout is the task's wall clock, queue included (max_queue_s is the queue's own, sooner, deadline)."""
+    def play() -> None:
+        KueueDouble(kueue, namespace).conditions(_condition("QuotaReserved", False, "Pending", NO_QUOTA, "01"))
+
+    player = threading.Thread(target=play, daemon=True)
+    player.start()
+    result = run_dag("ml_test_kueue_execution_timeout")
+    player.join(30)
+    assert result.task_states["train"] == "failed"
     assert kueue.request("GET", resource_path(*MPIJOB, namespace))["items"] == [], "the job was deleted"
 
 

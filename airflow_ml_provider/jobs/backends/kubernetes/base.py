@@ -29,7 +29,7 @@ from airflow_ml_provider.jobs.backends.base import (
     JobNotFound,
     JobSubmissionError,
 )
-from airflow_ml_provider.jobs.backends.kubernetes import kueue
+from airflow_ml_provider.jobs.backends.kubernetes import disruption, kueue
 from airflow_ml_provider.jobs.backends.kubernetes.pod_logs import PodLogSource
 from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     OBJECT,
@@ -64,24 +64,6 @@ class _Pod:
     obj: dict
 
 
-def disruption(pod: dict) -> str | None:
-    """Why a pod is being disrupted, from its ``DisruptionTarget`` condition (node shutdown, a node
-    gone (PodGC), preemption by the scheduler, eviction), or None."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            said = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
-            return f"pod {pod['metadata']['name']} is disrupted ({said or 'DisruptionTarget'})"
-    return None
-
-
-def _disrupted_job(pod: dict) -> str | None:
-    """Files a disrupted pod under its job's name; the pod watch keeps no other pod."""
-    return (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) if disruption(pod) else None
-
-
-def _owned_by(pod: dict, obj: dict | None) -> bool:
-    uid = (obj or {}).get("metadata", {}).get("uid")
-    return bool(uid) and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
 log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
 _GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending
@@ -235,28 +217,47 @@ class KubernetesBackend(Backend):
         return self.with_disruption(obj, kueue.workload_status(workload, status))
 
     def with_disruption(self, obj: dict, status: JobStatus) -> JobStatus:
-        """``status``, or PREEMPTED while a pod of the job (owned by it) is disrupted: one list of the
-        job's pods. Pods that cannot be listed mean no disruption information (one warning). A job that
-        has ended, or that Kueue evicted and requeues (PREEMPTED, REQUEUED), stays as it is."""
+        """``status``, or PREEMPTED while a pod of the job (owned by it) is disrupted or has lost its node
+        (see ``disruption``): one list of the job's pods, and a GET of each node they are bound to. Pods
+        or nodes that cannot be read mean no such information (one warning each). A job that has ended, or
+        that Kueue evicted and requeues (PREEMPTED, REQUEUED), stays as it is."""
         if status.state.is_terminal:
             return status
         name = obj["metadata"]["name"]
         try:
             pods = self._call("GET", collection_path("v1", "Pod"), query=[("labelSelector", f"{JOB_NAME_LABEL}={name}")])
         except (ApiException, TransientApiError) as exc:
-            self._pods_unreadable(f"{exc.status} {api_message(exc)}" if isinstance(exc, ApiException) else exc)
+            self._unreadable("pods", exc)
             return status
-        for pod in pods.get("items") or []:
-            if _owned_by(pod, obj) and (disrupted := disruption(pod)):
+        owned = [pod for pod in pods.get("items") or [] if disruption.owned_by(pod, obj)]
+        for pod in owned:
+            if disrupted := disruption.disrupted(pod):
                 return JobStatus(JobState.PREEMPTED, disrupted)
-        return status
+        try:
+            lost = disruption.first_lost(owned, self._node)
+        except (ApiException, TransientApiError) as exc:
+            self._unreadable("nodes", exc)
+            return status
+        return JobStatus(JobState.PREEMPTED, lost) if lost else status
 
-    def _pods_unreadable(self, reason: object) -> None:
-        key = (self.watch_key or id(self.api), "pods", self.namespace)
+    def _node(self, name: str) -> dict | None:
+        try:
+            return self._call("GET", "/api/v1/nodes/{name}", name=dns_subdomain("node", name))
+        except ApiException as exc:
+            if missing_object(exc, name):
+                return None
+            raise
+
+    def _unreadable(self, what: str, reason: object) -> None:
+        """One warning per connection, namespace and collection (pods, nodes) that cannot be read."""
+        if isinstance(reason, ApiException):
+            reason = f"{reason.status} {api_message(reason)}"
+        key = (self.watch_key or id(self.api), what, self.namespace)
         if key not in _warned:
             _warned.add(key)
-            log.warning("pods in namespace %s cannot be read, so a disrupted (spot, evicted) pod is not reported "
-                        "as PREEMPTED (%s)", self.namespace, reason)
+            where = f"in namespace {self.namespace} " if what == "pods" else ""
+            log.warning("%s %scannot be read, so a disrupted (spot, evicted) pod or one whose node is gone is not "
+                        "reported as PREEMPTED (%s)", what, where, reason)
 
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
         """From the shared watch of this namespace's jobs (one list+watch per connection, namespace and
@@ -292,8 +293,8 @@ class KubernetesBackend(Backend):
                     if isinstance(change, _Workload):
                         workload = None if change.obj is DELETED else change.obj
                     elif isinstance(change, _Pod):
-                        if change.obj is not DELETED and _owned_by(change.obj, obj):
-                            disrupted = disrupted or disruption(change.obj)
+                        if change.obj is not DELETED and disruption.owned_by(change.obj, obj):
+                            disrupted = disrupted or disruption.disrupted(change.obj)
                     elif change is DELETED or (change is None and name not in watcher.objects):
                         # deleted, or not (yet) seen by the watch: ask the API server directly
                         obj, job_changed = await asyncio.to_thread(self.get, self.kind, name), change is not None
@@ -341,18 +342,18 @@ class KubernetesBackend(Backend):
         pods) mean no disruption information: one warning, and the job is followed without it."""
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
-            collection_path("v1", "Pod"), {"namespace": self.namespace}, JOB_NAME_LABEL, by=_disrupted_job)
+            collection_path("v1", "Pod"), {"namespace": self.namespace}, JOB_NAME_LABEL, by=disruption.disrupted_job)
 
         async def forward(pods: asyncio.Queue) -> None:
             while not isinstance(item := await pods.get(), BaseException):
                 changes.put_nowait(_Pod(item))
-            self._pods_unreadable(item)
+            self._unreadable("pods", item)
 
         async with AsyncExitStack() as stack:
             try:
                 pods = await stack.enter_async_context(watcher.subscribe(name))
             except (BackendAccessError, TransientApiError) as exc:
-                self._pods_unreadable(exc)
+                self._unreadable("pods", exc)
             else:
                 changes.put_nowait(_Pod(pods.get_nowait()))  # with the job's first status
                 stack.callback(asyncio.create_task(forward(pods)).cancel)

@@ -91,7 +91,7 @@ def pod_template(spec: TrainingJobSpec, labels: dict[str, str], role: str, conta
     if node_selector:
         pod["nodeSelector"] = node_selector
     if options.tolerations:
-        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in options.tolerations]
+        pod["tolerations"] = [t.model_dump(exclude_none=True, by_alias=True) for t in options.tolerations]
     if options.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": name} for name in options.image_pull_secrets]
     if options.service_account:

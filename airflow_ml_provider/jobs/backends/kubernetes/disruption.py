@@ -1,0 +1,109 @@
+"""Why a job's pod can no longer run: Kubernetes says so (``DisruptionTarget``), or its node is gone.
+
+A pod with a true ``DisruptionTarget`` condition is being disrupted: node shutdown, preemption by the
+scheduler, an API-initiated eviction, its node gone. Kubernetes marks such a pod itself where its controllers run with pod disruption conditions (1.26+):
+PodGC gives a pod whose Node object was deleted ``DisruptionTarget`` (``DeletionByPodGC``) and deletes
+it, after a 40 s quarantine; the taint eviction controller does the same (``DeletionByTaintManager``)
+to a pod on a node the node lifecycle controller tainted ``unreachable``/``not-ready`` once the pod's
+toleration of that taint runs out (300 s unless the pod says otherwise). Where they do not (older
+clusters, PodGC off, the quarantine not over), the pod stays bound to a node that is deleted or dead,
+and only the Node says so. A pod is then lost when its Node no longer exists, when it carries the
+``out-of-service`` taint (an admin's word that the node is down), or when a ``NoExecute`` taint of an
+unreachable/not-ready node is older than the pod's toleration of it: exactly when the taint eviction
+would have evicted it, so a kubelet that is back within its grace does not cost a restart.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+
+from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
+
+_NOT_RUNNING = {"unreachable", "not-ready"}
+_DEFAULT_TOLERATION_S = 300  # what the DefaultTolerationSeconds admission plugin gives every pod
+
+
+def disrupted(pod: dict) -> str | None:
+    """Why a pod is being disrupted, from its ``DisruptionTarget`` condition, or None."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            said = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+            return f"pod {pod['metadata']['name']} is disrupted ({said or 'DisruptionTarget'})"
+    return None
+
+
+def disrupted_job(pod: dict) -> str | None:
+    """Files a disrupted pod under its job's name; the shared pod watch keeps no other pod."""
+    return (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) if disrupted(pod) else None
+
+
+def owned_by(pod: dict, obj: dict | None) -> bool:
+    """Whether ``obj`` (the job) owns ``pod``: a pod of an earlier job of the same name does not count."""
+    uid = (obj or {}).get("metadata", {}).get("uid")
+    return bool(uid) and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+
+
+def node_name(pod: dict) -> str | None:
+    """The node a pod is bound to, while it may still run there (not Succeeded/Failed)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    return (pod.get("spec") or {}).get("nodeName") or None
+
+
+def _toleration_s(pod: dict, key: str) -> float | None:
+    """How long ``pod`` tolerates a NoExecute taint ``key`` (None: for ever), as the taint eviction reads it."""
+    tolerations = (pod.get("spec") or {}).get("tolerations")
+    if tolerations is None:
+        return _DEFAULT_TOLERATION_S
+    matching = [t for t in tolerations if t.get("effect") in (None, "", "NoExecute")
+                and (t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists"))]
+    if not matching:
+        return 0
+    if any(t.get("tolerationSeconds") is None for t in matching):
+        return None
+    return max(0, min(t["tolerationSeconds"] for t in matching))
+
+
+def _age_s(taint: dict, now: datetime.datetime) -> float:
+    added = taint.get("timeAdded")
+    if not added:
+        return 0.0
+    return (now - datetime.datetime.fromisoformat(added.replace("Z", "+00:00"))).total_seconds()
+
+
+def lost(pod: dict, node: dict | None, now: datetime.datetime) -> str | None:
+    """Why ``pod`` can no longer run on its ``node`` (None: the Node object does not exist), or None."""
+    name, where = pod["metadata"]["name"], node_name(pod)
+    if where is None:
+        return None
+    if node is None:
+        return f"pod {name} lost its node {where} (the Node was deleted)"
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        key = taint.get("key") or ""
+        prefix, _, condition = key.partition("/")
+        if prefix != "node.kubernetes.io" or taint.get("effect") != "NoExecute":
+            continue
+        if condition == "out-of-service":
+            return f"pod {name} lost its node {where} (out of service)"
+        if condition in _NOT_RUNNING:
+            tolerated = _toleration_s(pod, key)
+            if tolerated is not None and _age_s(taint, now) >= tolerated:
+                return f"pod {name} lost its node {where} ({condition} for {_age_s(taint, now):.0f} s)"
+    return None
+
+
+def first_lost(pods: list[dict], node: Callable[[str], dict | None],
+               now: datetime.datetime | None = None) -> str | None:
+    """Why the first of ``pods`` whose node is lost is lost, reading each distinct node once through
+    ``node`` (its Node; None when it does not exist)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    nodes: dict[str, dict | None] = {}
+    for pod in pods:
+        if (where := node_name(pod)) is None:
+            continue
+        if where not in nodes:
+            nodes[where] = node(where)
+        if reason := lost(pod, nodes[where], now):
+            return reason
+    return None
