@@ -9,11 +9,10 @@ import threading
 from urllib.parse import urlparse
 
 import pytest
-from kube_cluster import TOKEN
+from kube_cluster import TOKEN, resource_path
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import ROLE_LABEL
-from airflow_ml_provider.jobs.backends.kubernetes.rest import resource_path
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec

@@ -12,11 +12,10 @@ import json
 import logging
 
 import pytest
-from kube_cluster import TRAINER_TOKEN, new_namespace
+from kube_cluster import TRAINER_TOKEN, new_namespace, resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends import get_backend
-from airflow_ml_provider.jobs.backends.kubernetes.rest import resource_path
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 

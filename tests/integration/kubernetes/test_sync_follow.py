@@ -9,9 +9,9 @@ import logging
 import threading
 
 import pytest
+from kube_cluster import resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.kubernetes.rest import resource_path
 from airflow_ml_provider.jobs.drivers import SyncDriver
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.naming import JobIdentity
