@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from dag_runs import load_dag, run, run_tasks
 
-from support import REPO, TEST_DAGS, needs_horovod
+from support import REPO, TEST_DAGS, needs_horovod, needs_torch
 
 pytestmark = pytest.mark.integration
 
@@ -177,15 +177,17 @@ def test_batch_scoring_does_not_score_a_version_the_gate_rejected(airflow_db):
     assert states == {"choose_model": "skipped", "score": "skipped"}, states
 
 
-@needs_horovod
-def test_a_horovod_champion_is_scored_by_the_asset_triggered_run(airflow_db):
-    """Issue 25 D1: the real pipeline trains a Horovod (Keras) model that becomes champion; the scoring run
-    its Asset event triggers scores with it in a job on the Horovod environment (TensorFlow), which the
-    Airflow worker lacks (it failed with "No module named 'keras'" when the model was loaded in the task)."""
+@pytest.mark.parametrize("framework", [pytest.param("horovod", marks=needs_horovod),
+                                       pytest.param("pytorch", marks=needs_torch)])
+def test_a_horovod_or_pytorch_champion_is_scored_by_the_asset_triggered_run(airflow_db, framework):
+    """Issue 25 D1, issue 22: the real pipeline trains a Horovod (Keras) or PyTorch (DDP) model that becomes
+    champion; the scoring run its Asset event triggers scores with it in a job on that framework's environment
+    (TensorFlow, torch), which the Airflow worker lacks (it failed with "No module named 'keras'" when the
+    model was loaded in the task)."""
     _sync_dags()
-    name = f"ml_training_pipeline.hvd_{uuid.uuid4().hex[:8]}"  # a new model: its first version is champion
+    name = f"ml_training_pipeline.{framework}_{uuid.uuid4().hex[:8]}"  # a new model: its first version is champion
     trained = run(load_dag(REPO / "dags" / "ml_training_pipeline.py"),
-                  {"model_name": name, "framework": "horovod", "epochs": 2, "min_accuracy": 0.5})
+                  {"model_name": name, "framework": framework, "epochs": 2, "min_accuracy": 0.5})
     assert trained.state == "success", trained.states
     assert trained.value("deploy")["aliases"] == ["challenger", "champion"]
 
@@ -196,7 +198,7 @@ def test_a_horovod_champion_is_scored_by_the_asset_triggered_run(airflow_db):
     result = _execute(consumer, run_id)
     assert result["state"] == "success", result
     scored = result["score"]
-    assert (scored["model_uri"], scored["framework"], scored["why"]) == (f"models:/{name}/1", "horovod", "the champion")
+    assert (scored["model_uri"], scored["framework"], scored["why"]) == (f"models:/{name}/1", framework, "the champion")
     with open(scored["predictions"]) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == scored["rows"] == 1000 and sum(scored["label_counts"].values()) == 1000

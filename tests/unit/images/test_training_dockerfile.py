@@ -1,7 +1,9 @@
 """images/training/Dockerfile cannot be built here (no base image registry is reachable), so what can be
 checked without building is: its versions come from the one source each (requirements/training.lock,
-scripts/build_horovod.sh, the Makefile), the GPU variant builds Horovod with NCCL, the package goes in
-without Airflow, and what the Kubernetes backends run in it (sshd, horovodrun, python) is there."""
+scripts/build_horovod.sh, the Makefile), the CPU variant takes the lock's `+cpu` torch from the Makefile's
+wheel index, the GPU variant builds Horovod with NCCL and takes CUDA builds of TensorFlow and torch at the
+lock's versions, the package goes in without Airflow, and what the Kubernetes backends run in it (sshd,
+horovodrun, python) is there."""
 
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ def test_versions_come_from_the_lock_the_horovod_script_and_the_makefile():
     assert "requirements/training.lock requirements/training.lock" in copies
     assert "scripts/build_horovod.sh scripts/build_horovod.sh" in copies
     assert re.search(r"uv pip install .*-r requirements/training\.lock", runs())
+    makefile_torch = re.search(r"^TORCH_WHEELS \?=.*,(https://\S+)\)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert arg_default("TORCH_WHEELS") == makefile_torch, "the CPU torch comes from the Makefile's index"
+    assert '--find-links "${TORCH_WHEELS}" -r requirements/training.lock' in runs()
     assert 'scripts/build_horovod.sh "${VENV}"' in runs()
 
 
@@ -58,6 +63,12 @@ def test_the_gpu_variant_takes_tensorflow_at_the_locks_version_and_builds_horovo
     filtered = subprocess.run(["grep", "-v", "^tensorflow-cpu==", str(LOCK)], capture_output=True, text=True).stdout
     assert "tensorflow-cpu==" not in filtered and "keras==" in filtered
     assert '"tensorflow[and-cuda]==${tf_version}"' in runs()
+    torch_install = re.search(r"torch_version=\$\((sed [^)]*)\)", runs()).group(1)
+    torch = subprocess.run(["bash", "-c", torch_install], cwd=REPO, capture_output=True, text=True, check=True)
+    assert f"torch=={torch.stdout.strip()}+cpu" in LOCK.read_text().splitlines(), "the GPU image's torch is the lock's"
+    gpu_lock = subprocess.run(["grep", "-v", "-e", "^tensorflow-cpu==", "-e", "^torch==", str(LOCK)],
+                              capture_output=True, text=True).stdout
+    assert "\ntorch==" not in gpu_lock and '"torch==${torch_version}"' in runs()
     assert 'if [ "$GPU" = "1" ]; then export HOROVOD_GPU_OPERATIONS=NCCL; fi' in runs()
     script = (REPO / "scripts" / "build_horovod.sh").read_text()
     assert 'build_env+=(HOROVOD_GPU_OPERATIONS="$HOROVOD_GPU_OPERATIONS")' in script, "the flag must reach the build"
