@@ -56,10 +56,11 @@ ALLOWED = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME"
 
 def permitted(name: str, framework: str, sandbox: str = "off") -> bool:
     # horovodrun adds its rendezvous variables, and starts each rank through sh, which sets PWD; so does
-    # bubblewrap (the sandbox's start directory)
+    # bubblewrap (the sandbox's start directory); the launcher quiets TensorFlow's start-up notices in
+    # horovodrun and its ranks (TF_CPP_MIN_LOG_LEVEL, a fixed setting)
     return (name in ALLOWED or name in JOB_VARIABLES or name.startswith(("LC_", "AIRFLOW_ML_"))
             or (name == "PWD" and (framework == "horovod" or sandbox != "off"))
-            or (framework == "horovod" and name.startswith(("HOROVOD_", "NCCL_"))))
+            or (framework == "horovod" and (name.startswith(("HOROVOD_", "NCCL_")) or name == "TF_CPP_MIN_LOG_LEVEL")))
 
 
 @pytest.mark.parametrize("sandbox", [
