@@ -81,3 +81,23 @@ def job_log(backend, name: str) -> str:
 def job_uid(backend, name: str) -> str:
     """The marker every process of a local job carries (``job_processes`` finds them by it)."""
     return json.loads((backend.job_dir(name) / "job.json").read_text())["uid"]
+
+
+def rank_process(job_dir: Path, rank: int, trainer: str, rank_env: str = "HOROVOD_RANK"):
+    """The trainer process (psutil.Process) of ``rank`` in a local job, found by the job's uid, the rank
+    variable its launcher sets (Horovod's ``HOROVOD_RANK``, torchrun's ``RANK``) and ``trainer`` in its
+    command line; never the launcher's output shim, which carries the same environment."""
+    import psutil
+
+    from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV
+
+    uid = json.loads((job_dir / "job.json").read_text())["uid"]
+    for proc in psutil.process_iter():
+        try:
+            env, cmdline = proc.environ(), proc.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if (env.get(JOB_UID_ENV) == uid and env.get(rank_env) == str(rank)
+                and trainer in cmdline and not any(arg.endswith("/local/output.py") for arg in cmdline)):
+            return proc
+    return None

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psutil
-
-from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 
 
 def events(job_dir: Path, kind: str | None = None) -> list[dict]:
@@ -26,20 +24,6 @@ def events(job_dir: Path, kind: str | None = None) -> list[dict]:
 def last_step(job_dir: Path, kind: str = "metrics", field: str = "step") -> int:
     steps = [event[field] for event in events(job_dir, kind) if field in event]
     return max(steps, default=0)
-
-
-def rank_process(job_dir: Path, rank: int, trainer: str) -> psutil.Process | None:
-    """The user's process of ``rank`` (not the launcher's output shim), found by the job's uid and Horovod's env."""
-    uid = json.loads((job_dir / "job.json").read_text())["uid"]
-    for proc in psutil.process_iter():
-        try:
-            env, cmdline = proc.environ(), proc.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if (env.get(JOB_UID_ENV) == uid and env.get("HOROVOD_RANK") == str(rank)
-                and trainer in cmdline and not any(arg.endswith("/local/output.py") for arg in cmdline)):
-            return proc
-    return None
 
 
 def job_dirs(backend: LocalBackend, prefix: str) -> list[Path]:

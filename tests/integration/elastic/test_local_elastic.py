@@ -9,7 +9,7 @@ import sys
 from urllib.parse import urlparse
 
 import pytest
-from elastic_support import events, last_step, rank_process
+from elastic_support import events, last_step
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
@@ -17,7 +17,7 @@ from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.runtime.etcd_kv import EtcdKV
 from airflow_ml_provider.runtime.local_discovery import slot_host, slots_prefix, write_slots
-from support import TRAINING_IMAGE, needs_horovod, wait_for
+from support import TRAINING_IMAGE, needs_horovod, rank_process, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from elastic_support import events, job_dirs, last_step, rank_process
+from elastic_support import events, job_dirs, last_step
 
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.preemption import PREEMPTIONS_ENV, RESUME_ENV
 from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
-from support import needs_horovod, wait_for
+from support import needs_horovod, rank_process, wait_for
 
 pytestmark = pytest.mark.integration
 

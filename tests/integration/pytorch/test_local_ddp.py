@@ -10,11 +10,10 @@ import signal
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
 
-from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend
-from support import needs_torch, wait_for
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from support import needs_torch, rank_process, wait_for
 
 pytestmark = [pytest.mark.integration, needs_torch]
 
@@ -39,19 +38,6 @@ def _events(job_dir: Path, kind: str) -> list[dict]:
     return found
 
 
-def _rank_process(job_dir: Path, rank: int) -> psutil.Process | None:
-    """The trainer process of global ``rank`` (torchrun sets RANK in its workers' environment only)."""
-    uid = json.loads((job_dir / "job.json").read_text())["uid"]
-    for proc in psutil.process_iter():
-        try:
-            env, cmdline = proc.environ(), proc.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if env.get(JOB_UID_ENV) == uid and env.get("RANK") == str(rank) and TRAINER in cmdline:
-            return proc
-    return None
-
-
 def _job_dir(backend: LocalBackend, prefix: str, before: set[Path]) -> Path | None:
     jobs = backend.root / "jobs"
     return next((d for d in sorted(jobs.glob(f"{prefix}*")) if d not in before and "." not in d.name), None) \
@@ -62,7 +48,7 @@ def _kill_rank_1(backend: LocalBackend, prefix: str, before: set[Path], killed: 
     """Chaos: once the job has checkpointed epoch 3, SIGKILL its rank 1's trainer process."""
     job_dir = wait_for(lambda: _job_dir(backend, prefix, before), timeout=900, what=f"a {prefix} job")
     wait_for(lambda: any(e["epoch"] >= 3 for e in _events(job_dir, "checkpoint")), timeout=900, what="epoch 3")
-    victim = wait_for(lambda: _rank_process(job_dir, 1), what="rank 1's process")
+    victim = wait_for(lambda: rank_process(job_dir, 1, TRAINER, rank_env="RANK"), what="rank 1's process")
     victim.send_signal(signal.SIGKILL)
     killed[prefix] = job_dir
 
