@@ -171,7 +171,7 @@ class TrainingJobSpec(BaseModel):
     the workers' PATH, so ``["python", ...]`` and ``horovodrun`` resolve there.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     framework: Framework
     command: list[Text] = Field(min_length=1)

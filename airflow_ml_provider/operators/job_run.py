@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.follow import FollowOptions
+from airflow_ml_provider.jobs.follow_options import FollowOptions
 from airflow_ml_provider.operators.config import JobConfig, JobRequest, OnFinish, as_dict
 from airflow_ml_provider.operators.links import job_links
 
@@ -29,7 +29,7 @@ class BaseJobOperator(BaseOperator):
         job: where and how the job runs (:class:`~airflow_ml_provider.operators.config.JobConfig` or its
             dict: backend, image, env, resources, scheduling, kubernetes, working_dir); its strings are
             templated.
-        follow: how the job is followed (:class:`~airflow_ml_provider.jobs.follow.FollowOptions` or its
+        follow: how the job is followed (:class:`~airflow_ml_provider.jobs.follow_options.FollowOptions` or its
             dict): ``rules`` (``fail_on``/``retry_on``/``succeed_on``/``metrics`` regexes),
             ``max_preemptions`` (resubmissions after a preemption, no retry spent; default 3),
             ``poll_interval`` (seconds), ``max_queue_s`` (where Kueue admits jobs: how long each wait for

@@ -15,7 +15,7 @@ from airflow.sdk.log import mask_secret
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
-from airflow_ml_provider.jobs.follow import FollowOptions
+from airflow_ml_provider.jobs.follow_options import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.operators.training import BaseTrainingOperator

@@ -9,13 +9,14 @@ DIR: the job's model directory). Imports are inside ``main``: the operator reads
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 PREDICTIONS = "predictions.csv"
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import numpy as np
 
     from airflow_ml_provider.runtime import storage
