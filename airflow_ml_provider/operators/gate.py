@@ -16,7 +16,6 @@ from airflow_ml_provider.hooks.model_registry import (
     ModelRegistryHook,
     check_model_name,
 )
-from airflow_ml_provider.logs.metrics import metric_goal
 from airflow_ml_provider.reporting.notify import notify_all
 
 
@@ -38,6 +37,8 @@ def decide(
     without a measurement of the current champion on these rows the challenger is rejected. No
     champion, or a champion that is this very model, passes the comparison.
     """
+    from airflow_ml_provider.logs.metrics import metric_goal  # the log metrics' module: at execution only
+
     reasons, passed = [], True
     for name, bound in sorted(thresholds.items()):
         value, lower = metrics.get(name), metric_goal(name) == "min"
