@@ -19,9 +19,10 @@ cycle); **cold**, every module the parse imports is compiled from source and not
 (``sys.pycache_prefix`` pointed at an empty folder with ``sys.dont_write_bytecode``): an environment
 installed without bytecode (uv's default) whose ``__pycache__`` the DAG processor cannot write, or
 ``PYTHONDONTWRITEBYTECODE``, which pays this on every parse. The issue's figures were of this case.
-Beside each fresh cold figure, the CPU its parse spent in the cyclic garbage collector: in a fresh
-interpreter the first parse that allocates a few thousand objects sets off a full collection of the heap
-``import airflow.sdk`` left, which the DAG processor's manager avoids by freezing its heap.
+Beside each fresh cold figure, the CPU its parse spent in the cyclic garbage collector: small here, where
+the parent imported ``airflow.sdk`` from bytecode; an interpreter that compiled ``airflow.sdk`` itself from
+source (the issue's setting) is left due a full collection of its heap, which the first parse then pays
+(~150 ms on this machine kind), and which the DAG processor's manager avoids by freezing its heap.
 
 The recipe cache holds the recipe after the untimed parse; the recipe row is also timed with an empty
 recipe cache per child (paid once per recipe edit, not asserted). The machine's load average is printed
