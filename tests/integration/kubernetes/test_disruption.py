@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import threading
+import uuid
 
 import pytest
 from kube_cluster import resource_path
@@ -18,6 +19,7 @@ from airflow_ml_provider.jobs.preemption import RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
+from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
 from support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -45,21 +47,32 @@ def _disrupt(cluster, namespace: str, pod: str, reason: tuple[str, str]) -> None
 
 @pytest.mark.parametrize("kind,framework,reason", [("mpijob", "horovod", SHUTDOWN), ("volcano", "horovod", NODE_GONE),
                                                    ("volcano", "lightgbm", SHUTDOWN),
-                                                   ("indexed-job", "lightgbm", NODE_GONE)])
-def test_a_disrupted_worker_pod_makes_the_job_preempted(kind, framework, reason, kube_cluster, kubelet, namespace):
+                                                   ("indexed-job", "lightgbm", NODE_GONE),
+                                                   ("trainjob", "pytorch", SHUTDOWN)])
+def test_a_disrupted_worker_pod_makes_the_job_preempted(kind, framework, reason, kube_cluster, kubelet, namespace,
+                                                        request):
+    """From the shared pod watch (a deferred task) and from a polled status (sensors, search trials) alike."""
+    if kind == "trainjob":
+        request.getfixturevalue("trainer_cluster")  # Trainer's and JobSet's CRDs
     backend = TrainingBackendHook().get_backend(kind)  # as a follower builds it: from the connection
     name = JobIdentity("spot", f"train-{framework}", "manual__1").name
+    # the job's first resubmission; the pods of the attempt before it may still be there
     backend.submit(name, TrainingJobSpec(framework=framework, command=["python", "t.py"], num_workers=2,
-                                         image="img:1"), {})
+                                         image="img:1"), {PREEMPTIONS_LABEL: "1"})
     job = backend.get(backend.kind, name)
     pods = f"/api/v1/namespaces/{namespace}/pods"
 
     def play() -> None:
-        # a disrupted pod of an earlier job of that name (another uid) is not this job's
-        kube_cluster.request("POST", pods, _pod(namespace, f"{name}-old", job, owner_uid="0f0f0f0f-old"))
+        # a disrupted pod of the earlier job of that name (another uid, or for a TrainJob's pods, made through
+        # a JobSet, the earlier attempt's labels) is not this job's
+        old = _worker(namespace, f"{name}-old", job)
+        del old["metadata"]["labels"][PREEMPTIONS_LABEL]
+        if kind != "trainjob":
+            old["metadata"]["ownerReferences"][0]["uid"] = "0f0f0f0f-old"
+        kube_cluster.request("POST", pods, old)
         _disrupt(kube_cluster, namespace, f"{name}-old", reason)
-        kube_cluster.request("POST", pods, _pod(namespace, f"{name}-worker-1", job))
-        kube_cluster.request("POST", pods, _pod(namespace, f"{name}-worker-0", job))
+        kube_cluster.request("POST", pods, _worker(namespace, f"{name}-worker-1", job))
+        kube_cluster.request("POST", pods, _worker(namespace, f"{name}-worker-0", job))
         _disrupt(kube_cluster, namespace, f"{name}-worker-0", reason)
 
     async def follow() -> list[JobStatus]:
@@ -72,52 +85,124 @@ def test_a_disrupted_worker_pod_makes_the_job_preempted(kind, framework, reason,
                 return seen
 
     seen = asyncio.run(asyncio.wait_for(follow(), 120))
-    assert seen[-1] == JobStatus(JobState.PREEMPTED, f"pod {name}-worker-0 is disrupted ({reason[0]}: {reason[1]})")
+    preempted = JobStatus(JobState.PREEMPTED, f"pod {name}-worker-0 is disrupted ({reason[0]}: {reason[1]})")
+    assert seen[-1] == preempted
     assert {status.state for status in seen[:-1]} == {JobState.PENDING}
+    assert backend.status(name) == preempted
 
 
-def _mpijobs(cluster, namespace: str) -> list[dict]:
-    return cluster.request("GET", resource_path("kubeflow.org/v2beta1", "MPIJob", namespace))["items"]
+T0, T1 = "2026-11-26T00:00:00Z", "2026-11-26T00:02:00Z"
+# What each backend's controller writes while the job runs, and once it has succeeded (tests/integration/
+# kubernetes/test_states.py and test_trainjob.py map every state).
+PROGRESS = {
+    "mpijob": ({"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": T0}]},
+               {"conditions": [{"type": "Succeeded", "status": "True", "lastTransitionTime": T1}]}),
+    "volcano": ({"state": {"phase": "Running"}}, {"state": {"phase": "Completed"}}),
+    "indexed-job": ({"active": 2}, {"conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": T1}],
+                                    "succeeded": 2}),
+    "trainjob": ({"jobsStatus": [{"name": "node", "ready": 2, "succeeded": 0, "failed": 0, "active": 2,
+                                  "suspended": 0}]},
+                 {"conditions": [{"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
+                                  "message": "jobs completed", "lastTransitionTime": T1}],
+                  "jobsStatus": [{"name": "node", "ready": 0, "succeeded": 2, "failed": 0, "active": 0,
+                                  "suspended": 0}]}),
+}
 
 
-def _play_spot_loss(cluster, kubelet, namespace: str, seen: list[dict]) -> None:
-    """The first MPIJob runs and checkpoints, then its worker's spot node shuts down; the resubmitted job
-    (a new object) succeeds."""
-    listing = resource_path("kubeflow.org/v2beta1", "MPIJob", namespace)
-    first = wait_for(lambda: next(iter(_mpijobs(cluster, namespace)), None), what="the MPIJob")
+def _template_labels(job: dict) -> dict[str, str]:
+    """The labels the job's pod template gives its pods (the first template that carries the job's name)."""
+    pending = [job["spec"]]
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, dict):
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if JOB_NAME_LABEL in labels and "spec" in node:
+                return labels
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    raise AssertionError(f"no pod template with {JOB_NAME_LABEL} in {job['kind']}")
+
+
+def _worker(namespace: str, name: str, job: dict) -> dict:
+    """A worker pod as the backend's controllers make it: its template's labels, owned by the job, or for a
+    TrainJob by the batch Job that JobSet makes (``<job>-node-0``), with the job's labels only to tie it."""
+    pod = _pod(namespace, name, job)
+    pod["metadata"]["labels"] = dict(_template_labels(job))
+    if job["kind"] == "TrainJob":
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "controller": True,
+                                               "name": f"{job['metadata']['name']}-node-0", "uid": str(uuid.uuid4())}]
+    return pod
+
+
+def _play_spot_loss(cluster, kubelet, namespace: str, backend, seen: list[dict]) -> None:
+    """The first job runs and checkpoints, then its worker's spot node shuts down; the resubmitted job (a new
+    object) runs beside the first one's disrupted pod, which the garbage collector has not removed yet,
+    and succeeds."""
+    listing = resource_path(backend.api_version, backend.kind, namespace)
+    running, succeeded = PROGRESS[backend.name]
+
+    def jobs() -> list[dict]:  # a list's items of a built-in kind (batch/v1 Job) name neither apiVersion nor kind
+        return [{**job, "apiVersion": backend.api_version, "kind": backend.kind}
+                for job in cluster.request("GET", listing)["items"]]
+
+    first = wait_for(lambda: next(iter(jobs()), None), what=f"the {backend.kind}")
     seen.append(first)
     name = first["metadata"]["name"]
     pods = f"/api/v1/namespaces/{namespace}/pods"
-    cluster.request("POST", pods, _pod(namespace, f"{name}-launcher", first))
-    cluster.request("POST", pods, _pod(namespace, f"{name}-worker-0", first))
-    kubelet.append(namespace, f"{name}-launcher", "worker", CHECKPOINT)
-    cluster.patch_status(f"{listing}/{name}", {"conditions": [
-        {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-26T00:00:00Z"}]})
+    cluster.request("POST", pods, _worker(namespace, f"{name}-worker-0", first))
+    kubelet.append(namespace, f"{name}-worker-0", "worker", CHECKPOINT)
+    cluster.patch_status(f"{listing}/{name}", running)
     _disrupt(cluster, namespace, f"{name}-worker-0", SHUTDOWN)
     uid = first["metadata"]["uid"]
-    again = wait_for(lambda: next((job for job in _mpijobs(cluster, namespace) if job["metadata"]["uid"] != uid), None),
-                     timeout=120, what="a resubmission")
+    again = wait_for(lambda: next((job for job in jobs() if job["metadata"]["uid"] != uid), None), timeout=120,
+                     what="a resubmission")
     seen.append(again)
-    kubelet.append(namespace, f"{name}-launcher", "worker", '{"event": "result", "accuracy": 0.95}')
-    cluster.patch_status(f"{listing}/{name}", {"conditions": [
-        {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-11-26T00:02:00Z"}]})
+    cluster.request("POST", pods, _worker(namespace, f"{name}-worker-0-again", again))
+    kubelet.append(namespace, f"{name}-worker-0-again", "worker", '{"event": "result", "accuracy": 0.95}')
+    cluster.patch_status(f"{listing}/{name}", running)
+    cluster.patch_status(f"{listing}/{name}", succeeded)
 
 
-def test_a_job_whose_spot_node_shuts_down_is_resubmitted_from_its_checkpoint(kube_cluster, kubelet, namespace,
-                                                                             run_dag, capfd):
+def _env_lists(obj) -> list[list[dict]]:
+    """Every container environment in the object (a TrainJob's is its trainer's)."""
+    if isinstance(obj, list):
+        return [env for item in obj for env in _env_lists(item)]
+    if not isinstance(obj, dict):
+        return []
+    own = [obj["env"]] if isinstance(obj.get("env"), list) else []
+    return own + [env for value in obj.values() for env in _env_lists(value)]
+
+
+def _resume_points(obj: dict) -> list[str | None]:
+    """What each container environment of the object says AIRFLOW_ML_RESUME_FROM is (None: nothing)."""
+    return [next((var.get("value") for var in env if var["name"] == RESUME_ENV), None) for env in _env_lists(obj)]
+
+
+@pytest.mark.parametrize("kind", ["mpijob", "volcano", "indexed-job", "trainjob"])
+def test_a_job_whose_spot_node_shuts_down_is_resubmitted_from_its_checkpoint(kind, kube_cluster, kubelet, namespace,
+                                                                             run_dag, capfd, request):
+    if kind == "trainjob":
+        request.getfixturevalue("trainer_cluster")  # Trainer's and JobSet's CRDs
+    backend = TrainingBackendHook().get_backend(kind)
     seen: list[dict] = []
-    player = threading.Thread(target=_play_spot_loss, args=(kube_cluster, kubelet, namespace, seen), daemon=True)
+    player = threading.Thread(target=_play_spot_loss, args=(kube_cluster, kubelet, namespace, backend, seen),
+                              daemon=True)
     player.start()
-    result = run_dag("ml_test_mpijob_evicted")  # tests/dags/ml_elastic_test_dags.py: deferrable, checkpoint_dir /ckpt
+    # tests/dags/ml_elastic_test_dags.py: deferrable, checkpoint_dir /ckpt; horovod on mpijob, pytorch elsewhere
+    result = run_dag(f"ml_test_spot_{kind.replace('-', '_')}")
     player.join(30)
     assert result.state == "success", result.task_states
     first, second = seen
-    launcher = second["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert {item["name"]: item.get("value") for item in launcher["env"]}[RESUME_ENV] == "/ckpt/ckpt-000002.npz"
+    assert set(_resume_points(first)) == {None}
+    assert set(_resume_points(second)) == {"/ckpt/ckpt-000002.npz"}, "every container resumes"
     out = capfd.readouterr().out
     assert f"pod {first['metadata']['name']}-worker-0 is disrupted ({SHUTDOWN[0]}: {SHUTDOWN[1]})" in out
     assert "resuming from checkpoint /ckpt/ckpt-000002.npz at step 44, epoch 2" in out
-    assert JOB_NAME_LABEL in second["metadata"]["labels"]
+    # one preemption: the first job's disrupted pod, still there, is not taken for the second job's
+    (left,) = kube_cluster.request("GET", resource_path(backend.api_version, backend.kind, namespace))["items"]
+    assert left["metadata"]["uid"] == second["metadata"]["uid"]
+    assert left["metadata"]["labels"][PREEMPTIONS_LABEL] == "1"
 
 
 def _taint(cluster, node: str, key: str, age_s: float) -> None:

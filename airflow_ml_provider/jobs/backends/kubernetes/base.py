@@ -230,15 +230,14 @@ class KubernetesBackend(Backend):
             self._unreadable("pods", exc)
             return status
         owned = [pod for pod in pods.get("items") or [] if disruption.owned_by(pod, obj)]
-        for pod in owned:
-            if disrupted := disruption.disrupted(pod):
-                return JobStatus(JobState.PREEMPTED, disrupted)
+        if disrupted := next(filter(None, map(disruption.disrupted, owned)), None):
+            return disruption.preempted(status, disrupted)
         try:
             lost = disruption.first_lost(owned, self._node)
         except (ApiException, TransientApiError) as exc:
             self._unreadable("nodes", exc)
             return status
-        return JobStatus(JobState.PREEMPTED, lost) if lost else status
+        return disruption.preempted(status, lost)
 
     def _node(self, name: str) -> dict | None:
         try:
@@ -307,8 +306,7 @@ class KubernetesBackend(Backend):
                     status = pending
                 if self.queueing is not None:
                     status = kueue.workload_status(workload, status)
-                # a disruption Kueue answers by evicting (REQUEUED) is left to Kueue: no resubmission
-                yield JobStatus(JobState.PREEMPTED, disrupted) if disrupted and not status.state.is_terminal else status
+                yield disruption.preempted(status, disrupted)
 
     @asynccontextmanager
     async def _workloads(self, name: str, changes: asyncio.Queue):

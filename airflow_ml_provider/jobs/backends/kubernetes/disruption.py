@@ -18,7 +18,9 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 
+from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
+from airflow_ml_provider.labels import PREFIX
 
 _NOT_RUNNING = {"unreachable", "not-ready"}
 _DEFAULT_TOLERATION_S = 300  # what the DefaultTolerationSeconds admission plugin gives every pod
@@ -39,9 +41,31 @@ def disrupted_job(pod: dict) -> str | None:
 
 
 def owned_by(pod: dict, obj: dict | None) -> bool:
-    """Whether ``obj`` (the job) owns ``pod``: a pod of an earlier job of the same name does not count."""
-    uid = (obj or {}).get("metadata", {}).get("uid")
-    return bool(uid) and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+    """Whether the job ``obj`` owns ``pod``, so that a pod of an earlier job of the same name (one the garbage
+    collector has not removed yet) does not count. A pod its controller makes directly (MPIJob, Volcano
+    Job, batch Job) names the job's uid; one made through objects of its own (a TrainJob's JobSet makes
+    Jobs, which make pods) carries the job's own labels (its try and preemption count: each
+    resubmission's differ) and was created no earlier than the job."""
+    meta = (obj or {}).get("metadata") or {}
+    if not meta.get("uid"):
+        return False
+    refs = pod["metadata"].get("ownerReferences") or []
+    if any(ref.get("uid") == meta["uid"] for ref in refs):
+        return True
+    if any((ref.get("apiVersion"), ref.get("kind")) == (obj.get("apiVersion"), obj.get("kind")) for ref in refs):
+        return False  # made directly by another job of that name
+    ours = {key: value for key, value in (meta.get("labels") or {}).items() if key.startswith(f"{PREFIX}/")}
+    labels = pod["metadata"].get("labels") or {}
+    created = pod["metadata"].get("creationTimestamp") or ""  # RFC 3339 in UTC, seconds: ordered as strings
+    return (bool(ours) and all(labels.get(key) == value for key, value in ours.items())
+            and created >= (meta.get("creationTimestamp") or ""))
+
+
+def preempted(status: JobStatus, reason: str | None) -> JobStatus:
+    """The job's status once one of its pods can no longer run (``reason``; None: every pod can): PREEMPTED,
+    so that the job is resubmitted from its checkpoint, unless the job has already ended or Kueue has
+    evicted it (Kueue requeues the same job by itself: PREEMPTED with the reason REQUEUED stands)."""
+    return JobStatus(JobState.PREEMPTED, reason) if reason and not status.state.is_terminal else status
 
 
 def node_name(pod: dict) -> str | None:

@@ -11,7 +11,9 @@ the log reader and the pod watch select by) go in a runtime patch of the provide
 
 States come from the TrainJob alone: its conditions (Complete, Failed, Suspended; Trainer copies the
 first two from its JobSet's) and ``status.jobsStatus`` (Trainer's copy of the JobSet's replicated-job
-counts), so one shared watch of TrainJobs follows every job.
+counts), so one shared watch of TrainJobs follows every job. Its disrupted pods (from the shared pod
+watch, as on every backend) are owned by JobSet's Jobs, not by the TrainJob: ``disruption.owned_by`` ties
+them to it by its labels and creation time.
 """
 
 from __future__ import annotations
