@@ -8,6 +8,7 @@ import html
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -106,3 +107,20 @@ def test_the_documentation_url_is_a_page_of_the_repository():
 def test_no_file_of_the_project_points_outside_the_repository():
     tracked = subprocess.run(["git", "grep", "-n", r"\.\./shared"], cwd=REPO, capture_output=True, text=True)
     assert tracked.stdout == "", tracked.stdout  # the CRDs come from requirements/crds.lock
+
+
+def test_the_readmes_api_example_builds_its_dag_importing_no_follow_core():
+    """The README's "taste of the API" is real code: run as a DAG file in a fresh interpreter it builds both
+    tasks, and (parse-time cost, issue 26) imports neither the follow core nor a training framework."""
+    example = re.search(r"## A taste of the API\s+```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)[1]
+    probe = example + (
+        "\nimport sys\nprint(sorted(task.task_id for task in dag.tasks))\n"
+        "print(sorted(m for m in ('airflow_ml_provider.jobs.follow', 'tensorflow', 'torch', 'lightgbm')"
+        " if m in sys.modules))\n"
+    )
+    probe = probe.replace('with DAG(dag_id="train", schedule=None):', 'with DAG(dag_id="train", schedule=None) as dag:')
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tasks, heavy = result.stdout.strip().splitlines()[-2:]
+    assert tasks == "['train_horovod', 'train_lightgbm']"
+    assert heavy == "[]"
