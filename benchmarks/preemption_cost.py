@@ -1,12 +1,16 @@
-"""What a preemption costs, and what losing an elastic worker costs, on the local backend (real Horovod).
+"""What a preemption costs, and what losing an elastic worker costs, on the local backend (real Horovod,
+real torchrun).
 
 (1) A fixed-size 2-worker job long enough that training is most of its wall time (a clean run first
     prints the training share, target >= 80%): by default LightGBM (``--rounds`` rounds on a generated
     set, metrics every 5 rounds, a checkpoint every 10); ``--trainer horovod`` runs ``horovod_keras``
-    instead (``--epochs`` epochs of ``--steps-per-epoch`` steps, metrics and a checkpoint per epoch).
-    For each preemption point (25/50/75% of the rounds or epochs) the job runs until it logs the round
-    half a checkpoint interval past its last checkpoint, rank 1 is SIGKILLed (a real worker death) and
-    the job is resubmitted as the operator does: resuming from the last checkpoint its log reported.
+    instead (``--epochs`` epochs of ``--steps-per-epoch`` steps, metrics and a checkpoint per epoch), and
+    ``--trainer pytorch`` ``torch_ddp`` under torchrun (``--epochs`` epochs over ``--rows`` generated
+    rows, metrics and a checkpoint per epoch).
+    For each preemption point (25/50/75% of the rounds or epochs) the job runs until half a checkpoint
+    interval past its last checkpoint (a round it logs; for an epoch trainer half the clean run's epoch
+    time after the checkpoint's line), rank 1 is SIGKILLed (a real worker death) and the job is
+    resubmitted as the operator does: resuming from the last checkpoint its log reported.
     A preemption's cost is how much later the job reaches round ``m``, the first round the resubmitted
     attempt logs, than it did (or, past the kill, would have) without it:
       resume:  t2(m) - t1(m)   m's line from the resumed attempt minus m's line from the killed one
@@ -14,7 +18,8 @@
       restart: s2 - s1         a restarted job replays the killed attempt from its start s1 at s2
     Both come from one preempted job's own log lines, so the machine's load drifting between separate
     runs does not enter them (as it does a clean run subtracted from a preempted one). The resume cost
-    is three measured spans: the rounds past m until the killed attempt ended, plus resubmitting;
+    is three measured spans: the rounds past m until the killed attempt ended, plus resubmitting (an
+    epoch trainer's m lies past the kill: then it is resubmitting less the rest of epoch m);
     start-up (the launcher, Python, imports, data, the checkpoint; up to the trainer's ``resumed``
     line); and the trainer up to round m again: LightGBM's network, the datasets, the rounds since the
     checkpoint and, for a worker without saved scores, re-scoring its rows with every tree so far
@@ -25,10 +30,16 @@
     differs): resuming the way LightGBM's ``init_model`` does.
 (2) An elastic 3-worker ``horovod_elastic`` job: training steps per second before rank 1 is killed and
     after the job re-formed with 2 workers (timed by when the trainer's metrics lines reach the log).
+    With ``--trainer pytorch`` instead: the same job as (1), elastic (``--nnodes 1:2``), rank 1 killed at
+    each point; torchrun re-forms the group within the job and the trainer resumes from its newest
+    checkpoint. Its costs are (1)'s, the re-formed group standing for the resubmitted attempt: it starts
+    when its rank 0's process does (the killed group: when its own did).
 
-    AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/preemption_cost.py [--trainer lightgbm|horovod] [--no-elastic]
+    AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/preemption_cost.py [--trainer lightgbm|horovod|pytorch]
+        [--no-elastic]
 
-etcd: ``$AIRFLOW_ML_ETCD``, else a private one started with the tests' launcher (Debian etcd-server).
+etcd (Horovod's elastic job): ``$AIRFLOW_ML_ETCD``, else a private one started with the tests' launcher
+(Debian etcd-server).
 """
 
 from __future__ import annotations
@@ -46,18 +57,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import psutil  # noqa: E402
 from etcd_server import start_etcd  # noqa: E402
 
-from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend  # noqa: E402
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend  # noqa: E402
 from airflow_ml_provider.jobs.follow import ResumePoint  # noqa: E402
 from airflow_ml_provider.jobs.preemption import resubmission  # noqa: E402
 from airflow_ml_provider.jobs.spec import TrainingJobSpec  # noqa: E402
 from airflow_ml_provider.jobs.state import JobState  # noqa: E402
 from airflow_ml_provider.runtime.datasets import write_synthetic  # noqa: E402
+from support import rank_process  # noqa: E402
 
 TRAIN_ENV = REPO / ".venv-train"
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+TORCH_DDP = "airflow_ml_provider.runtime.torch_ddp"
+# the variable holding a trainer process's rank: what its launcher (ours, horovodrun, torchrun) sets
+RANK_ENV = {"airflow_ml_provider.runtime.lightgbm_trainer": "AIRFLOW_ML_RANK", TORCH_DDP: "RANK",
+            "airflow_ml_provider.runtime.horovod_keras": "HOROVOD_RANK",
+            "airflow_ml_provider.runtime.horovod_elastic": "HOROVOD_RANK"}
 
 
 class Run:
@@ -70,16 +86,17 @@ class Run:
 
     def poll(self) -> bool:
         """Read new lines; True once the job has ended (and its log has been read to the end)."""
+        self.backend.heartbeat(self.name)  # a follower's lease: a job no one follows is stopped as orphaned
         done = self.backend.status(self.name).state.is_terminal
         log = self.backend.job_dir(self.name) / "output.log"
         if log.exists():
-            with log.open() as f:
+            with log.open("rb") as f:  # offsets in bytes: torchrun's failure summary is not ASCII
                 f.seek(self._offset)
                 for line in f:
-                    if not line.endswith("\n"):
+                    if not line.endswith(b"\n"):
                         break
                     self._offset += len(line)
-                    text = line.partition("] ")[2]
+                    text = line.decode(errors="replace").partition("] ")[2]
                     if text.startswith("{"):
                         self.events.append((time.perf_counter(), json.loads(text)))
         return done
@@ -100,26 +117,40 @@ class Run:
         return max((e[field] for _, e in self.events if e["event"] == kind and field in e), default=0)
 
 
-def kill_rank_1(run: Run, trainer: str) -> None:
-    """SIGKILL the user's process of rank 1 (found by the job's uid and the rank its launcher gave it)."""
-    uid = json.loads((run.backend.job_dir(run.name) / "job.json").read_text())["uid"]
-    for proc in psutil.process_iter():
-        try:
-            env, cmdline = proc.environ(), proc.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        rank = env.get("HOROVOD_RANK", env.get("AIRFLOW_ML_RANK"))
-        if env.get(JOB_UID_ENV) == uid and rank == "1" and trainer in cmdline:
-            proc.send_signal(signal.SIGKILL)
-            return
-    raise SystemExit(f"job {run.name}: no rank 1 process of {trainer} to kill")
+def kill_rank_1(run: Run, trainer: str) -> int:
+    """SIGKILL the user's process of rank 1 (tests/support.py's rank_process: the job's uid, the rank its
+    launcher gave it); returns the pid of rank 0's process at that moment (an elastic group's restart
+    replaces it)."""
+    job_dir, rank_env = run.backend.job_dir(run.name), RANK_ENV[trainer]
+    victim, survivor = rank_process(job_dir, 1, trainer, rank_env), rank_process(job_dir, 0, trainer, rank_env)
+    if victim is None or survivor is None:
+        raise SystemExit(f"job {run.name}: no rank 1 (or rank 0) process of {trainer} to kill")
+    victim.send_signal(signal.SIGKILL)
+    return survivor.pid
+
+
+def rank_0_started(run: Run, trainer: str, not_pid: int | None = None) -> float:
+    """When rank 0's trainer process (other than ``not_pid``) started, on the events' clock (perf_counter)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        proc = rank_process(run.backend.job_dir(run.name), 0, trainer, RANK_ENV[trainer])
+        if proc is not None and proc.pid != not_pid:
+            return proc.create_time() - time.time() + time.perf_counter()
+        run.poll()
+        time.sleep(0.02)
+    raise SystemExit(f"job {run.name}: rank 0's process of {trainer} never (re)started")
 
 
 def training_share(run: Run, wall: float) -> float:
     """Share of the wall time spent in epochs: the span of the epoch lines plus one epoch (the first)."""
     times = [t for t, e in run.events if e["event"] == "metrics"]
-    epoch = (times[-1] - times[0]) / max(1, len(times) - 1)
-    return (times[-1] - times[0] + epoch) / wall
+    return (times[-1] - times[0] + pace(run.events)) / wall
+
+
+def pace(events: list) -> float:
+    """Seconds per logged round (epoch): the mean gap between the metrics lines."""
+    times = [t for t, e in events if e["event"] == "metrics"]
+    return (times[-1] - times[0]) / max(1, len(times) - 1)
 
 
 def resume_point(run: Run) -> ResumePoint | None:
@@ -128,13 +159,15 @@ def resume_point(run: Run) -> ResumePoint | None:
     return ResumePoint(points[-1]["path"], points[-1].get("step"), points[-1].get("epoch")) if points else None
 
 
-def logged_at(run: Run, step: int) -> float:
-    """When ``run`` logged the metrics of ``step``; past its last line, extrapolated at its own pace."""
-    times = {e["step"]: t for t, e in run.events if e["event"] == "metrics"}
-    if step in times:
-        return times[step]
-    (s0, t0), (s1, t1) = sorted(times.items())[-2:]
-    assert step > s1, (step, sorted(times))
+def logged_at(events: list, step: int, fallback_s: float) -> float:
+    """When ``events`` logged the metrics of ``step``; past their last line, extrapolated at their own pace
+    (``fallback_s`` per round where they logged one line only)."""
+    times = sorted({e["step"]: t for t, e in events if e["event"] == "metrics"}.items())
+    if step in dict(times):
+        return dict(times)[step]
+    (s1, t1) = times[-1]
+    assert step > s1, (step, times)
+    (s0, t0) = times[-2] if len(times) > 1 else (s1 - 1, t1 - fallback_s)
     return t1 + (step - s1) * (t1 - t0) / (s1 - s0)
 
 
@@ -144,22 +177,72 @@ def fixed_size_job(args: argparse.Namespace, work: Path) -> tuple[str, str, list
         trainer = "airflow_ml_provider.runtime.horovod_keras"
         return trainer, f"horovod_keras, {args.epochs} epochs x {args.steps_per_epoch} steps", [
             "python", "-m", trainer, "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps_per_epoch)]
-    trainer = "airflow_ml_provider.runtime.lightgbm_trainer"
     data, valid = work / "ml" / "data" / "train.npz", work / "ml" / "data" / "valid.npz"  # the backend's data dir
     write_synthetic(data, valid, rows=args.rows, features=20, seed=0)
+    if args.trainer == "pytorch":
+        return TORCH_DDP, f"torch_ddp (torchrun), {args.epochs} epochs on {args.rows:,} x 20", [
+            "python", "-m", TORCH_DDP, "--epochs", str(args.epochs), "--train-data", str(data),
+            "--test-data", str(valid)]
+    trainer = "airflow_ml_provider.runtime.lightgbm_trainer"
     return trainer, f"lightgbm, {args.rounds} rounds on {args.rows:,} x 20", [
         "python", "-m", trainer, "--train-data", str(data), "--valid-data", str(valid),
         "--num-boost-round", str(args.rounds), "--log-every", "5", "--checkpoint-every", "10",
         "--params-json", json.dumps({"num_leaves": 63, "learning_rate": 0.05, "seed": 0})]
 
 
-def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namespace) -> None:
-    trainer, what, command = fixed_size_job(args, work)
-    total, interval = (args.epochs, 1) if args.trainer == "horovod" else (args.rounds, 10)
-    framework = "horovod" if args.trainer == "horovod" else "lightgbm"
+def kill_past_checkpoint(run: Run, trainer: str, checkpoint: int, interval: int, epoch_s: float) -> int:
+    """Kill rank 1 half a checkpoint interval past the checkpoint of round (epoch) ``checkpoint``: the work
+    since it is lost. Rounds are logged within an interval; an epoch trainer logs once per checkpoint, so
+    its kill comes half an epoch (``epoch_s``, the clean run's pace) after that checkpoint's line."""
+    if interval > 1:
+        run.until(lambda r: r.last("metrics", "step") >= checkpoint + interval // 2)
+    else:
+        run.until(lambda r: r.last("checkpoint", "epoch") >= checkpoint)
+        done = time.perf_counter() + epoch_s / 2
+        run.until(lambda r: time.perf_counter() >= done)
+    return kill_rank_1(run, trainer)
+
+
+def costs(killed: list, s1: float, resumed: list, s2: float, pace_s: float) -> tuple[float, tuple[float, float, float]]:
+    """``(restart cost, resume cost's spans)`` of one preemption (see the module's docstring): ``killed``
+    and ``resumed`` are the two attempts' (or an elastic job's two groups') stamped events, ``s1``/``s2``
+    when each started (a resubmitted attempt: its submission; a re-formed group: its rank 0's process).
+    The first span is negative where round m lies past the kill (the killed attempt would have logged it
+    later than the next one started)."""
+    [at_resumed] = [t for t, e in resumed if e["event"] == "resumed" and e["rank"] == 0]
+    m, at_m = next((e["step"], t) for t, e in resumed if e["event"] == "metrics")
+    return s2 - s1, (s2 - logged_at(killed, m, pace_s), at_resumed - s2, at_m - at_resumed)
+
+
+def row(point: float, start: str, restart_cost: float, spans: tuple[float, float, float], instead: str = "-") -> float:
+    """Print one preemption point's row; returns resume / restart."""
+    ratio = sum(spans) / restart_cost
+    resume_cost = f"{sum(spans):4.1f} s = " + " + ".join(f"{span:.1f}" for span in spans) + " s"
+    print(f"  {100 * point:11.0f}% | {start:>13s} | {restart_cost:10.1f} s | {resume_cost:28s} | {ratio:16.2f} |"
+          f" {instead}")
+    return ratio
+
+
+HEADER = ("  preempted at | from (scores) | restart cost | resume cost                  | resume / restart"
+          " | re-scoring instead: cost, / restart")
+
+
+def verdict(ratios: dict[float, float]) -> None:
+    late = [ratio for point, ratio in ratios.items() if point >= 0.5]
+    by_point = [ratio for _, ratio in sorted(ratios.items())]
+    trend = "" if len(by_point) < 2 else \
+        f"; relatively cheaper at the last point than at the first: {'yes' if by_point[-1] < by_point[0] else 'NO'}"
+    print(f"  resume cheaper than restart at every point >= 50%: {'yes' if late and max(late) < 1 else 'NO'}{trend}")
+
+
+def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namespace,
+                        job: tuple[str, str, list[str]]) -> float:
+    """Runs (1) with ``job`` (fixed_size_job's); returns the clean run's seconds per round (epoch)."""
+    trainer, what, command = job
+    total, interval = (args.rounds, 10) if args.trainer == "lightgbm" else (args.epochs, 1)
 
     def spec(tag: str) -> TrainingJobSpec:
-        return TrainingJobSpec(framework=framework, num_workers=2, env=ENV, command=command,
+        return TrainingJobSpec(framework=args.trainer, num_workers=2, env=ENV, command=command,
                                checkpoint_dir=str(work / tag), model_dir=str(work / tag / "model"))
 
     def booster_alone(name: str, resume: ResumePoint) -> ResumePoint:
@@ -186,16 +269,12 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
           " of it training")
     print("cost of a preemption: how much later the job logs round m (the resubmitted attempt's first) than"
           " without it; resuming = the rounds past m + resubmitting, start-up, up to m again")
-    print("  preempted at | from (scores) | restart cost | resume cost                  | resume / restart"
-          " | re-scoring instead: cost, / restart")
+    print(HEADER)
     ratios = {}
     for point in args.points:
         name = f"preempted-{int(point * 100)}"
         first = Run(backend, name, spec(name))
-        # half a checkpoint interval past a checkpoint: the work since it is lost
-        kill_at = int(point * total) // interval * interval + interval // 2
-        first.until(lambda r: r.last("metrics", "step") >= kill_at)
-        kill_rank_1(first, trainer)
+        kill_past_checkpoint(first, trainer, int(point * total) // interval * interval, interval, pace(clean.events))
         first.finish()
         assert backend.status(name).state is JobState.PREEMPTED, backend.status(name)
         resume = resume_point(first)
@@ -205,24 +284,43 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         second = Run(backend, name, again, labels)
         second.finish()
         assert backend.status(name).state is JobState.SUCCEEDED, backend.status(name)
-        [resumed] = [t for t, e in second.events if e["event"] == "resumed" and e["rank"] == 0]
-        restored = sum(e["event"] == "scores_restored" for _, e in second.events)
-        m, at_m = next((e["step"], t) for t, e in second.events if e["event"] == "metrics")
-        before = logged_at(first, m)
-        restart_cost, spans = second.start - first.start, (second.start - before, resumed - second.start, at_m - resumed)
-        ratios[point] = sum(spans) / restart_cost
-        instead = "-"
+        restart_cost, spans = costs(first.events, first.start, second.events, second.start, pace(clean.events))
+        instead, start = "-", f"epoch {resume.epoch}"
         if args.trainer == "lightgbm":
+            restored = sum(e["event"] == "scores_restored" for _, e in second.events)
             third = rescoring(name, alone)
             rescored = spans[0] + spans[1] + third
             instead = f"{rescored:5.1f} s (up to m {third:.1f} s), {rescored / restart_cost:4.2f}"
-        resume_cost = f"{sum(spans):4.1f} s = " + " + ".join(f"{span:.1f}" for span in spans) + " s"
-        print(f"  {100 * point:11.0f}% | {f'{resume.step} ({restored}/2)':>13s} | {restart_cost:10.1f} s |"
-              f" {resume_cost:28s} | {ratios[point]:16.2f} | {instead}")
-    late = [ratio for point, ratio in ratios.items() if point >= 0.5]
-    (_, earliest), *_, (_, latest) = sorted(ratios.items())
-    print(f"  resume cheaper than restart at every point >= 50%: {'yes' if late and max(late) < 1 else 'NO'};"
-          f" relatively cheaper at the last point than at the first: {'yes' if latest < earliest else 'NO'}")
+            start = f"{resume.step} ({restored}/2)"
+        ratios[point] = row(point, start, restart_cost, spans, instead)
+    verdict(ratios)
+    return pace(clean.events)
+
+
+def elastic_restart(backend: LocalBackend, work: Path, args: argparse.Namespace, command: list[str],
+                    epoch_s: float) -> None:
+    """(2) for PyTorch: a 2-worker elastic job (``--nnodes 1:2``) whose rank 1 is killed at each point; torchrun
+    re-forms the group in the same job and the trainer resumes from its newest checkpoint. The same costs
+    as (1), where the second attempt is the re-formed group, started when its rank 0's process started."""
+    print("elastic torch_ddp, 2 workers (--nnodes 1:2), rank 1 killed; torchrun re-forms the group in the job:")
+    print(HEADER)
+    ratios = {}
+    for point in args.points:
+        name = f"elastic-{int(point * 100)}"
+        spec = TrainingJobSpec(framework="pytorch", num_workers=2, min_workers=1, max_workers=2, env=ENV,
+                               command=command, checkpoint_dir=str(work / name), model_dir=str(work / name / "model"))
+        run = Run(backend, name, spec)
+        s1 = rank_0_started(run, TORCH_DDP)
+        survivor = kill_past_checkpoint(run, TORCH_DDP, int(point * args.epochs), 1, epoch_s)
+        s2 = rank_0_started(run, TORCH_DDP, not_pid=survivor)
+        run.finish()
+        assert backend.status(name).state is JobState.SUCCEEDED, backend.status(name)
+        # the killed group's lines all come before the re-formed group's first (its ranks' ``resumed``)
+        split = next(i for i, (_, e) in enumerate(run.events) if e["event"] == "resumed")
+        restart_cost, spans = costs(run.events[:split], s1, run.events[split:], s2, epoch_s)
+        [resumed] = [e for _, e in run.events[split:] if e["event"] == "resumed" and e["rank"] == 0]
+        ratios[point] = row(point, f"epoch {resumed['epoch']}", restart_cost, spans)
+    verdict(ratios)
 
 
 def elastic_throughput(backend: LocalBackend, work: Path, steps: int) -> None:
@@ -250,10 +348,10 @@ def elastic_throughput(backend: LocalBackend, work: Path, steps: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trainer", choices=["lightgbm", "horovod"], default="lightgbm")
-    parser.add_argument("--rows", type=int, default=100_000, help="lightgbm: generated rows")
+    parser.add_argument("--trainer", choices=["lightgbm", "horovod", "pytorch"], default="lightgbm")
+    parser.add_argument("--rows", type=int, default=100_000, help="lightgbm, pytorch: generated rows")
     parser.add_argument("--rounds", type=int, default=2000, help="lightgbm: boosting rounds")
-    parser.add_argument("--epochs", type=int, default=8, help="horovod: epochs")
+    parser.add_argument("--epochs", type=int, default=8, help="horovod, pytorch: epochs")
     parser.add_argument("--steps-per-epoch", type=int, default=4000, help="horovod: steps per epoch")
     parser.add_argument("--points", type=float, nargs="+", default=[0.25, 0.5, 0.75],
                         help="preemption points, as shares of the job's rounds (epochs)")
@@ -261,13 +359,17 @@ def main() -> None:
     parser.add_argument("--no-elastic", action="store_true", help="skip (2)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="preemption-cost-"))
-    server = None if args.no_elastic or os.environ.get("AIRFLOW_ML_ETCD") else start_etcd()
+    horovod_elastic = not args.no_elastic and args.trainer != "pytorch"  # torchrun's rendezvous needs no etcd
+    server = start_etcd() if horovod_elastic and not os.environ.get("AIRFLOW_ML_ETCD") else None
     try:
         backend = LocalBackend(work / "ml", image=str(TRAIN_ENV),
                                etcd=os.environ.get("AIRFLOW_ML_ETCD") or (server and server.endpoint))
-        preemption_overhead(backend, work, args)
-        if not args.no_elastic:
+        job = fixed_size_job(args, work)
+        epoch_s = preemption_overhead(backend, work, args, job)
+        if horovod_elastic:
             elastic_throughput(backend, work, args.elastic_steps)
+        elif not args.no_elastic:
+            elastic_restart(backend, work, args, job[2], epoch_s)
     finally:
         if server:
             server.stop()

@@ -96,7 +96,8 @@ class Follower:
         self.rules = LogRules(**self.options.rules)
         state = dict(state or {})
         self.cursor = state.get("cursor")
-        self.tracker = MetricsTracker(self.options.metric_goals, state=state.get("metrics"))
+        self.tracker = MetricsTracker(self.options.metric_goals, state=state.get("metrics"), confine=self._confined,
+                                      refused=self._outside())
         self.preemptions: int = state.get("preemptions", 0)
         self.tail: list[list[str]] = state.get("tail", [])
         self.ended_at: float | None = state.get("ended_at")
@@ -140,11 +141,11 @@ class Follower:
         if batch is not None:
             self.seq += 1
             self.cursor = batch.cursor
-            for line in batch.lines:
-                lines.append(line)
-                points.extend(self._feed(line, warnings))
-                if (match := self.rules.check(line)) is not None:
-                    break
+            taken, match = self.rules.first_match(batch.lines)
+            lines = batch.lines[:taken]
+            points = self.tracker.feed_lines(lines, self.rules)
+            warnings += self.tracker.warnings
+            self.tracker.warnings.clear()
             self._keep_tail(lines)
         progress = {"lines": lines, "status": status, "points": points, "warnings": warnings, "events": events}
         if match is not None:
@@ -224,24 +225,9 @@ class Follower:
 
     # -- internals --------------------------------------------------------------------------------------
 
-    def _feed(self, line: LogLine, warnings: list[str]) -> list[tuple[str, int, float]]:
-        before = (self.tracker.model_path, self.tracker.checkpoint)
-        points = self.tracker.feed(line, self.rules)
-        warnings.extend(self.tracker.warnings)
-        self.tracker.warnings.clear()
-        if self.tracker.model_path != before[0]:
-            reported = self.tracker.model_path
-            self.tracker.model_path = confined(reported, self.options.artifact_roots) or before[0]
-            if self.tracker.model_path == before[0]:
-                warnings.append(f"ignored model path {reported!r} reported by [{line.source}]: {self._outside()}")
-        checkpoint = self.tracker.checkpoint
-        if checkpoint != before[1]:
-            resolved = confined(checkpoint["path"], self.options.artifact_roots)
-            self.tracker.checkpoint = {**checkpoint, "path": resolved} if resolved else before[1]
-            if not resolved:
-                warnings.append(f"ignored checkpoint {checkpoint['path']!r} reported by [{line.source}]: "
-                                f"{self._outside()}")
-        return points
+    def _confined(self, path: str) -> str | None:
+        """A path a line reports, resolved, if it lies within the job's artifact roots (see ``confined``)."""
+        return confined(path, self.options.artifact_roots)
 
     def _keep_tail(self, lines: list[LogLine]) -> None:
         """The newest ``tail_lines`` lines, each cut short (once per batch: only its end can be kept)."""

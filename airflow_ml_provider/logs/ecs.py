@@ -101,15 +101,29 @@ def getter(path: str) -> Callable[[dict[str, Any]], Any]:
     """``field(doc, path)`` with the path split once: for reading the same field of many documents
     (the plain nested layout is tried first, without a loop over alternatives)."""
     parts = path.split(".")
+    if len(parts) == 1:
+        def get(doc: dict[str, Any]) -> Any:
+            try:
+                return doc[path]
+            except (KeyError, TypeError, IndexError):
+                return field(doc, path)
+    elif len(parts) == 3:  # kubernetes.pod.name: no loop for the common depth (read once per line)
+        first, second, third = parts
 
-    def get(doc: dict[str, Any]) -> Any:
-        node: Any = doc
-        try:
-            for part in parts:
-                node = node[part]
-        except (KeyError, TypeError, IndexError):
-            return field(doc, path)
-        return node
+        def get(doc: dict[str, Any]) -> Any:
+            try:
+                return doc[first][second][third]
+            except (KeyError, TypeError, IndexError):
+                return field(doc, path)
+    else:
+        def get(doc: dict[str, Any]) -> Any:
+            node: Any = doc
+            try:
+                for part in parts:
+                    node = node[part]
+            except (KeyError, TypeError, IndexError):
+                return field(doc, path)
+            return node
     return get
 
 

@@ -151,7 +151,10 @@ class ElasticsearchLogSource(LogSource):
             if (ts := hit["sort"][0]) >= keep_from:
                 kept.setdefault(ts, set()).add(_identity(hit))
             document = hit.get("_source") or {}
-            append(LogLine(str(source_of(document) or "unknown"), str(message_of(document) or "")))
+            source, message = source_of(document), message_of(document)
+            if source.__class__ is not str or not source:  # a string, as nearly always: kept as it is
+                source = str(source or "unknown")
+            append(LogLine(source, message if message.__class__ is str else str(message or "")))
 
     def _page(self, query: dict[str, Any], after: list | None, size: int,
               with_source: bool = True) -> tuple[list[dict], bool]:

@@ -17,6 +17,7 @@ import json
 import math
 import posixpath
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_ml_provider.logs.rules import LogRules
@@ -112,7 +113,8 @@ class MetricsTracker:
     """
 
     def __init__(self, goals: dict[str, str] | None = None, max_points: int = 500,
-                 state: dict[str, Any] | None = None):
+                 state: dict[str, Any] | None = None, confine: Callable[[str], str | None] | None = None,
+                 refused: str = ""):
         for name, goal in (goals or {}).items():
             if goal not in ("min", "max"):
                 raise ValueError(f"metric_goals[{name!r}]: expected 'min' or 'max', got {goal!r}")
@@ -128,18 +130,38 @@ class MetricsTracker:
         self.reporter: str | None = state.get("reporter")
         self.ignored: dict[str, int] = state.get("ignored", {})  # kind of bound -> lines ignored for it
         self.warnings: list[str] = []
+        # A reported model or checkpoint path is kept as ``confine`` resolves it, or ignored (a warning
+        # ending in ``refused``) where it answers None; None: every path (of a valid type) is kept.
+        self.confine, self.refused = confine, refused
 
     def feed(self, line: LogLine, rules: LogRules | None = None) -> list[tuple[str, int, float]]:
         """Take one line; returns the metric points it added, as ``(name, step, value)``."""
-        event, problem = _decode(line.text)
-        if problem is not None:
-            self._ignore("line", line, problem)
-            return []
-        if event is None:
-            if rules is None:
-                return []
-            values, step = rules.metrics_in(line.text)
-            return self.record(values, line.source, step, line)
+        return self.feed_lines((line,), rules)
+
+    def feed_lines(self, lines: Sequence[LogLine], rules: LogRules | None = None) -> list[tuple[str, int, float]]:
+        """Take lines in order; returns the metric points they added. Every line read passes through this
+        loop: an ordinary one (most lines) costs one search per metric regex and no more."""
+        points: list[tuple[str, int, float]] = []
+        metrics_in = rules.metrics_in if rules is not None and rules.has_metrics else None
+        record = self.record
+        for line in lines:
+            text = line.text
+            if text.startswith("{"):
+                event, problem = _decode(text)
+                if problem is not None:
+                    self._ignore("line", line, problem)
+                    continue
+                if event is not None:
+                    points += self._event(event, line)
+                    continue
+            if metrics_in is not None:
+                values, step = metrics_in(text)
+                if values or step is not None:
+                    points += record(values, line.source, step, line)
+        return points
+
+    def _event(self, event: dict[str, Any], line: LogLine) -> list[tuple[str, int, float]]:
+        """Take one structured line's event."""
         kind = event[EVENT_KEY]
         if kind in ("result", "model_saved", "checkpoint"):
             self.reporter = self.reporter or line.source
@@ -147,11 +169,10 @@ class MetricsTracker:
                 return []
             if kind == "result":
                 self.result.update(self._bounded_result(event, line))
-            elif kind == "model_saved" and self._path_ok(event.get("path"), line):
-                self.model_path = event["path"]
-            elif kind == "checkpoint" and self._path_ok(event.get("path"), line):
-                self.checkpoint = {"path": event["path"], **{k: event[k] for k in ("step", "epoch")
-                                                             if valid_step(event.get(k))}}
+            elif kind == "model_saved" and (path := self._reported_path("model path", event.get("path"), line)):
+                self.model_path = path
+            elif kind == "checkpoint" and (path := self._reported_path("checkpoint", event.get("path"), line)):
+                self.checkpoint = {"path": path, **{k: event[k] for k in ("step", "epoch") if valid_step(event.get(k))}}
         if kind == "metrics":
             step = event.get("step")
             if step is not None and not valid_step(step):
@@ -185,15 +206,16 @@ class MetricsTracker:
                     self._thin(other)
             if metric["source"] != source:
                 continue
-            metric["count"] += 1
+            count = metric["count"] = metric["count"] + 1
             value = float(value)
-            better = min if metric["goal"] == "min" else max
-            metric["best"] = better(metric.get("best", value), value)
+            best = metric.get("best")
+            if best is None or (value < best if metric["goal"] == "min" else value > best):
+                metric["best"] = value
             metric["last"] = value
-            point_step = metric["count"] if step is None else step
+            point_step = count if step is None else step
             metric["last_step"] = point_step
             added.append((name, point_step, value))
-            if (metric["count"] - 1) % metric["stride"] == 0:
+            if (count - 1) % metric["stride"] == 0:
                 metric["series"].append([point_step, value])
                 self._thin(metric)
         return added
@@ -241,11 +263,16 @@ class MetricsTracker:
             more = "; further ones of this kind are ignored without a warning" if count == limit else ""
             self.warnings.append(f"ignored part of a log line of [{line.source[:64]}]: {why}{more}")
 
-    def _path_ok(self, path: Any, line: LogLine) -> bool:
-        if isinstance(path, str) and 0 < len(path) <= MAX_PATH_CHARS and "\x00" not in path:
-            return True
-        self._ignore("path", line, f"path {_short(path)} is not a string of 1 to {MAX_PATH_CHARS} characters")
-        return False
+    def _reported_path(self, what: str, path: Any, line: LogLine) -> str | None:
+        """``path`` as kept (see ``confine``), or None where it is not a bounded string or not confined."""
+        if not (isinstance(path, str) and 0 < len(path) <= MAX_PATH_CHARS and "\x00" not in path):
+            self._ignore("path", line, f"path {_short(path)} is not a string of 1 to {MAX_PATH_CHARS} characters")
+            return None
+        if self.confine is None:
+            return path
+        if (resolved := self.confine(path)) is None:
+            self.warnings.append(f"ignored {what} {path!r} reported by [{line.source}]: {self.refused}")
+        return resolved
 
     def _bounded_result(self, event: dict[str, Any], line: LogLine) -> dict[str, Any]:
         """What of a pod's ``result`` line may reach XCom: at most 64 values named like metrics, each

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from math import isfinite
 from typing import Any
 
 from airflow_ml_provider.logs.source import LogLine
@@ -59,8 +60,10 @@ class LogRules:
                                  "e.g. loss=(?P<loss>[0-9.]+)")
         self._ordered = [(Verdict.FAIL, compiled["fail_on"]), (Verdict.RETRY, compiled["retry_on"]),
                          (Verdict.SUCCEED, compiled["succeed_on"])]
-        self._any = _union(compiled["fail_on"] + compiled["retry_on"] + compiled["succeed_on"])
+        verdicts = compiled["fail_on"] + compiled["retry_on"] + compiled["succeed_on"]
+        self._has_verdicts, self._any = bool(verdicts), _union(verdicts)
         self._metrics = compiled["metrics"]
+        self.has_metrics = bool(self._metrics)
 
     def check(self, line: LogLine) -> RuleMatch | None:
         """The verdict this line gives, if any. Most lines match no rule: one search of all the rules at
@@ -73,6 +76,16 @@ class LogRules:
                     return RuleMatch(verdict, regex.pattern, line)
         return None
 
+    def first_match(self, lines: Sequence[LogLine]) -> tuple[int, RuleMatch | None]:
+        """How many of ``lines`` come up to the first that a rule gives a verdict (that line included), and
+        the verdict: ``(len(lines), None)`` when none does. One search per line, of all the rules at once."""
+        if self._has_verdicts:
+            search = self._any.search if self._any is not None else None
+            for index, line in enumerate(lines):
+                if (search is None or search(line.text)) and (match := self.check(line)) is not None:
+                    return index + 1, match
+        return len(lines), None
+
     def metrics_in(self, text: str) -> tuple[dict[str, float], int | None]:
         """Numeric named groups of every metric regex matching ``text``, and the step if one names it."""
         values: dict[str, float] = {}
@@ -82,8 +95,11 @@ class LogRules:
             if not match:
                 continue
             for name, raw in match.groupdict().items():
-                number = _number(raw)
-                if number is None:
+                try:
+                    number = float(raw)  # a group that did not take part is None: a TypeError
+                except (TypeError, ValueError):
+                    continue
+                if not isfinite(number):
                     continue
                 if name == STEP_GROUP:
                     step = int(number)
@@ -100,10 +116,13 @@ class LogRules:
 
 
 def _union(regexes: list[re.Pattern]) -> re.Pattern | None:
-    """One regex that matches a line exactly when one of ``regexes`` does, or None where joining them could
-    change a pattern's meaning (a reference to a group by number or name, an inline flag that must come
-    first) or fails (a group name used twice): then each is searched alone."""
-    if len(regexes) < 2 or any(_REFERS_TO_GROUP.search(regex.pattern) for regex in regexes):
+    """One regex that matches a line exactly when one of ``regexes`` does (the only one itself), or None for
+    none, and where joining them could change a pattern's meaning (a reference to a group by number or
+    name, an inline flag that must come first) or fails (a group name used twice): then each is searched
+    alone."""
+    if len(regexes) < 2:
+        return regexes[0] if regexes else None
+    if any(_REFERS_TO_GROUP.search(regex.pattern) for regex in regexes):
         return None
     try:
         return re.compile("|".join(f"(?:{regex.pattern})" for regex in regexes))
@@ -118,11 +137,3 @@ def _compile(name: str, index: int, pattern: Any) -> re.Pattern:
         return re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"{name}[{index}]: invalid regular expression {pattern!r}: {exc}") from None
-
-
-def _number(raw: str | None) -> float | None:
-    try:
-        number = float(raw) if raw is not None else math.nan
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class LogLine:
-    """One line a worker printed; ``source`` names the worker (``rank 0``, a pod name, ``launcher``)."""
+class LogLine(NamedTuple):
+    """One line a worker printed; ``source`` names the worker (``rank 0``, a pod name, ``launcher``).
+    A named tuple: as immutable as a frozen dataclass, and made in half the time (one per line read)."""
 
     source: str
     text: str

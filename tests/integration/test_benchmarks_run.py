@@ -4,19 +4,20 @@ are only printed; this checks that they are produced, not what they are)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from support import REPO
+from support import REPO, needs_torch
 
 pytestmark = pytest.mark.integration
 
 
-def _bench(script: str, *args: str) -> str:
+def _bench(script: str, *args: str, timeout: float = 300) -> str:
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO, env=os.environ,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done.stdout
 
@@ -30,6 +31,17 @@ def test_preemption_cost_compares_resuming_and_restarting():
     out = _bench("preemption_cost.py", "--rounds", "200", "--rows", "20000", "--points", "0.25", "0.5", "--no-elastic")
     assert "resume cheaper than restart at every point >= 50%:" in out
     assert "(2/2)" in out, "both workers restored their saved scores"
+
+
+@needs_torch
+def test_preemption_cost_compares_resuming_and_restarting_a_pytorch_job_and_an_elastic_restart():
+    out = _bench("preemption_cost.py", "--trainer", "pytorch", "--rows", "10000", "--epochs", "6", "--points", "0.25",
+                 timeout=540)  # under the 600 s each test has (pyproject)
+    fixed, elastic = out.split("elastic torch_ddp")
+    row = re.compile(r"^ +25% \| +epoch \d+ \| +[0-9.]+ s \| ", re.MULTILINE)  # resumed from a checkpoint, costs
+    assert "fixed-size torch_ddp (torchrun)" in fixed and row.search(fixed), fixed
+    assert row.search(elastic), elastic
+    assert "resume cheaper than restart" in fixed and "resume cheaper than restart" in elastic
 
 
 def test_sandbox_start_compares_sandboxed_and_unsandboxed_jobs():

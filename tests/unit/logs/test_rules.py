@@ -60,6 +60,8 @@ def test_invalid_rules_name_the_argument(kwargs, message):
     ({"fail_on": [r"(\w+) \1 again"], "retry_on": [r"(?P<w>x)(?P=w)"], "succeed_on": [r"Training finished"]}, False),
     ({"fail_on": [r"(?i)nccl.*TIMEOUT"], "succeed_on": [r"(?P<a>Training) finished"], "retry_on": [r"(?P<a>b)"]},
      False),
+    ({"succeed_on": [r"^done$"]}, True),  # one rule: searched as it is
+    ({"metrics": [r"loss=(?P<loss>[0-9.]+)"]}, False),  # no verdict rule: no line has a verdict
 ])
 def test_a_line_gets_the_verdict_of_its_first_matching_kind_whether_rules_are_joined_or_not(rules, joined):
     """What one search of all rules at once decides equals searching each rule alone (fail, then retry,
@@ -77,3 +79,8 @@ def test_a_line_gets_the_verdict_of_its_first_matching_kind_whether_rules_are_jo
                          for pattern in rules.get(kind, []) if re.search(pattern, text)), None)
         match = checked.check(LogLine("rank 0", text))
         assert (match and (match.verdict, match.pattern)) == expected, text
+    # a batch is taken up to its first line with a verdict, that line included
+    batch = [LogLine("rank 0", text) for text in lines]
+    first = next((i for i, line in enumerate(batch) if checked.check(line)), None)
+    taken, match = checked.first_match(batch)
+    assert (taken, match) == ((first + 1, checked.check(batch[first])) if first is not None else (len(batch), None))
