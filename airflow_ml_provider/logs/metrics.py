@@ -152,8 +152,8 @@ class MetricsTracker:
             elif kind == "checkpoint" and self._path_ok(event.get("path"), line):
                 self.checkpoint = {"path": event["path"], **{k: event[k] for k in ("step", "epoch")
                                                              if valid_step(event.get(k))}}
-        if kind == "metrics":
-            step = event.get("step")
+        if kind == "metrics":  # positioned by step, else epoch (an epoch-based trainer's line)
+            step = event.get("step", event.get("epoch"))
             if step is not None and not valid_step(step):
                 self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
                 return []
