@@ -22,6 +22,7 @@ import os
 import secrets
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,9 @@ def airflow_env(home: Path, dags_folder: Path, port: int, extra: Mapping[str, st
         {
             "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
+            # Four processes write one SQLite file: wait up to a minute for its lock (pysqlite's default, 5 s,
+            # crashed the scheduler with "database is locked" on a loaded 2-core machine); see start() for WAL.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
@@ -78,6 +83,9 @@ def airflow_env(home: Path, dags_folder: Path, port: int, extra: Mapping[str, st
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
             "AIRFLOW__API__BASE_URL": base_url,
             "AIRFLOW__API__WORKERS": "1",
+            # A task's first call to the API server (PATCH .../run) is not retried: its 5 s default failed tasks
+            # before they ran on a loaded 2-core machine, with eight runs triggered at once.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
             "AIRFLOW__CORE__INTERNAL_API_SECRET_KEY": secrets.token_urlsafe(32),
             "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
@@ -134,6 +142,8 @@ class AirflowStack:
         )
         if migrate.returncode:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
+        with closing(sqlite3.connect(self.home / "airflow.db")) as db:  # readers no longer block the writer
+            db.execute("PRAGMA journal_mode=WAL")
         try:
             for component in COMPONENTS:
                 self.start_component(component)

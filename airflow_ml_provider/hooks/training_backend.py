@@ -16,7 +16,7 @@ from airflow_ml_provider.artifact_layout import check_root, data_dir, job_artifa
 from airflow_ml_provider.hooks.artifact_store import ArtifactStore, ArtifactStoreError, JobEnvironment
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.jobs.backends.local.sandbox import sqlite_file
+from airflow_ml_provider.jobs.backends.local.sandbox import sqlite_files
 
 
 class TrainingBackendHook(BaseHook):
@@ -288,7 +288,7 @@ def airflow_private_paths() -> list[str]:
     DB, the task logs, and the files of a local secrets backend (``[secrets] backend_kwargs``'s
     ``*_file_path``). The local backend hides them from sandboxed jobs, as it hides ``$AIRFLOW_HOME``."""
     paths = [conf.get("logging", "base_log_folder", fallback=""),
-             sqlite_file(conf.get("database", "sql_alchemy_conn", fallback="") or "")]
+             *sqlite_files(conf.get("database", "sql_alchemy_conn", fallback="") or "")]
     try:
         kwargs = json.loads(conf.get("secrets", "backend_kwargs", fallback="") or "{}")
     except ValueError:

@@ -339,7 +339,7 @@ def test_a_file_under_the_machines_tmp_named_in_the_command_is_not_seen_and_the_
 
 @needs_sandbox
 def test_airflows_db_logs_and_secrets_files_are_hidden_wherever_its_configuration_puts_them(tmp_path):
-    """An airflow.cfg that keeps the SQLite metadata DB, the task logs and a local secrets backend's file
+    """An airflow.cfg that keeps the SQLite metadata DB (and its write-ahead log), the task logs and a local secrets backend's file
     outside $AIRFLOW_HOME (read through Airflow's configuration by the hook, not from the environment):
     before, a sandboxed job read all three; unsandboxed (``local_sandbox: off``) it still does."""
     home = tmp_path / "home"
@@ -355,7 +355,7 @@ def test_airflows_db_logs_and_secrets_files_are_hidden_wherever_its_configuratio
 
 def _configured_elsewhere(tmp_path: Path, home: Path, outside: Path) -> None:
     (outside / "logs" / "dag_id=d").mkdir(parents=True)
-    files = {"db": outside / "meta.db", "log": outside / "logs" / "dag_id=d" / "attempt=1.log",
+    files = {"db": outside / "meta.db", "wal": outside / "meta.db-wal", "log": outside / "logs" / "dag_id=d" / "attempt=1.log",
              "secrets": outside / "connections.json"}
     for path in files.values():
         path.write_text(f"canary {secrets.token_hex(8)}")

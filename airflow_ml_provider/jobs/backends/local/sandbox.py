@@ -64,14 +64,15 @@ def hidden_paths(root: Path, environ: dict[str, str] | None = None, extra: Seque
     paths = [environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"), str(root), *extra]
     if config := environ.get("AIRFLOW_CONFIG"):
         paths.append(config)
-    if database := sqlite_file(environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")):
-        paths.append(database)
+    paths += sqlite_files(environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", ""))
     return [os.path.realpath(path) for path in paths if path]
 
 
-def sqlite_file(url: str) -> str | None:
-    """The database file of a SQLAlchemy SQLite URL (None for any other database)."""
-    return url[len(_SQLITE):].split("?")[0] or None if url.startswith(_SQLITE) else None
+def sqlite_files(url: str) -> list[str]:
+    """The files of a SQLAlchemy SQLite URL's database (none for any other database): the file itself and
+    its write-ahead log, shared-memory index and rollback journal, which hold recent rows of it too."""
+    database = url[len(_SQLITE):].split("?")[0] if url.startswith(_SQLITE) else ""
+    return [database + suffix for suffix in ("", "-wal", "-shm", "-journal")] if database else []
 
 
 def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readable: list[str]) -> dict:
