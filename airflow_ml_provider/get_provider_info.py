@@ -376,6 +376,7 @@ def get_provider_info() -> dict:
         ],
         "extra-links": [
             "airflow_ml_provider.operators.links.MLflowModelVersionLink",
+            "airflow_ml_provider.operators.links.MLflowBestTrialLink",
             "airflow_ml_provider.operators.links.KibanaJobLink",
             "airflow_ml_provider.operators.links.GrafanaJobLink",
             "airflow_ml_provider.operators.links.MLflowEvaluationLink",

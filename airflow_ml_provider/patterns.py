@@ -38,3 +38,15 @@ IMAGE_REF = whole(
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
 )
+
+
+# What a recipe trial fills in when it runs (recipes leave these characters in its argv at parse time): the run's
+# data folder ({{run_dir}}) and a recipe Param's value ({{params.<name>}}).
+RUN_PLACEHOLDER = re.compile(r"\{\{(run_dir|params\.([A-Za-z_][A-Za-z0-9_]*))\}\}")
+
+
+def argv_text(value: object) -> str:
+    """The argv spelling of a recipe value (booleans as ``true``/``false``, as YAML writes them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

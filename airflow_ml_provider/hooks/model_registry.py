@@ -283,6 +283,11 @@ class ModelRegistryHook(BaseHook):
             mlflow.MlflowClient().log_text(run_id, text, artifact_file)
             return f"{mlflow.MlflowClient().get_run(run_id).info.artifact_uri}/{artifact_file}"
 
+    def run_url(self, experiment_id: str, run_id: str) -> str:
+        """The run's page in the MLflow UI ("" without a UI to link to)."""
+        ui = self.settings().ui_url.rstrip("/")
+        return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}" if ui else ""
+
     def version_url(self, name: str, version: int) -> str:
         ui = self.settings().ui_url.rstrip("/")
         return f"{ui}/#/models/{name}/versions/{version}" if ui else ""

@@ -173,8 +173,8 @@ class MetricsTracker:
                 self.model_path = path
             elif kind == "checkpoint" and (path := self._reported_path("checkpoint", event.get("path"), line)):
                 self.checkpoint = {"path": path, **{k: event[k] for k in ("step", "epoch") if valid_step(event.get(k))}}
-        if kind == "metrics":
-            step = event.get("step")
+        if kind == "metrics":  # positioned by step, else epoch (an epoch-based trainer's line)
+            step = event.get("step", event.get("epoch"))
             if step is not None and not valid_step(step):
                 self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
                 return []

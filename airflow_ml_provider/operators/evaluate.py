@@ -187,8 +187,7 @@ class EvaluateModelOperator(BaseJobOperator):
                 self.log.info("This model's evaluation is already recorded as MLflow run %s", run_id)
             else:
                 run_id = self._log_run(registry, experiment, key, context, result, metrics, lineage, champion)
-        ui = registry.settings().ui_url.rstrip("/")
-        url = f"{ui}/#/experiments/{experiment}/runs/{run_id}" if ui else ""
+        url = registry.run_url(experiment, run_id)
         framework = _FRAMEWORK_BY_SUFFIX.get(Path(trained["model_path"]).suffix, "unknown")
         self.log.info("Held-out metrics of the %s model: %s (MLflow run %s)", framework, metrics, run_id)
         if champion:

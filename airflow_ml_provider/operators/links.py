@@ -48,6 +48,13 @@ class MLflowEvaluationLink(_ResultLink):
     key = "artifacts_url"
 
 
+class MLflowBestTrialLink(_ResultLink):
+    """The MLflow run that records a recipe experiment's best trial (from its returned ``url``)."""
+
+    name = "MLflow best trial"
+    key = "url"
+
+
 class _JobLink(BaseOperatorLink):
     """A link built from a configured template and the job's deterministic name."""
 

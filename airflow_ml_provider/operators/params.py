@@ -80,6 +80,17 @@ def number_problems(values: Mapping[str, Any], params: Mapping[str, Any],
     return problems
 
 
+def text_problems(values: Mapping[str, Any], params: Mapping[str, Any]) -> list[str]:
+    """No ``string`` Param holds a control character (a line break would forge lines in a job's log)."""
+    problems = []
+    for name in params:
+        param = params.get_param(name) if hasattr(params, "get_param") else params[name]
+        value = values.get(name)
+        if "string" in _types(getattr(param, "schema", {})) and isinstance(value, str) and _CONTROL.search(value):
+            problems.append(f"{name}: holds a control character (line break, tab, ...): {describe(param)}")
+    return problems
+
+
 def data_file(name: str, value: str, roots: Sequence[str], words: str) -> tuple[str | None, list[str]]:
     """A data file a Param names, confined to ``roots``: returns its resolved path (symlinks and ``..``
     resolved before the check, so neither leads out of a root), or the problems. Confinement is checked

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from airflow_ml_provider.patterns import argv_text as as_text
+
 PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 JINJA_SYNTAX = re.compile(r"\{%|%\}|\{#|#\}")
@@ -18,13 +20,6 @@ JINJA_SYNTAX = re.compile(r"\{%|%\}|\{#|#\}")
 def placeholders(argument: str) -> list[str]:
     """The names referenced by ``{{ ... }}`` in one argv element, in order."""
     return PLACEHOLDER.findall(argument)
-
-
-def as_text(value: object) -> str:
-    """The argv spelling of a parameter value (booleans as ``true``/``false``, as YAML writes them)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 class ArgvTemplate:

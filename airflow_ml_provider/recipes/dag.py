@@ -16,10 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, BaseOperator
+from airflow.sdk import DAG, BaseOperator, Param
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.operators.recipe import RecipeTrialOperator
+from airflow_ml_provider.operators.recipe import RecipeBestTrialOperator, RecipeTrialOperator
+from airflow_ml_provider.patterns import bounded
 from airflow_ml_provider.recipes import cache
 from airflow_ml_provider.recipes.budgets import Budgets, Clock
 from airflow_ml_provider.recipes.docs import recipe_doc_md
@@ -30,7 +31,7 @@ from airflow_ml_provider.recipes.loader import (
     parse_recipe,
     read_recipe_text,
 )
-from airflow_ml_provider.recipes.model import INVALID_DAG_ID_PREFIX, Recipe
+from airflow_ml_provider.recipes.model import INVALID_DAG_ID_PREFIX, Recipe, RecipeParam
 from airflow_ml_provider.recipes.safe_yaml import format_path
 from airflow_ml_provider.recipes.search import search_operator
 
@@ -104,6 +105,7 @@ def build_dag(recipe: Recipe, source: str = "<recipe>", *, budgets: Budgets | No
         "catchup": False,
         "tags": ["ml", "recipe", *recipe.tags],
         "doc_md": recipe_doc_md(recipe, source),
+        "params": {name: airflow_param(name, param) for name, param in recipe.params.items()},
         **dag_kwargs,
     }
     with DAG(**settings) as dag, _collector_paused():
@@ -134,9 +136,36 @@ def _add_tasks(recipe: Recipe, source: str, clock: Clock | None, payloads: dict[
             max_active_tis_per_dagrun=experiment.parallel,
             map_index_template="{{ task.trial_label }}",
         ).expand(trial=payloads[name] if name in payloads else trial_payloads(recipe, name))
+        if experiment.best is not None:  # an experiment name has no '.': never another task's id
+            tasks[name] >> RecipeBestTrialOperator(task_id=f"{name}.best", experiment=name,
+                                                   metric=experiment.best.metric, direction=experiment.best.direction)
     for name, experiment in recipe.experiments.items():
         for dependency in experiment.depends_on:
             tasks[dependency] >> tasks[name]
+
+
+def airflow_param(name: str, param: RecipeParam) -> Param:
+    """A recipe Param as the trigger form shows it and the server checks it: type, bounds, choices, length.
+    Bounds sit in an ``allOf`` entry, so a value outside them is refused quoting the Param's words (the
+    form would clamp a top-level minimum/maximum silently); a ``number`` also takes null, so NaN (null
+    after JSON) reaches the first task, which refuses it naming the Param."""
+    title = param.title or name
+    schema: dict[str, Any] = {"type": ["null", "number"] if param.type == "number" else param.type, "title": title}
+    if param.description:
+        schema["description"] = param.description
+    if param.enum is not None:
+        schema["enum"] = list(param.enum)
+    if param.type == "string":
+        schema["maxLength"] = param.max_length
+    if param.minimum is not None:
+        whole = param.type == "integer"
+        low, high = (int(param.minimum), int(param.maximum)) if whole else (param.minimum, param.maximum)
+        words = f"{'a whole number' if whole else 'a number'} from {low} to {high}."
+        try:
+            schema["allOf"] = bounded(f"{title}: {words}", minimum=low, maximum=high)
+        except ValueError:  # a long title: the bounds alone (the title is the field's label anyway)
+            schema["allOf"] = bounded(words.capitalize(), minimum=low, maximum=high)
+    return Param(param.default, **schema)
 
 
 @contextmanager

@@ -33,7 +33,32 @@ def recipe_doc_md(recipe: Recipe, source: str) -> str:
         "| Experiment | Framework | Workers per job | Trials | After | Parameters |",
         "|---|---|---|---|---|---|",
         *rows,
+        *_params(recipe),
+        *_best(recipe),
     ]) + "\n"
+
+
+def _params(recipe: Recipe) -> list[str]:
+    """The Params a person may set in the trigger form, with what each takes."""
+    if not recipe.params:
+        return []
+    def allowed(param) -> str:
+        if param.enum is not None:
+            return " or ".join(text(v) for v in param.enum)
+        if param.minimum is not None:
+            return f"{param.minimum:g} to {param.maximum:g}"
+        return f"up to {param.max_length} characters" if param.type == "string" else "true or false"
+
+    return ["", "Params (the trigger form; commands use them as `{{params.<name>}}`):", "",
+            "| Param | Type | Default | Allowed | Description |", "|---|---|---|---|---|",
+            *(f"| {text(name)} | {p.type} | {text(p.default)} | {allowed(p)} | {text(p.description) or '-'} |"
+              for name, p in recipe.params.items())]
+
+
+def _best(recipe: Recipe) -> list[str]:
+    best = [(name, e.best) for name, e in recipe.experiments.items() if e.best is not None]
+    return ["", *(f"The task {text(name)}\\.best reports the best trial of {text(name)} by {text(b.metric)} "
+                  f"({b.direction}): in its log, its XCom and an MLflow run." for name, b in best)] if best else []
 
 
 def _how(experiment: Experiment) -> str:

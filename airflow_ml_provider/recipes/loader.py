@@ -18,11 +18,22 @@ from pydantic import ValidationError
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 from airflow_ml_provider.recipes.argv import IDENTIFIER, JINJA_SYNTAX, placeholders
 from airflow_ml_provider.recipes.budgets import Budgets
-from airflow_ml_provider.recipes.model import BUILTINS, Experiment, Gpu, Hardware, RangeSpec, Recipe, Search
+from airflow_ml_provider.recipes.model import (
+    BUILTINS,
+    PARAMS_PREFIX,
+    Best,
+    Experiment,
+    Gpu,
+    Hardware,
+    RangeSpec,
+    Recipe,
+    RecipeParam,
+    Search,
+)
 from airflow_ml_provider.recipes.safe_yaml import RecipeFileError, compose_and_load, format_path, read_text
 
 _UNION_TAGS = {"values", "range"}  # pydantic adds the chosen union member to error locations
-_MODELS = (Recipe, Experiment, Hardware, Gpu, RangeSpec, Search)
+_MODELS = (Recipe, Experiment, Hardware, Gpu, RangeSpec, Search, Best, RecipeParam)
 _FIELDS = sorted({field for model in _MODELS for field in model.model_fields})  # for "did you mean" hints
 
 Loc = tuple[str | int, ...]
@@ -135,19 +146,33 @@ def budget_problems(recipe: Recipe, budgets: Budgets) -> list[tuple[Loc, str]]:
 
 
 def cross_field_problems(data: dict) -> list[tuple[Loc, str]]:
-    """Placeholders that name no parameter, unused parameters, unknown or cyclic dependencies."""
+    """Placeholders that name no parameter or Param, unused parameters and Params, unknown or cyclic
+    dependencies."""
     experiments = data.get("experiments")
     if not isinstance(experiments, dict):
         return []
-    problems = []
+    params = set(data["params"]) if isinstance(data.get("params"), dict) else set()
+    problems, used = [], set()
     for name, experiment in experiments.items():
         if isinstance(experiment, dict):
-            problems += _placeholder_problems(("experiments", name), experiment)
+            problems += _placeholder_problems(("experiments", name), experiment, params, used)
             problems += _dependency_problems(("experiments", name), experiment, experiments)
+    problems += [(("params", name), f"Param {name!r} is never used in a command ({{{{params.{name}}}}})")
+                 for name in sorted(params - used, key=str)]
     return problems + _cycle_problems(experiments)
 
 
-def _placeholder_problems(at: Loc, experiment: dict) -> list[tuple[Loc, str]]:
+def _param_problem(ref: str, params: set, used: set) -> str | None:
+    """What is wrong with a ``{{params.<name>}}`` placeholder (None: it names a Param of the recipe)."""
+    name = ref.removeprefix(PARAMS_PREFIX)
+    if name in params:
+        used.add(name)
+        return None
+    known = ", ".join(sorted(map(str, params))) or "none; declare them under params:"
+    return f"a placeholder names no Param of this recipe (known: {known})"
+
+
+def _placeholder_problems(at: Loc, experiment: dict, params: set, used_params: set) -> list[tuple[Loc, str]]:
     parameters = experiment.get("parameters")
     declared = set(parameters) if isinstance(parameters, dict) else set()
     problems = [((*at, "parameters", name), f"{name!r} is reserved for the built-in placeholder "
@@ -167,6 +192,9 @@ def _placeholder_problems(at: Loc, experiment: dict) -> list[tuple[Loc, str]]:
             used.add(ref)
             if index == 0:
                 problems.append((where, "the program (first element) cannot be a placeholder"))
+            elif ref.startswith(PARAMS_PREFIX) and IDENTIFIER.match(ref.removeprefix(PARAMS_PREFIX)):
+                if problem := _param_problem(ref, params, used_params):
+                    problems.append((where, problem))
             elif not IDENTIFIER.match(ref):
                 problems.append((where, "a {{...}} that is not a placeholder: only {{name}} of a parameter is "
                                         "substituted; expressions are never evaluated"))

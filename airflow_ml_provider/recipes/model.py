@@ -43,6 +43,8 @@ MAX_WORKERS = 512
 DAG_ID_PREFIX = "recipe_"  # every recipe DAG id: recipes never take the id of another DAG file
 INVALID_DAG_ID_PREFIX = "invalid_recipe_"  # the placeholder DAG of a recipe file that does not load
 BUILTINS = ("sample", "experiment", "run_dir")  # placeholders every command may use besides its parameters
+PARAMS_PREFIX = "params."  # {{params.<name>}}: a recipe Param's value, filled in when the trial runs
+MAX_PARAMS = 32
 
 
 def _matching(pattern: str, what: str):
@@ -186,6 +188,63 @@ class Search(_Strict):
     pruner: Literal["median", "none"] = "median"
 
 
+class Best(_Strict):
+    """How a mapped experiment's best trial is chosen: the metric its jobs report, and which way is better."""
+
+    metric: Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_./-]{0,99}", "metric name")]
+    direction: Literal["maximize", "minimize"]
+
+
+_PARAM_TYPES = {"integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,)}
+
+
+class RecipeParam(_Strict):
+    """A value a person may change in the recipe DAG's trigger form (``{{params.<name>}}`` in a command):
+    typed and bounded here, checked again by the server and the first task, and passed as one argv element."""
+
+    type: Literal["integer", "number", "string", "boolean"]
+    default: Annotated[Any, AfterValidator(_scalar)]
+    title: Annotated[str, Field(strict=True, min_length=1, max_length=60)] | None = None
+    description: Annotated[str, Field(strict=True, max_length=500)] = ""
+    minimum: Number | None = None
+    maximum: Number | None = None
+    enum: Values | None = None
+    max_length: Annotated[int, Field(strict=True, ge=1, le=1000)] = 200
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RecipeParam:
+        numeric = self.type in ("integer", "number")
+        if (self.minimum is None) != (self.maximum is None):
+            raise ValueError("minimum and maximum go together")
+        if not numeric and (self.minimum is not None or self.maximum is not None):
+            raise ValueError(f"minimum/maximum bound numbers, not a {self.type}")
+        if numeric and self.enum is None and (self.minimum is None or self.maximum is None):
+            raise ValueError(f"a{'n' if self.type == 'integer' else ''} {self.type} Param needs minimum and "
+                             "maximum (or enum): a form value is never unbounded")
+        if numeric and self.minimum is not None and self.maximum is not None and self.minimum > self.maximum:
+            raise ValueError(f"minimum ({self.minimum:g}) must not be above maximum ({self.maximum:g})")
+        if self.type == "integer" and any(b is not None and not float(b).is_integer() for b in (self.minimum, self.maximum)):
+            raise ValueError("an integer Param needs whole-number minimum and maximum")
+        if self.type == "boolean" and self.enum is not None:
+            raise ValueError("a boolean Param takes no enum")
+        for where, value in [("default", self.default), *((f"enum[{i}]", v) for i, v in enumerate(self.enum or []))]:
+            if problem := self.problem(value):
+                raise ValueError(f"{where}: {problem}")
+        return self
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not one this Param takes (None: it is)."""
+        if isinstance(value, bool) != (self.type == "boolean") or not isinstance(value, _PARAM_TYPES[self.type]):
+            return f"is not a{'n' if self.type == 'integer' else ''} {self.type}"
+        if isinstance(value, str) and (len(value) > self.max_length or re.search(r"[\x00-\x1f\x7f]", value)):
+            return f"must be at most {self.max_length} characters, with no control character"
+        if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
+            return f"must be from {self.minimum:g} to {self.maximum:g}"
+        if self.enum is not None and value not in self.enum:
+            return "is not one of enum"
+        return None
+
+
 @dataclass(frozen=True)
 class Trial:
     """One sample of an experiment: its parameter values and the argv they produce."""
@@ -212,6 +271,7 @@ class Experiment(_Strict):
     retries: Annotated[int, Field(strict=True, ge=0, le=10)] = 0
     backend: Literal[tuple(BACKENDS)] | None = None  # type: ignore[valid-type]
     search: Search | None = None
+    best: Best | None = None
 
     @field_validator("command", mode="before")
     @classmethod
@@ -237,6 +297,8 @@ class Experiment(_Strict):
             raise ValueError("command: {{sample}} is not known before a search runs its trials")
         if self.search and any("run_dir" in placeholders(argument) for argument in self.command):
             raise ValueError("command: {{run_dir}} is given to mapped trials only, not to a search's")
+        if self.search and self.best:
+            raise ValueError("best: a search reports its best trial itself (by search.objective)")
         return self
 
     @property
@@ -254,8 +316,10 @@ class Experiment(_Strict):
         ranges = {n: spec.as_range() for n, spec in self.parameters.items() if isinstance(spec, RangeSpec)}
         assignments = sample_space(discrete, ranges, self.num_samples, seed)
         template = ArgvTemplate(self.command)
+        kept = {ref: "{{" + ref + "}}" for argument in self.command for ref in placeholders(argument)
+                if ref.startswith(PARAMS_PREFIX)}  # filled in when the trial runs, with the run's Param values
         return [
-            Trial(i, params, template.render({**params, "sample": i, "experiment": name, "run_dir": RUN_DIR}))
+            Trial(i, params, template.render({**params, **kept, "sample": i, "experiment": name, "run_dir": RUN_DIR}))
             for i, params in enumerate(assignments)
         ]
 
@@ -270,6 +334,7 @@ class Recipe(_Strict):
     schedule: Annotated[str, Field(pattern=r"^(@[a-z]+|(\S+\s+){4}\S+)$")] | None = None
     seed: Annotated[int, Field(strict=True)] = 0
     backend: Literal[tuple(BACKENDS)] | None = None  # type: ignore[valid-type]
+    params: dict[ParameterName, RecipeParam] = Field(default_factory=dict, max_length=MAX_PARAMS)
     experiments: Annotated[dict[ExperimentName, Experiment], Field(min_length=1)]
 
     @property

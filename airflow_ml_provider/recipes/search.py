@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.operators.recipe import checked_params, fill_at_run
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.recipes.argv import PLACEHOLDER, as_text
-from airflow_ml_provider.recipes.model import Experiment, RangeSpec, Recipe
+from airflow_ml_provider.recipes.model import PARAMS_PREFIX, Experiment, RangeSpec, Recipe
 from airflow_ml_provider.search.space import SearchSettings
 from airflow_ml_provider.search.template import placeholder
 
@@ -40,6 +41,8 @@ def trial_spec(name: str, experiment: Experiment) -> TrainingJobSpec:
 
     def fill(match) -> str:
         ref = match.group(1)
+        if ref.startswith(PARAMS_PREFIX):  # the run's Param value, filled in by the search task
+            return "{{" + ref + "}}"
         return placeholder(ref) if ref in searched else as_text(constants[ref])
 
     return TrainingJobSpec(
@@ -50,7 +53,8 @@ def trial_spec(name: str, experiment: Experiment) -> TrainingJobSpec:
 
 
 class RecipeSearchOperator(HyperparameterSearchOperator):
-    """A search built from a recipe: every argument is recipe data, none is an Airflow template.
+    """A search built from a recipe: every argument is recipe data, none is an Airflow template. The trial's
+    ``{{params.<name>}}`` are the run's Param values, checked first (see ``operators.recipe.checked_params``).
 
     Args:
         trial, search_space, search, backend, storage_url, mlflow_experiment, track_mlflow, registry_conn_id,
@@ -58,6 +62,14 @@ class RecipeSearchOperator(HyperparameterSearchOperator):
     """
 
     template_fields: Sequence[str] = ()
+
+    def execute(self, context) -> dict[str, Any]:
+        self._param_values = checked_params(context)
+        return super().execute(context)
+
+    def _render_trial(self, context, space):
+        spec = super()._render_trial(context, space)
+        return spec.model_copy(update={"command": fill_at_run(spec.command, None, self._param_values)})
 
 
 def search_operator(recipe: Recipe, name: str, experiment: Experiment) -> HyperparameterSearchOperator:

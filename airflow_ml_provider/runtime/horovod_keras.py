@@ -20,7 +20,7 @@ from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, shard
-from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import emit, emit_epoch_metrics, worker_env
 from airflow_ml_provider.runtime.quiet import quiet_startup
 
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             totals += [float(t) for t in train_step(X[batch], y[batch])]
         mean = hvd.allreduce(tf.constant(totals / steps), op=hvd.Average, name=f"epoch_{epoch}").numpy()
         if rank == 0:
-            emit_metrics(step=epoch, loss=mean[0], accuracy=mean[1])
+            emit_epoch_metrics(epoch, loss=mean[0], accuracy=mean[1])
             if store.directory:
                 save_checkpoint(store, epoch, model, optimizer,
                                 epoch=epoch, step=int(optimizer.iterations.numpy()))

@@ -17,8 +17,14 @@ def emit(event: str, **fields) -> None:
 
 
 def emit_metrics(step: int, loss: float, **metrics: float) -> None:
-    """Emit a ``metrics`` line for one step (epoch or boosting round)."""
+    """Emit a ``metrics`` line for one step (a boosting round, an optimizer step)."""
     emit("metrics", step=int(step), loss=float(loss), **{k: float(v) for k, v in metrics.items()})
+
+
+def emit_epoch_metrics(epoch: int, loss: float, **metrics: float) -> None:
+    """Emit a ``metrics`` line for one epoch, named ``epoch`` (``step`` is the optimizer's step everywhere,
+    as in the checkpoint line: ``checkpoint epoch 1 step 218``); the epoch is the metric's position."""
+    emit("metrics", epoch=int(epoch), loss=float(loss), **{k: float(v) for k, v in metrics.items()})
 
 
 @dataclass(frozen=True)

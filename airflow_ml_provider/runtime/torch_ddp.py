@@ -24,7 +24,7 @@ from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv
-from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import emit, emit_epoch_metrics, worker_env
 from airflow_ml_provider.runtime.predict import torch_mlp
 
 MODEL_FILE = "model.pt"
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                                    dtype=torch.float64)
         dist.all_reduce(totals)
         if rank == 0:
-            emit_metrics(step=epoch, loss=totals[0] / totals[2], accuracy=totals[1] / totals[2])
+            emit_epoch_metrics(epoch, loss=totals[0] / totals[2], accuracy=totals[1] / totals[2])
             if store.directory:
                 save_checkpoint(store, epoch, step, model, optimizer)
         dist.barrier()  # no rank starts the next epoch (or ends) before the checkpoint exists

@@ -1,4 +1,5 @@
-"""A recipe DAG the integration tests run with dag.test(): hostile values must stay argv data."""
+"""Recipe DAGs the integration tests run with dag.test(): hostile values stay argv data, {{run_dir}} is the
+run's folder, Params reach the trials and a sweep reports its best trial."""
 
 from __future__ import annotations
 
@@ -8,3 +9,4 @@ from airflow_ml_provider.recipes import dag_from_recipe
 
 injection = dag_from_recipe(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "injection.yaml")
 run_dir = dag_from_recipe(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "run_dir.yaml")
+params_best = dag_from_recipe(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "params_best.yaml")

@@ -97,7 +97,7 @@ def test_a_killed_rank_reforms_an_elastic_job_and_preempts_a_fixed_one(run_dag, 
     elastic = killed["aml-elastic-"]
     assert not elastic.with_name(elastic.name + ".1").exists(), "the elastic job was resubmitted, not re-formed"
     assert json.loads((elastic / "status.json").read_text())["state"] == "SUCCEEDED"
-    trained = [e["step"] for e in _events(elastic, "metrics")]
+    trained = [e["epoch"] for e in _events(elastic, "metrics")]
     assert trained == list(range(1, LONG + 1)), "an epoch was trained twice or skipped"
     resumed = _events(elastic, "resumed")  # every rank of the re-formed group, the killed one's agent restarted
     assert {e["rank"] for e in resumed} == {0, 1} and min(e["epoch"] for e in resumed) >= 3, resumed
@@ -112,7 +112,7 @@ def test_a_killed_rank_reforms_an_elastic_job_and_preempts_a_fixed_one(run_dag, 
     last_checkpoint = _events(first, "checkpoint")[-1]
     [resumed] = [e for e in _events(job_dir, "resumed") if e["rank"] == 0]
     assert (resumed["epoch"], resumed["path"]) == (last_checkpoint["epoch"], last_checkpoint["path"])
-    trained = [e["step"] for e in _events(job_dir, "metrics")]
+    trained = [e["epoch"] for e in _events(job_dir, "metrics")]
     assert trained == list(range(last_checkpoint["epoch"] + 1, LONG + 1)), "an epoch was trained twice or skipped"
     checksums = {e["rank"]: e["checksum"] for e in _events(job_dir, "weights_checksum")}
     assert set(checksums) == {0, 1} and checksums[0] == checksums[1]

@@ -92,7 +92,7 @@ def test_two_ranks_train_in_sync_and_checkpoint_every_epoch(first_run):
     _assert_ranks_in_sync(events)
     metrics = _of(events, "metrics")
     assert metrics == _of(events, "metrics", rank=0), "only rank 0 reports metrics"
-    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3] and not [m for m in metrics if "step" in m]
     assert metrics[-1]["loss"] < metrics[0]["loss"]
     checkpoints = _of(events, "checkpoint", rank=0)
     assert [c["epoch"] for c in checkpoints] == [1, 2, 3]
@@ -106,6 +106,25 @@ def test_two_ranks_train_in_sync_and_checkpoint_every_epoch(first_run):
     assert result["accuracy"] > 0.8 and result["loss"] > 0
 
 
+def test_metric_and_checkpoint_lines_name_epoch_and_step_alike(first_run):
+    """Issue 25 D6: the metrics line said ``step 1`` for epoch 1 while the checkpoint line said ``epoch 1
+    step 218``. Now ``epoch`` is the epoch and ``step`` the optimizer's step in both, as the task log shows
+    them, and the epoch positions the metric's series (what MLflow's curve and a search's pruning read)."""
+    from airflow_ml_provider.logs.display import format_line
+    from airflow_ml_provider.logs.metrics import MetricsTracker
+    from airflow_ml_provider.logs.source import LogLine
+
+    lines = [LogLine("rank 0", json.dumps(e)) for e in _of(first_run[1], "metrics") + _of(first_run[1], "checkpoint")]
+    shown = [format_line(line) for line in lines]
+    per_epoch = _of(first_run[1], "checkpoint")[0]["step"]
+    assert [s.split("  ")[0] for s in shown] == [f"[rank 0] epoch {e}" for e in (1, 2, 3)] + [
+        f"[rank 0] checkpoint epoch {e} step {e * per_epoch}" for e in (1, 2, 3)]
+    tracker = MetricsTracker()
+    for line in lines:
+        tracker.feed(line)
+    assert [row["step"] for row in tracker.history()] == [1, 2, 3]
+
+
 def test_second_run_resumes_from_last_checkpoint(first_run, train):
     work, run = train
     events = run(5)
@@ -113,7 +132,7 @@ def test_second_run_resumes_from_last_checkpoint(first_run, train):
     assert sorted(e["rank"] for e in resumed) == [0, 1]
     assert {(e["epoch"], Path(e["path"]).name) for e in resumed} == {(3, "ckpt-000003.npz")}
     metrics = _of(events, "metrics")
-    assert [m["step"] for m in metrics] == [4, 5]
+    assert [m["epoch"] for m in metrics] == [4, 5]
     assert metrics[0]["loss"] < _of(first_run[1], "metrics")[-1]["loss"], "continued from trained weights"
     assert [c["epoch"] for c in _of(events, "checkpoint")] == [4, 5]
     _assert_ranks_in_sync(events)

@@ -140,8 +140,8 @@ def test_a_preempted_horovod_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_w
     assert {(e["rank"], e["path"], e["epoch"], e["step"]) for e in resumed} == {
         (rank, last["path"], done, last["step"]) for rank in (0, 1)
     }
-    steps = [event["step"] for event in _events(backend, name, "metrics")]
-    assert steps == list(range(done + 1, epochs + 1)), "a finished epoch was trained again, or one skipped"
+    trained = [event["epoch"] for event in _events(backend, name, "metrics")]
+    assert trained == list(range(done + 1, epochs + 1)), "a finished epoch was trained again, or one skipped"
     [saved] = _events(backend, name, "model_saved")
     assert saved["path"] == f"{job_dirs(job_dir)['model_dir']}/model.keras"
     keys = s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/")

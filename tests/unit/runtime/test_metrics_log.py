@@ -77,3 +77,10 @@ def test_worker_env_reads_every_variable(clean_env):
 def test_worker_env_falls_back_to_job_completion_index(clean_env):
     clean_env.setenv("JOB_COMPLETION_INDEX", "3")
     assert worker_env().rank == 3
+
+
+def test_an_epoch_metrics_line_names_its_epoch_not_a_step(capsys):
+    from airflow_ml_provider.runtime.metrics_log import emit_epoch_metrics
+
+    emit_epoch_metrics(np.int64(2), loss=np.float32(0.5), accuracy=0.75)
+    assert json.loads(capsys.readouterr().out) == {"event": "metrics", "epoch": 2, "loss": 0.5, "accuracy": 0.75}
