@@ -22,7 +22,6 @@ import os
 import secrets
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -30,7 +29,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +64,6 @@ def airflow_env(home: Path, dags_folder: Path, port: int, extra: Mapping[str, st
         {
             "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
-            # Four processes write one SQLite file: wait up to a minute for its lock (pysqlite's default, 5 s,
-            # crashed the scheduler with "database is locked" on a loaded 2-core machine); see start() for WAL.
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
@@ -142,8 +137,6 @@ class AirflowStack:
         )
         if migrate.returncode:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
-        with closing(sqlite3.connect(self.home / "airflow.db")) as db:  # readers no longer block the writer
-            db.execute("PRAGMA journal_mode=WAL")
         try:
             for component in COMPONENTS:
                 self.start_component(component)
