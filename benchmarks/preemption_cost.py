@@ -64,6 +64,7 @@ from airflow_ml_provider.jobs.follow import ResumePoint  # noqa: E402
 from airflow_ml_provider.jobs.preemption import resubmission  # noqa: E402
 from airflow_ml_provider.jobs.spec import TrainingJobSpec  # noqa: E402
 from airflow_ml_provider.jobs.state import JobState  # noqa: E402
+from airflow_ml_provider.logs.metrics import metric_position  # noqa: E402
 from airflow_ml_provider.runtime.datasets import write_synthetic  # noqa: E402
 from support import rank_process  # noqa: E402
 
@@ -162,7 +163,7 @@ def resume_point(run: Run) -> ResumePoint | None:
 def logged_at(events: list, step: int, fallback_s: float) -> float:
     """When ``events`` logged the metrics of ``step``; past their last line, extrapolated at their own pace
     (``fallback_s`` per round where they logged one line only)."""
-    times = sorted({e["step"]: t for t, e in events if e["event"] == "metrics"}.items())
+    times = sorted({metric_position(e): t for t, e in events if e["event"] == "metrics"}.items())
     if step in dict(times):
         return dict(times)[step]
     (s1, t1) = times[-1]
@@ -210,7 +211,7 @@ def costs(killed: list, s1: float, resumed: list, s2: float, pace_s: float) -> t
     The first span is negative where round m lies past the kill (the killed attempt would have logged it
     later than the next one started)."""
     [at_resumed] = [t for t, e in resumed if e["event"] == "resumed" and e["rank"] == 0]
-    m, at_m = next((e["step"], t) for t, e in resumed if e["event"] == "metrics")
+    m, at_m = next((metric_position(e), t) for t, e in resumed if e["event"] == "metrics")
     return s2 - s1, (s2 - logged_at(killed, m, pace_s), at_resumed - s2, at_m - at_resumed)
 
 
@@ -337,7 +338,7 @@ def elastic_throughput(backend: LocalBackend, work: Path, steps: int) -> None:
     run.finish()
     assert backend.status("elastic").state is JobState.SUCCEEDED, backend.status("elastic")
     [(t_reformed, change)] = [(t, e) for t, e in run.events if e["event"] == "membership"]
-    after = [(t, e["step"]) for t, e in run.events if e["event"] == "metrics" and t > t_reformed]
+    after = [(t, metric_position(e)) for t, e in run.events if e["event"] == "metrics" and t > t_reformed]
     (t_first, s_first), (t_last, s_last) = after[0], after[-1]
     before_rate = (step_kill - step_from) / (t_kill - t_from)
     after_rate = (s_last - s_first) / (t_last - t_first)

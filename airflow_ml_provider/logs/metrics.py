@@ -87,6 +87,12 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def metric_position(event: dict) -> Any:
+    """Where a ``metrics`` event's point lies: its ``step`` (LightGBM's round), else its ``epoch`` (what the
+    epoch-based Horovod and PyTorch trainers log)."""
+    return event.get("step", event.get("epoch"))
+
+
 def valid_step(step: Any) -> bool:
     """Whether ``step`` may number a metric point: an integer, ``0 <= step < 2**63``."""
     return isinstance(step, int) and not isinstance(step, bool) and 0 <= step < MAX_STEP
@@ -173,8 +179,8 @@ class MetricsTracker:
                 self.model_path = path
             elif kind == "checkpoint" and (path := self._reported_path("checkpoint", event.get("path"), line)):
                 self.checkpoint = {"path": path, **{k: event[k] for k in ("step", "epoch") if valid_step(event.get(k))}}
-        if kind == "metrics":  # positioned by step, else epoch (an epoch-based trainer's line)
-            step = event.get("step", event.get("epoch"))
+        if kind == "metrics":
+            step = metric_position(event)
             if step is not None and not valid_step(step):
                 self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
                 return []

@@ -69,7 +69,7 @@ def test_a_preempted_job_resumes_from_its_checkpoint_without_an_airflow_retry(ru
     [resumed] = [event for event in events(job_dir, "resumed") if event["rank"] == 0]
     assert (resumed["epoch"], resumed["path"]) == (last_checkpoint["epoch"], last_checkpoint["path"])
     assert resumed["step"] == last_checkpoint["step"]
-    trained = [event["step"] for event in events(job_dir, "metrics")]
+    trained = [event["epoch"] for event in events(job_dir, "metrics")]
     assert trained == list(range(last_checkpoint["epoch"] + 1, EPOCHS + 1)), "an epoch was trained twice or skipped"
 
     accuracy = result.xcom["preempted"]["metrics"]["accuracy"]
