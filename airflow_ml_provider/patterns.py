@@ -10,6 +10,10 @@ import re
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_LABEL_MAX = 63
 
+# A control character (a line break, a tab, NUL, DEL): refused in a value a person types, which would
+# otherwise forge lines in a job's log or split an argument.
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+
 
 def whole(pattern: str) -> str:
     """A JSON-schema pattern that must match the whole value, the same in the browser (ECMAScript)

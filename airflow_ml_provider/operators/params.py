@@ -17,16 +17,13 @@ from typing import Any
 from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.patterns import IMAGE_REF
+from airflow_ml_provider.patterns import CONTROL_CHARACTER, IMAGE_REF
 
 MAX_CONF_KEYS = 64  # [ml_training] max_conf_keys
 MAX_CONF_BYTES = 64 * 1024  # [ml_training] max_conf_bytes: the conf as JSON
 _SHOWN_KEYS = 5
 _SHOWN_CHARS = 40
 DATA_SUFFIXES = (".npz", ".csv")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 class ParamsRefused(AirflowFailException):
     """The run's Params cannot run; the message starts with ``Params refused:`` and names each one."""
 
@@ -86,7 +83,7 @@ def text_problems(values: Mapping[str, Any], params: Mapping[str, Any]) -> list[
     for name in params:
         param = params.get_param(name) if hasattr(params, "get_param") else params[name]
         value = values.get(name)
-        if "string" in _types(getattr(param, "schema", {})) and isinstance(value, str) and _CONTROL.search(value):
+        if "string" in _types(getattr(param, "schema", {})) and isinstance(value, str) and CONTROL_CHARACTER.search(value):
             problems.append(f"{name}: holds a control character (line break, tab, ...): {describe(param)}")
     return problems
 
@@ -96,7 +93,7 @@ def data_file(name: str, value: str, roots: Sequence[str], words: str) -> tuple[
     resolved before the check, so neither leads out of a root), or the problems. Confinement is checked
     before existence, so the answer tells nothing about files outside the roots, and nothing quotes the
     file's content. Spaces and non-ASCII letters are fine; control characters are not."""
-    if _CONTROL.search(value) or not os.path.isabs(value) or not value.lower().endswith(DATA_SUFFIXES):
+    if CONTROL_CHARACTER.search(value) or not os.path.isabs(value) or not value.lower().endswith(DATA_SUFFIXES):
         return None, [f"{name}: {_short(value)} is not an absolute path of an .npz or .csv file: {words}"]
     resolved = os.path.realpath(value)
     if not any(_inside(resolved, os.path.realpath(root)) for root in roots):
@@ -115,7 +112,7 @@ def image_problems(name: str, value: str | None, backend: str, words: str,
     if not value:
         return []
     if backend == "local":
-        if not os.path.isabs(value) or _CONTROL.search(value):
+        if not os.path.isabs(value) or CONTROL_CHARACTER.search(value):
             return [f"{name}: {_short(value)} is not an absolute path; the local backend runs a Python "
                     f"environment's prefix: {words}"]
         if os.path.realpath(value) not in {os.path.realpath(image) for image in local_images}:

@@ -14,6 +14,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_ml_provider.artifact_layout import RUN_DIR
 from airflow_ml_provider.hooks.model_registry import LINEAGE_KEY, ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.operators.links import MLflowBestTrialLink
@@ -89,7 +90,7 @@ class RecipeTrialOperator(TrainingJobOperator):
         """What the command's run-time placeholders stand for (at execution: a mapped task's instance is
         not rendered through its own ``render_template_fields``); the job's spec is then built again."""
         self._param_values = params
-        if self._run_dir is None and any("{{run_dir}}" in argument for argument in self.command):
+        if self._run_dir is None and any(RUN_DIR in argument for argument in self.command):
             ti = context["ti"]
             hook = TrainingBackendHook(self.ml_conn_id)
             self._run_dir = str(hook.run_data_dir(ti.dag_id, ti.run_id, self.job.get("backend")))

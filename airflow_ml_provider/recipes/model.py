@@ -35,6 +35,7 @@ from airflow_ml_provider.jobs.spec import (
     Resources,
     Toleration,
 )
+from airflow_ml_provider.patterns import CONTROL_CHARACTER
 from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
 from airflow_ml_provider.recipes.experiment_space import Range, Scalar, product_size, sample_space
 
@@ -236,7 +237,7 @@ class RecipeParam(_Strict):
         """Why ``value`` is not one this Param takes (None: it is)."""
         if isinstance(value, bool) != (self.type == "boolean") or not isinstance(value, _PARAM_TYPES[self.type]):
             return f"is not a{'n' if self.type == 'integer' else ''} {self.type}"
-        if isinstance(value, str) and (len(value) > self.max_length or re.search(r"[\x00-\x1f\x7f]", value)):
+        if isinstance(value, str) and (len(value) > self.max_length or CONTROL_CHARACTER.search(value)):
             return f"must be at most {self.max_length} characters, with no control character"
         if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
             return f"must be from {self.minimum:g} to {self.maximum:g}"
