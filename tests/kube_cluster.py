@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -139,9 +140,27 @@ class KubeCluster:
                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
                       "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
 
-    def audited(self, namespace: str) -> list[dict]:
-        """What the API server's audit log says was asked of it in ``namespace`` (one event per request,
-        when it started to be answered), beside who asked (``user``, ``userAgent``)."""
+    def grant_cluster(self, user: str, rules: list[dict]) -> Callable[[], None]:
+        """Give ``user`` exactly ``rules`` cluster-wide (a ClusterRole and its binding); returns what revokes them."""
+        name = f"{user}-grant-{uuid.uuid4().hex[:6]}"
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        self.request("POST", f"{rbac}/clusterroles", {"apiVersion": "rbac.authorization.k8s.io/v1",
+                                                      "kind": "ClusterRole", "metadata": {"name": name}, "rules": rules})
+        self.request("POST", f"{rbac}/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+
+        def revoke() -> None:
+            self.request("DELETE", f"{rbac}/clusterrolebindings/{name}")
+            self.request("DELETE", f"{rbac}/clusterroles/{name}")
+
+        return revoke
+
+    def audited(self, namespace: str | None) -> list[dict]:
+        """What the API server's audit log says was asked of it in ``namespace`` (None: of cluster-wide
+        objects, such as Nodes), one event per request, when it started to be answered, beside who asked
+        (``user``, ``userAgent``)."""
         events = {}
         for line in (self.workdir / "audit.log").read_text().splitlines():
             event = json.loads(line)

@@ -7,25 +7,33 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
+import logging
 import threading
 import uuid
+from urllib.parse import parse_qs, urlparse
 
 import pytest
-from kube_cluster import resource_path
+import yaml
+from kube_cluster import TRAINER_TOKEN, new_namespace, resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.jobs import drivers
+from airflow_ml_provider.jobs.backends.kubernetes import job_pods
+from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import RESUME_ENV
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.labels import PREEMPTIONS as PREEMPTIONS_LABEL
-from support import wait_for
+from support import REPO, wait_for
 
 pytestmark = pytest.mark.integration
 
 SHUTDOWN = ("TerminationByKubelet", "Pod was terminated in response to imminent node shutdown.")
 NODE_GONE = ("DeletionByPodGC", "PodGC: node no longer exists")
+RBAC = REPO / "deploy" / "kubernetes" / "rbac.yaml"
 CHECKPOINT = '{"event": "checkpoint", "epoch": 2, "step": 44, "path": "/ckpt/ckpt-000002.npz"}'
 
 
@@ -242,3 +250,190 @@ def test_a_worker_on_a_dead_node_is_lost_when_kubernetes_would_evict_it(kind, fr
     kube_cluster.request("DELETE", f"/api/v1/nodes/{node}")
     gone = JobStatus(JobState.PREEMPTED, f"pod {name}-worker-0 lost its node {node} (the Node was deleted)")
     assert both() == [gone]
+
+
+# Node loss through the shared watches (a deferred or sync follower): the Nodes the job's pods are bound to
+# come from one Node watch per connection, as the user holding exactly deploy/kubernetes/rbac.yaml's rules.
+
+def _shipped(kind: str) -> dict:
+    [doc] = [doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc["kind"] == kind]
+    return doc
+
+
+@pytest.fixture
+def trainer(kube_cluster, kubelet, monkeypatch) -> str:
+    """A namespace whose connection authenticates as "trainer", holding the shipped Role there and nothing
+    else; a fresh start for what the follower remembers of refused Node watches."""
+    monkeypatch.setattr(job_pods, "_no_node_info", {})
+    monkeypatch.setattr(job_pods, "_warned", set())
+    namespace = new_namespace(kube_cluster, monkeypatch, kube_cluster.kubeconfig_for(TRAINER_TOKEN))
+    kube_cluster.grant(namespace, "trainer", _shipped("Role")["rules"])
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps({"conn_type": "ml_training", "extra": {
+        "namespace": namespace, "image": "registry.example/train:1"}}))
+    return namespace
+
+
+@pytest.fixture
+def nodes_role(kube_cluster):
+    """The shipped optional ClusterRole (read Nodes), held by "trainer" for the test."""
+    revoke = kube_cluster.grant_cluster("trainer", _shipped("ClusterRole")["rules"])
+    yield
+    revoke()
+
+
+@pytest.fixture
+def shown(monkeypatch) -> list[str]:
+    """The log lines the task's follower shows, as it shows them (the player waits on them)."""
+    seen: list[str] = []
+    report = drivers._report
+
+    def recording(step, *args):
+        seen.extend(line.text for line in step.lines)
+        return report(step, *args)
+
+    monkeypatch.setattr(drivers, "_report", recording)
+    return seen
+
+
+def _play_node_loss(cluster, kubelet, namespace: str, backend, shown: list[str], seen: list[dict]) -> None:
+    """The first MPIJob's worker runs on a spot node and checkpoints; once the task has shown that, the
+    node's Node object is deleted (nothing marks the pod). The resubmitted job runs on another node."""
+    listing = resource_path(backend.api_version, backend.kind, namespace)
+    running, succeeded = PROGRESS[backend.name]
+    first = wait_for(lambda: next(iter(cluster.request("GET", listing)["items"]), None), what="the MPIJob")
+    seen.append(first)
+    name, spot = first["metadata"]["name"], kubelet.register_node(cluster, f"spot-{namespace}")
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    worker = _worker(namespace, f"{name}-worker-0", first)
+    worker["spec"]["nodeName"] = spot
+    cluster.request("POST", pods, worker)
+    kubelet.append(namespace, f"{name}-worker-0", "worker", CHECKPOINT)
+    cluster.patch_status(f"{listing}/{name}", running)
+    wait_for(lambda: CHECKPOINT in shown, what="the task to show the checkpoint line")
+    cluster.request("DELETE", f"/api/v1/nodes/{spot}")
+    uid = first["metadata"]["uid"]
+    again = wait_for(lambda: next((job for job in cluster.request("GET", listing)["items"]
+                                   if job["metadata"]["uid"] != uid), None), what="a resubmission")
+    seen.append(again)
+    cluster.request("POST", pods, _worker(namespace, f"{name}-worker-0-again", again))  # on fake-node
+    kubelet.append(namespace, f"{name}-worker-0-again", "worker", '{"event": "result", "accuracy": 0.95}')
+    cluster.patch_status(f"{listing}/{name}", running)
+    cluster.patch_status(f"{listing}/{name}", succeeded)
+
+
+def test_a_deferred_task_whose_worker_s_node_is_deleted_resumes_from_its_checkpoint(
+        kube_cluster, kubelet, trainer, nodes_role, run_dag, shown, capfd):
+    backend = TrainingBackendHook().get_backend("mpijob")
+    seen: list[dict] = []
+    player = threading.Thread(target=_play_node_loss, args=(kube_cluster, kubelet, trainer, backend, shown, seen),
+                              daemon=True)
+    player.start()
+    result = run_dag("ml_test_spot_mpijob")  # deferrable: followed by the triggerer through the shared watches
+    player.join(30)
+    assert result.state == "success", result.task_states
+    first, second = seen
+    assert set(_resume_points(second)) == {"/ckpt/ckpt-000002.npz"}, "every container resumes"
+    out = capfd.readouterr().out
+    name = first["metadata"]["name"]
+    assert f"pod {name}-worker-0 lost its node spot-{trainer} (the Node was deleted)" in out
+    assert "resuming from checkpoint /ckpt/ckpt-000002.npz at step 44, epoch 2" in out
+    (left,) = kube_cluster.request("GET", resource_path(backend.api_version, backend.kind, trainer))["items"]
+    assert left["metadata"]["uid"] == second["metadata"]["uid"]
+    # Nodes are read through the shared Node watch of each deferral (a list, then a watch), and once by name:
+    # the resubmission's check that the job it replaces has ended (submit, on 409), which is no follow
+    nodes = [(event["verb"], event["objectRef"].get("name")) for event in kube_cluster.audited(None)
+             if event.get("objectRef", {}).get("resource") == "nodes" and event["user"]["username"] == "trainer"]
+    assert sorted(nodes, key=str) == sorted([("list", None), ("watch", None)] * 2 + [("get", f"spot-{trainer}")],
+                                            key=str), nodes
+    pods = [(event["verb"], parse_qs(urlparse(event["requestURI"]).query).get("labelSelector", [""])[0])
+            for event in kube_cluster.audited(trainer) if event["verb"] in ("get", "list", "watch")
+            and event["objectRef"]["resource"] == "pods" and not event["objectRef"].get("subresource")]
+    shared = JOB_NAME_LABEL  # selects every job's pods: the shared pod watch of each deferral
+    assert sorted(read for read in pods if read[1] == shared) == [("list", shared)] * 2 + [("watch", shared)] * 2
+    # besides: lists of the job's own pods (its selector), the pod log reader's, and the resubmission check's
+    assert {read for read in pods if read[1] != shared} == {("list", f"{JOB_NAME_LABEL}={name}")}, pods
+
+
+async def _follow(backend, names: list[str], play) -> list[list[JobStatus]]:
+    """Each job's statuses (repeats left out) through ``backend.statuses``, all in one event loop, until it is
+    PREEMPTED or has ended; ``play`` runs (in a thread) once every follower has its first status."""
+    started = asyncio.Event()
+    firsts: set[str] = set()
+
+    async def follow(name: str) -> list[JobStatus]:
+        seen: list[JobStatus] = []
+        async for status in backend.statuses(name, interval=0.5):
+            if not seen or seen[-1] != status:
+                seen.append(status)
+            firsts.add(name)
+            if len(firsts) == len(names):
+                started.set()
+            if status.state.is_terminal:
+                return seen
+
+    followers = [asyncio.create_task(follow(name)) for name in names]
+    await asyncio.wait_for(started.wait(), 60)
+    await asyncio.to_thread(play)
+    return await asyncio.wait_for(asyncio.gather(*followers), 60)
+
+
+def _job_on(cluster, kubelet, backend, namespace: str, job: str, node: str) -> None:
+    """Submit ``job``, and play its controller and the scheduler: its worker pod bound to a new Node ``node``."""
+    backend.submit(job, TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2,
+                                        image="img:1"), {})
+    kubelet.register_node(cluster, node)
+    worker = _worker(namespace, f"{job}-worker-0", backend.get(backend.kind, job))
+    worker["spec"]["nodeName"] = node
+    cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", worker)
+
+
+def test_followers_see_lost_nodes_through_one_shared_node_watch(kube_cluster, kubelet, trainer, nodes_role):
+    """Two jobs followed at once, each with a worker on its own node: the one whose Node is deleted and the
+    one whose node is marked out of service read PREEMPTED from one list+watch of Nodes, with no per-job read."""
+    CollectionWatcher._shared.clear()
+    backend = TrainingBackendHook().get_backend("mpijob")
+    jobs = {JobIdentity("spot", f"node-{i}", "manual__1").name: f"n{i}-{trainer}" for i in range(2)}
+    for job, node in jobs.items():
+        _job_on(kube_cluster, kubelet, backend, trainer, job, node)
+    (gone, gone_node), (stopped, stopped_node) = jobs.items()
+    sync_calls, real = [], backend.api.call_api
+    backend.api.call_api = lambda *args, **kwargs: sync_calls.append(args[0]) or real(*args, **kwargs)
+
+    def play() -> None:
+        kube_cluster.request("DELETE", f"/api/v1/nodes/{gone_node}")
+        _taint(kube_cluster, stopped_node, "node.kubernetes.io/out-of-service", 0)
+
+    seen = asyncio.run(_follow(backend, list(jobs), play))
+    assert [statuses[-1] for statuses in seen] == [
+        JobStatus(JobState.PREEMPTED, f"pod {gone}-worker-0 lost its node {gone_node} (the Node was deleted)"),
+        JobStatus(JobState.PREEMPTED, f"pod {stopped}-worker-0 lost its node {stopped_node} (out of service)")]
+    assert {status.state for statuses in seen for status in statuses[:-1]} == {JobState.PENDING}
+    [nodes] = [watcher for watcher in CollectionWatcher._shared.values() if watcher.path == "/api/v1/nodes"]
+    assert nodes.requests == 2, "one list and one watch of Nodes"
+    assert sync_calls == [], "no per-job read"
+
+
+def test_without_the_nodes_role_a_lost_node_is_one_warning_and_the_job_is_followed_as_before(
+        kube_cluster, kubelet, trainer, caplog):
+    backend = TrainingBackendHook().get_backend("mpijob")
+    job, node = JobIdentity("spot", "no-nodes", "manual__1").name, f"n-{trainer}"
+    _job_on(kube_cluster, kubelet, backend, trainer, job, node)
+    path = resource_path(backend.api_version, backend.kind, trainer, job)
+    running, succeeded = PROGRESS["mpijob"]
+
+    def warned() -> list[str]:
+        return [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+
+    def play() -> None:
+        kube_cluster.request("DELETE", f"/api/v1/nodes/{node}")
+        wait_for(lambda: any("nodes cannot be read" in message for message in warned()), 60,
+                 "the warning that Nodes cannot be read")
+        kube_cluster.patch_status(path, running)
+        kube_cluster.patch_status(path, succeeded)
+
+    with caplog.at_level(logging.WARNING):
+        [seen] = asyncio.run(_follow(backend, [job], play))
+    assert [status.state for status in seen] == [JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED]
+    [warning] = warned()
+    assert warning.startswith("nodes cannot be read, so a disrupted (spot, evicted) pod or one whose node is gone "
+                              "is not reported as PREEMPTED (list/watch /api/v1/nodes: 403 ")

@@ -14,7 +14,7 @@ import logging
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,6 +30,12 @@ from airflow_ml_provider.jobs.backends.base import (
     JobSubmissionError,
 )
 from airflow_ml_provider.jobs.backends.kubernetes import disruption, kueue
+from airflow_ml_provider.jobs.backends.kubernetes.job_pods import (
+    JobPods,
+    NodeChanged,
+    PodsChanged,
+    unreadable,
+)
 from airflow_ml_provider.jobs.backends.kubernetes.pod_logs import PodLogSource
 from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     OBJECT,
@@ -53,13 +59,6 @@ __all__ = ["KubernetesBackend", "TransientApiError"]
 @dataclass(frozen=True)
 class _Workload:
     """A change of the followed job's Kueue Workload (``obj``; DELETED when it has none)."""
-
-    obj: dict
-
-
-@dataclass(frozen=True)
-class _Pod:
-    """A pod of the followed job that is being disrupted (``obj``; DELETED once it is gone)."""
 
     obj: dict
 
@@ -248,15 +247,7 @@ class KubernetesBackend(Backend):
             raise
 
     def _unreadable(self, what: str, reason: object) -> None:
-        """One warning per connection, namespace and collection (pods, nodes) that cannot be read."""
-        if isinstance(reason, ApiException):
-            reason = f"{reason.status} {api_message(reason)}"
-        key = (self.watch_key or id(self.api), what, self.namespace)
-        if key not in _warned:
-            _warned.add(key)
-            where = f"in namespace {self.namespace} " if what == "pods" else ""
-            log.warning("%s %scannot be read, so a disrupted (spot, evicted) pod or one whose node is gone is not "
-                        "reported as PREEMPTED (%s)", what, where, reason)
+        unreadable(self.watch_key or id(self.api), what, self.namespace, reason)
 
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
         """From the shared watch of this namespace's jobs (one list+watch per connection, namespace and
@@ -264,7 +255,8 @@ class KubernetesBackend(Backend):
         A pending job that asks for a gang scheduler has its PodGroup read by a GET by name on each
         change of the job and every 30 s (or ``interval``, if longer) while it stays pending, never
         otherwise: PodGroups are not watched (the MPI operator's carry no labels to select them by,
-        and a GET needs only ``get`` permission).
+        and a GET needs only ``get`` permission). The job's pods and the Nodes they are bound to come
+        from shared watches too (``job_pods``): a disrupted pod or a lost node makes it PREEMPTED.
         Raises JobNotFound, BackendAccessError (refused list/watch), TransientApiError (no list in 60 s)."""
         if self.async_api_factory is None:
             async for status in super().statuses(name, interval):
@@ -274,9 +266,9 @@ class KubernetesBackend(Backend):
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
             collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
-        obj, workload, disrupted, pending, gang_at, first = None, None, None, None, 0.0, True
-        async with watcher.subscribe(name) as changes, self._workloads(name, changes), \
-                self._disruptions(name, changes):
+        obj, workload, lost, pending, gang_at, first = None, None, None, None, 0.0, True
+        pods = JobPods(self.async_api_factory, self.watch_key or id(self.async_api_factory), self.namespace, name)
+        async with watcher.subscribe(name) as changes, self._workloads(name, changes), pods.following(changes):
             while True:
                 try:
                     arrived = [await asyncio.wait_for(changes.get(), interval)]
@@ -291,9 +283,8 @@ class KubernetesBackend(Backend):
                         raise change
                     if isinstance(change, _Workload):
                         workload = None if change.obj is DELETED else change.obj
-                    elif isinstance(change, _Pod):
-                        if change.obj is not DELETED and disruption.owned_by(change.obj, obj):
-                            disrupted = disrupted or disruption.disrupted(change.obj)
+                    elif isinstance(change, (PodsChanged, NodeChanged)):
+                        pods.update(change)
                     elif change is DELETED or (change is None and name not in watcher.objects):
                         # deleted, or not (yet) seen by the watch: ask the API server directly
                         obj, job_changed = await asyncio.to_thread(self.get, self.kind, name), change is not None
@@ -306,7 +297,8 @@ class KubernetesBackend(Backend):
                     status = pending
                 if self.queueing is not None:
                     status = kueue.workload_status(workload, status)
-                yield disruption.preempted(status, disrupted)
+                lost = lost or (None if status.state.is_terminal else pods.reason(obj))  # stays: the job is resubmitted
+                yield disruption.preempted(status, lost)
 
     @asynccontextmanager
     async def _workloads(self, name: str, changes: asyncio.Queue):
@@ -332,30 +324,6 @@ class KubernetesBackend(Backend):
                 yield
             finally:
                 forwarding.cancel()
-
-    @asynccontextmanager
-    async def _disruptions(self, name: str, changes: asyncio.Queue):
-        """The job's disrupted pods from the shared watch of the namespace's pods (which keeps only
-        disrupted ones), put on ``changes`` as ``_Pod``. Pods that cannot be watched (no ``watch`` on
-        pods) mean no disruption information: one warning, and the job is followed without it."""
-        watcher = CollectionWatcher.shared(
-            (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
-            collection_path("v1", "Pod"), {"namespace": self.namespace}, JOB_NAME_LABEL, by=disruption.disrupted_job)
-
-        async def forward(pods: asyncio.Queue) -> None:
-            while not isinstance(item := await pods.get(), BaseException):
-                changes.put_nowait(_Pod(item))
-            self._unreadable("pods", item)
-
-        async with AsyncExitStack() as stack:
-            try:
-                pods = await stack.enter_async_context(watcher.subscribe(name))
-            except (BackendAccessError, TransientApiError) as exc:
-                self._unreadable("pods", exc)
-            else:
-                changes.put_nowait(_Pod(pods.get_nowait()))  # with the job's first status
-                stack.callback(asyncio.create_task(forward(pods)).cancel)
-            yield
 
     def get(self, kind: str, name: str, api_version: str | None = None) -> dict:
         name = dns_label("job_name", name)

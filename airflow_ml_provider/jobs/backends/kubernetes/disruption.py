@@ -35,9 +35,32 @@ def disrupted(pod: dict) -> str | None:
     return None
 
 
-def disrupted_job(pod: dict) -> str | None:
-    """Files a disrupted pod under its job's name; the shared pod watch keeps no other pod."""
-    return (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) if disrupted(pod) else None
+def job_of(pod: dict) -> str | None:
+    """The job a pod belongs to, by its label: the shared pod watch files each pod under it."""
+    return (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
+
+
+def _fields(obj: dict, part: str, names: tuple[str, ...]) -> dict:
+    found = obj.get(part) or {}
+    return {name: found[name] for name in names if name in found}
+
+
+def watched_pod(pod: dict) -> dict | None:
+    """What the shared pod watch keeps of a pod that is disrupted or bound to a node (None: nothing): what
+    ``disrupted``, ``owned_by`` and ``lost`` read of it."""
+    if not (disrupted(pod) or node_name(pod)):
+        return None
+    return {"metadata": _fields(pod, "metadata", ("name", "labels", "ownerReferences", "creationTimestamp",
+                                                  "resourceVersion")),
+            "spec": _fields(pod, "spec", ("nodeName", "tolerations")),
+            "status": _fields(pod, "status", ("phase", "conditions"))}
+
+
+def watched_node(node: dict) -> dict:
+    """What the shared Node watch keeps of a Node: what ``lost`` reads of it (not its status, which lists
+    the node's images and is most of it)."""
+    return {"metadata": _fields(node, "metadata", ("name", "resourceVersion")),
+            "spec": _fields(node, "spec", ("taints",))}
 
 
 def owned_by(pod: dict, obj: dict | None) -> bool:

@@ -7,7 +7,13 @@ latest object of the job it follows. A watch that expires (410 Gone) is re-liste
 Failures: 429/5xx, dropped connections and timeouts are retried with capped exponential backoff and a
 warning that says what failed. A refusal (401/403, or 404 for a collection the server does not serve,
 e.g. a CRD that is not installed) is retried a few times quickly (RBAC and new CRDs take a moment
-to apply), then ends every subscription with BackendAccessError carrying the API server's message.
+to apply; those retries are logged at INFO), then ends every subscription with BackendAccessError
+carrying the API server's message, which the subscriber reports.
+
+A watcher made with ``keep`` keeps only what it makes of each object, grouped: a subscriber to a key
+gets every kept object filed under it (``{name: kept}``), each time one of them changes, so that a
+follower sees all the pods of its job, and a triggerer holds slim copies of a cluster's pods or Nodes
+rather than whole objects.
 """
 
 from __future__ import annotations
@@ -70,19 +76,22 @@ class CollectionWatcher:
         selector: label selector limiting the watch to this provider's jobs.
         key: what a subscriber names an object by (default: its own name); objects it gives None are
             not kept. Kueue's Workloads are filed under the job that owns them.
+        keep: what of an object to keep (None: nothing, and the object leaves its group); with it,
+            subscribers get groups (see the module's docstring), an empty one when nothing is kept.
     """
 
     _shared: dict[tuple, CollectionWatcher] = {}
 
     def __init__(self, api_factory: Callable[[], Any], path: str, path_params: dict[str, str], selector: str,
-                 key: Callable[[dict], str | None] = _name):
+                 key: Callable[[dict], str | None] = _name, keep: Callable[[dict], dict | None] | None = None):
         self.api_factory = api_factory
         self.path = path
         self.path_params = dict(path_params)
         self.selector = selector
         self.key = key
+        self.keep = keep
         self.where = path.format(**path_params)  # for messages
-        self.objects: dict[str, dict] = {}
+        self.objects: dict[str, dict] = {}  # key -> the object, or with ``keep`` the group (never changed in place)
         self.listed = asyncio.Event()  # the first list is in (or the watch failed for good: see failure)
         self.failure: BackendAccessError | None = None
         self.last_error: str | None = None
@@ -92,12 +101,13 @@ class CollectionWatcher:
 
     @classmethod
     def shared(cls, key: tuple, api_factory: Callable[[], Any], path: str, path_params: dict[str, str],
-               selector: str, by: Callable[[dict], str | None] = _name) -> CollectionWatcher:
+               selector: str, by: Callable[[dict], str | None] = _name,
+               keep: Callable[[dict], dict | None] | None = None) -> CollectionWatcher:
         """The watcher of this collection in this event loop, started by whoever subscribes first."""
-        index = (key, path, tuple(sorted(path_params.items())), selector, by)
+        index = (key, path, tuple(sorted(path_params.items())), selector, by, keep)
         watcher = cls._shared.get(index)
         if watcher is None or not watcher.alive():
-            watcher = cls._shared[index] = cls(api_factory, path, path_params, selector, by)
+            watcher = cls._shared[index] = cls(api_factory, path, path_params, selector, by, keep)
         return watcher
 
     def alive(self) -> bool:
@@ -121,7 +131,7 @@ class CollectionWatcher:
                                         f"last error: {self.last_error or 'none (no answer)'}") from None
             if self.failure is not None:
                 raise self.failure
-            queue.put_nowait(self.objects.get(name, DELETED))
+            queue.put_nowait(self.objects.get(name, self._none()))
             yield queue
         finally:
             self._subscribers[name].discard(queue)
@@ -130,6 +140,10 @@ class CollectionWatcher:
             if not self._subscribers and self._task is not None:
                 self._task.cancel()
                 self._task = None
+
+    def _none(self) -> dict:
+        """What a subscriber gets when nothing is kept under its key."""
+        return DELETED if self.keep is None else {}
 
     def _deliver(self, name: str, obj: dict | BaseException) -> None:
         for queue in self._subscribers.get(name, ()):
@@ -159,7 +173,8 @@ class CollectionWatcher:
                     if refusals >= _REFUSALS:
                         self._fail(BackendAccessError(f"list/watch {self.where}: {self.last_error}"))
                         return
-                log.warning("watch on %s failed (%s); re-listing in %.1fs", self.where, self.last_error, backoff)
+                log.log(logging.INFO if status in PERMANENT else logging.WARNING,
+                        "watch on %s failed (%s); re-listing in %.1fs", self.where, self.last_error, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30)
 
@@ -170,13 +185,20 @@ class CollectionWatcher:
                                      response_types_map=OBJECT, auth_settings=["BearerToken"],
                                      header_params={"Accept": "application/json"}, _return_http_data_only=True,
                                      _request_timeout=60)
-        current = {key: item for item in listing.get("items", []) if (key := self.key(item)) is not None}
+        current: dict[str, dict] = {}
+        for item in listing.get("items", []):
+            if (key := self.key(item)) is None:
+                continue
+            if self.keep is None:
+                current[key] = item
+            elif (kept := self.keep(item)) is not None:
+                current.setdefault(key, {})[_name(item)] = kept
         previous, self.objects = self.objects, current
         if self.listed.is_set():  # a re-list: tell subscribers what changed meanwhile
             for name in set(previous) - set(current):
-                self._deliver(name, DELETED)
+                self._deliver(name, self._none())
             for name, obj in current.items():
-                if _version(previous.get(name)) != _version(obj):
+                if (_version(previous.get(name)) != _version(obj) if self.keep is None else previous.get(name) != obj):
                     self._deliver(name, obj)
         self.listed.set()  # the first list: each subscriber is handed its object once listed
         return listing["metadata"]["resourceVersion"]
@@ -210,13 +232,28 @@ class CollectionWatcher:
                 name = self.key(obj)
                 if name is None:
                     continue
-                if event["type"] == "DELETED":
+                if self.keep is not None:
+                    self._regroup(name, obj, event["type"] == "DELETED")
+                elif event["type"] == "DELETED":
                     self.objects.pop(name, None)
                     self._deliver(name, DELETED)
                 else:
                     self.objects[name] = obj
                     self._deliver(name, obj)
         return version
+
+    def _regroup(self, key: str, obj: dict, deleted: bool) -> None:
+        """File what is kept of ``obj`` in its group (or take it out), and hand subscribers the new group."""
+        group, name = self.objects.get(key, {}), _name(obj)
+        kept = None if deleted else self.keep(obj)
+        if kept is None and name not in group:
+            return
+        group = {**group, name: kept} if kept is not None else {k: v for k, v in group.items() if k != name}
+        if group:
+            self.objects[key] = group
+        else:
+            self.objects.pop(key, None)
+        self._deliver(key, group)
 
 
 def _status_message(body: bytes) -> str:

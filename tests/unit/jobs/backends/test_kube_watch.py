@@ -138,3 +138,42 @@ def test_a_subscriber_waits_for_the_first_list_only_so_long():
 
     with pytest.raises(TransientApiError, match="could not list it within 0.2s; last error: none"):
         asyncio.run(scenario())
+
+
+class GroupedApi(ScriptedApi):
+    """Pods of two jobs; after the 410, one pod of job x has finished (no longer kept) and job y's is gone."""
+
+    def __init__(self):
+        super().__init__()
+
+        def pod(name: str, job: str, version: str, phase: str) -> dict:
+            return {"metadata": {"name": name, "resourceVersion": version, "labels": {"job": job}},
+                    "status": {"phase": phase}}
+
+        self.listings = [
+            {"metadata": {"resourceVersion": "5"}, "items": [pod("x-0", "x", "1", "Running"),
+                                                             pod("x-1", "x", "2", "Running"),
+                                                             pod("y-0", "y", "3", "Running")]},
+            {"metadata": {"resourceVersion": "9"}, "items": [pod("x-0", "x", "1", "Running"),
+                                                             pod("x-1", "x", "8", "Succeeded")]},
+        ]
+
+
+def test_a_watcher_with_keep_hands_each_subscriber_its_whole_group_of_kept_objects():
+    def running(pod: dict) -> dict | None:
+        return {"version": pod["metadata"]["resourceVersion"]} if pod["status"]["phase"] == "Running" else None
+
+    async def scenario():
+        api = GroupedApi()
+        watcher = CollectionWatcher(_factory(api), PATH, PARAMS, "job", key=lambda pod: pod["metadata"]["labels"]["job"],
+                                    keep=running)
+        async with watcher.subscribe("x") as x_changes, watcher.subscribe("y") as y_changes, \
+                watcher.subscribe("z") as z_changes:
+            first = [await x_changes.get(), await y_changes.get(), await z_changes.get()]
+            api.expire.set()
+            after = [await asyncio.wait_for(x_changes.get(), 10), await asyncio.wait_for(y_changes.get(), 10)]
+            return first, after
+
+    first, after = asyncio.run(scenario())
+    assert first == [{"x-0": {"version": "1"}, "x-1": {"version": "2"}}, {"y-0": {"version": "3"}}, {}]
+    assert after == [{"x-0": {"version": "1"}}, {}], "a finished pod leaves its group; a group emptied is {}"
