@@ -3,10 +3,12 @@ gate -> deploy to the model marketplace (MLflow Model Registry) -> summary.
 
 **Trigger it** with the defaults (a generated dataset, LightGBM on the connection's default backend,
 the local one unless configured), or pick the Params: framework (LightGBM, Horovod or PyTorch), backend,
-workers, epochs/rounds, learning rate, your own data, gate thresholds. The trigger form checks
+workers, epochs/rounds, learning rate, your own data, gate thresholds, and on Kubernetes the nodes the
+training job runs on (a spot pool's node selector and tolerations). The trigger form checks
 types and choices; ranges and names are checked by the server when you press Trigger (the refusal
 names the Param and its range); the first task, `prepare_data`, checks what a form cannot: `data_path` must be a file inside
 the data roots, `image` an absolute path (local backend) or a registry reference (Kubernetes), and
+the node selector and tolerations Kubernetes label syntax and Kubernetes' operators and effects, and
 trigger-conf keys must name Params ("Params refused: <Param>: ...").
 Values reach jobs as argv data only (no shell, no second template pass).
 
@@ -34,6 +36,7 @@ from airflow_ml_provider.operators.params import (
     describe,
     image_problems,
     number_problems,
+    placement,
     refuse,
 )
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
@@ -70,7 +73,8 @@ NUMBER = ["null", "number"]
 def check_params(params: dict, run_conf: dict | None = None) -> str | None:
     """What Airflow's Param validation lets through, checked by the first task: trigger-conf keys that
     name no Param (and the conf's size), numbers that are NaN (null after JSON) or integers written as
-    ``5.0``, an image that is a relative path, a data file outside the data roots or missing. Fails the
+    ``5.0``, an image that is a relative path, a data file outside the data roots or missing, a node
+    selector or toleration Kubernetes would refuse. Fails the
     run for good, naming each refused Param; returns the data file's resolved path (None: generate)."""
     hook = TrainingBackendHook()
     declared = dag.params
@@ -78,6 +82,7 @@ def check_params(params: dict, run_conf: dict | None = None) -> str | None:
     backend = hook.backend_name(params.get("backend"))
     problems += image_problems("image", params.get("image"), backend, describe(declared.get_param("image")),
                                hook.local_images() if backend == "local" else ())
+    problems += placement(params, declared)[1]
     data = None
     if params.get("data_path"):
         data, found = data_file("data_path", params["data_path"], hook.data_roots(),
@@ -216,6 +221,31 @@ with DAG(
             title="Require approval",
             description="Ask a person (Required Actions page) before a model that passed the gate becomes champion.",
         ),
+        "node_selector": Param(
+            {},
+            type="object",
+            maxProperties=32,
+            additionalProperties={"type": "string", "maxLength": 63},
+            title="Node selector",
+            description="Kubernetes backends: node labels the training job's pods require, e.g. a spot pool's "
+            '{"cloud.google.com/gke-spot": "true"}: up to 32 labels, keys and values as Kubernetes labels. '
+            "Empty: any node.",
+        ),
+        "tolerations": Param(
+            [],
+            type="array",
+            maxItems=32,
+            items={"type": "object", "additionalProperties": False, "properties": {
+                "key": {"type": "string", "maxLength": 317}, "operator": {"enum": ["Exists", "Equal"]},
+                "value": {"type": "string", "maxLength": 63},
+                "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                "toleration_seconds": {"type": "integer", "minimum": 0, "maximum": 604800}}},
+            title="Tolerations",
+            description="Kubernetes backends: taints the training job's pods tolerate, e.g. a spot pool's "
+            '[{"key": "cloud.google.com/gke-spot", "operator": "Exists", "effect": "NoSchedule"}]: up to 32, '
+            "operator Exists or Equal, effect NoSchedule, PreferNoSchedule or NoExecute, toleration_seconds "
+            "(NoExecute only) up to 7 days. Empty: none.",
+        ),
         "notes": Param(
             None,
             type=["null", "string"],
@@ -237,6 +267,7 @@ with DAG(
         from airflow_ml_provider.runtime.splits import split_dataset
 
         source = check_params(params, dag_run.conf)  # the data file, resolved inside the data roots
+        ti.xcom_push("kubernetes", placement(params, dag.params)[0])  # the training job's nodes, checked
         out = TrainingBackendHook().run_data_dir("ml_training_pipeline", run_id, params["backend"])  # under artifact_root
         if not source:
             source = out / "source.npz"
@@ -256,6 +287,7 @@ with DAG(
         return f"train_{params['framework']}"
 
     prepared = prepare_data()
+    TRAINING_JOB = {**JOB, "kubernetes": prepared["kubernetes"]}  # placed on the nodes the Params chose
     preprocess = PreprocessOperator.partial(
         task_id="preprocess",
         outlets=[DATA],
@@ -278,7 +310,7 @@ with DAG(
         },
         num_boost_round="{{ params.boost_rounds }}",
         num_workers=WORKERS,
-        job=JOB,
+        job=TRAINING_JOB,
         doc_md="Data-parallel LightGBM over the preprocessed shards, one worker per machine.",
     )
     def network_trainer(module: str) -> list:
@@ -292,7 +324,7 @@ with DAG(
         on_failure_callback=FAILURE_NOTIFIERS,
         command=network_trainer("horovod_keras"),
         num_workers=WORKERS,
-        job=JOB,
+        job=TRAINING_JOB,
         doc_md="Horovod (ring-allreduce) training of a Keras network over the preprocessed shards.",
     )
     train_pytorch = PyTorchTrainingOperator(
@@ -300,7 +332,7 @@ with DAG(
         on_failure_callback=FAILURE_NOTIFIERS,
         command=network_trainer("torch_ddp"),
         num_workers=WORKERS,
-        job=JOB,
+        job=TRAINING_JOB,
         doc_md="PyTorch DDP (torchrun, gloo on CPU) training of a network over the preprocessed shards.",
     )
     evaluate = EvaluateModelOperator(

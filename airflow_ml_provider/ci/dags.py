@@ -22,6 +22,7 @@ from airflow_ml_provider.ci.context import RuntimeValue, check_context, holds_ru
 from airflow_ml_provider.ci.results import Case, relative
 from airflow_ml_provider.ci.targets import Targets
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.operators.config import JobConfig
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.job_run import BaseJobOperator
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
@@ -91,10 +92,12 @@ def _check_task(dag: Any, task: BaseOperator, params: dict[str, Any], index: int
         else:
             if isinstance(operator, EvaluateModelOperator) and not isinstance(operator.training, dict):
                 operator.training = RuntimeValue(f"XCom of {operator.training}")  # the training task's result
+            later = _whole_at_run_time(operator)
             operator.__dict__.pop("runner", None)  # built again from the rendered fields
             backend = targets.backend(targets.name(operator.job.get("backend")))
             spec = operator.runner.build_spec(identity.name, operator.runner.hook.job_setup(backend))
-            case.details = _send(targets, backend, identity, spec)
+            case.details = _send(targets, backend, identity, spec) + [
+                f"job.{key}: an upstream task's result, known at run time: checked without it" for key in later]
     except Exception as exc:  # noqa: BLE001 - every refusal is a finding, named by its field
         runtime = [name for name in operator.template_fields if holds_runtime(getattr(operator, name, None))]
         if runtime and not isinstance(exc, _Refused):
@@ -102,6 +105,16 @@ def _check_task(dag: Any, task: BaseOperator, params: dict[str, Any], index: int
             case.message = f"{', '.join(runtime)} known only at run time ({_one_line(exc)})"
         else:
             case.status, case.message = "failed", _one_line(exc)
+
+
+def _whole_at_run_time(operator: BaseJobOperator) -> list[str]:
+    """Leaves out of the job config, and names, the options (env, resources, scheduling, kubernetes: not the
+    strings) that an upstream task's result gives whole, e.g. the placement a DAG's first task checked
+    from its Params; the rest of the job is still built and checked."""
+    later = [key for key, value in operator.job.items() if isinstance(value, str) and holds_runtime(value)
+             and not isinstance(JobConfig.model_fields[key].default, (str, type(None)))]
+    operator.job = {key: value for key, value in operator.job.items() if key not in later}
+    return later
 
 
 class _Refused(Exception):

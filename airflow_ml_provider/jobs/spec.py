@@ -138,6 +138,20 @@ class Toleration(BaseModel):
         return self
 
 
+class Placement(BaseModel):
+    """Which nodes a job's pods may run on, e.g. a spot pool: the nodes' labels they require and the taints
+    they tolerate (Kubernetes backends; the local backend ignores it). What a recipe or a DAG's Params may
+    choose of the pods; nothing else of them (service account, volumes, Secrets) is theirs to choose."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_SELECTOR)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
+
+    def options(self) -> KubernetesOptions:
+        return KubernetesOptions(node_selector=self.node_selector, tolerations=self.tolerations)
+
+
 class KubernetesOptions(BaseModel):
     """Pod-level settings the Kubernetes backends render; the local backend ignores them."""
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, conf
+from airflow.sdk import BaseOperator, XComArg, conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
@@ -28,7 +28,8 @@ class BaseJobOperator(BaseOperator):
     Args:
         job: where and how the job runs (:class:`~airflow_ml_provider.operators.config.JobConfig` or its
             dict: backend, image, env, resources, scheduling, kubernetes, working_dir); its strings are
-            templated.
+            templated, and a key's value may be an upstream task's output (an XComArg, e.g. the placement
+            a DAG's first task checked from its Params), checked once it is rendered.
         follow: how the job is followed (:class:`~airflow_ml_provider.jobs.follow_options.FollowOptions` or its
             dict): ``rules`` (``fail_on``/``retry_on``/``succeed_on``/``metrics`` regexes),
             ``max_preemptions`` (resubmissions after a preemption, no retry spent; default 3),
@@ -53,7 +54,10 @@ class BaseJobOperator(BaseOperator):
                  **kwargs: Any):
         super().__init__(**kwargs)
         try:  # refused when the DAG file is parsed, naming the field
-            self.job = as_dict(JobConfig, job, "job")
+            later = {key: value for key, value in job.items() if isinstance(value, XComArg)} \
+                if isinstance(job, dict) else {}
+            now = {key: value for key, value in job.items() if key not in later} if later else job
+            self.job = {**as_dict(JobConfig, now, "job"), **later}
             self.follow = FollowOptions.of(follow)
         except ValueError as exc:
             raise ValueError(f"{self.task_id}: {exc}") from None

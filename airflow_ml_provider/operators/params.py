@@ -16,7 +16,9 @@ from typing import Any
 
 from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowFailException
+from pydantic import ValidationError
 
+from airflow_ml_provider.jobs.spec import Placement
 from airflow_ml_provider.patterns import CONTROL_CHARACTER, IMAGE_REF
 
 MAX_CONF_KEYS = 64  # [ml_training] max_conf_keys
@@ -124,6 +126,31 @@ def image_problems(name: str, value: str | None, backend: str, words: str,
         return []
     return [f"{name}: {_short(value)} is not a registry reference such as registry.example.com/team/train:1.2 "
             f"(backend {backend}): {words}"]
+
+
+def placement(values: Mapping[str, Any], params: Mapping[str, Any], selector: str = "node_selector",
+              tolerations: str = "tolerations") -> tuple[dict[str, Any], list[str]]:
+    """The Params ``selector`` (node labels the jobs' pods require) and ``tolerations`` (taints they
+    tolerate: a spot pool's, e.g.) as the jobs' ``kubernetes`` options, checked as Kubernetes checks them
+    (``jobs.spec.Placement``); or the problems, each naming the Param and the field in it."""
+    names = {"node_selector": selector, "tolerations": tolerations}
+    try:
+        chosen = Placement(node_selector=values.get(selector) or {}, tolerations=values.get(tolerations) or [])
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name, *inside = error["loc"]
+            param = params.get_param(names[name]) if hasattr(params, "get_param") else params[names[name]]
+            where = "".join(f"[{part}]" if isinstance(part, int) else f"[{_short(str(part))}]"
+                            for part in inside if part != "[key]")
+            if error["type"] == "string_pattern_mismatch":
+                what = "key" if inside[-1] == "[key]" or (name, inside[-1]) == ("tolerations", "key") else "value"
+                said = f"{_short(str(error['input']))} is not a Kubernetes label {what}"
+            else:
+                said = error["msg"].removeprefix("Value error, ")
+            problems.append(f"{names[name]}{where}: {said}: {describe(param)}")
+        return {}, problems
+    return chosen.options().model_dump(exclude_defaults=True), []
 
 
 def describe(param) -> str:

@@ -25,16 +25,7 @@ from pydantic import (
 
 from airflow_ml_provider.artifact_layout import RUN_DIR
 from airflow_ml_provider.jobs.backends import BACKENDS
-from airflow_ml_provider.jobs.spec import (
-    MAX_NODE_SELECTOR,
-    MAX_TOLERATIONS,
-    Framework,
-    KubernetesOptions,
-    LabelKey,
-    LabelValue,
-    Resources,
-    Toleration,
-)
+from airflow_ml_provider.jobs.spec import Framework, Placement, Resources
 from airflow_ml_provider.patterns import CONTROL_CHARACTER
 from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
 from airflow_ml_provider.recipes.experiment_space import Range, Scalar, product_size, sample_space
@@ -166,18 +157,6 @@ class Hardware(_Strict):
     def resources(self) -> Resources:
         gpu = self.gpu or Gpu(count=0)
         return Resources(cpu=self.cpu, memory=self.memory, gpu=gpu.count, gpu_type=gpu.type)
-
-
-class Placement(_Strict):
-    """Which nodes the experiment's pods may run on, e.g. a spot pool: the nodes' labels they require and
-    the taints they tolerate (Kubernetes backends; the local backend ignores it). Nothing else of the pods
-    (service account, volumes, Secrets) is a recipe's to choose."""
-
-    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_SELECTOR)
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
-
-    def options(self) -> KubernetesOptions:
-        return KubernetesOptions(node_selector=self.node_selector, tolerations=self.tolerations)
 
 
 class Search(_Strict):

@@ -17,6 +17,7 @@ import yaml
 from dag_runs import load_dag
 
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.operators.params import placement
 from support import REPO
 
 pytestmark = pytest.mark.integration
@@ -30,18 +31,18 @@ RUN_ID = "manual__2026-03-01T00:00:00+00:00"
 DATA = f"{ROOT}/data/ml_training_pipeline/0123456789ab"
 PREPARED = {"train_dir": f"{DATA}/processed/train", "valid": f"{DATA}/processed/valid/part-00000.npz",
             "test": f"{DATA}/processed/test/part-00000.npz", "data_version": "159b2cea22c9590c",
-            "objective": "binary", "num_class": 1}
+            "objective": "binary", "num_class": 1, "kubernetes": {}}  # kubernetes: the default Params' placement
 
 
 class RecordedRun:
     """What a task instance's ``xcom_pull`` returns for this DAG run's finished upstream tasks."""
 
-    def __init__(self, task_id: str, map_index: int, framework: str):
+    def __init__(self, task_id: str, map_index: int, framework: str, **recorded):
         self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number = (
             "ml_training_pipeline", task_id, RUN_ID, map_index, 1)
         job = JobIdentity(self.dag_id, f"train_{framework}", RUN_ID).name
         model = "model.keras" if framework == "horovod" else "model.txt"
-        self.values = {**PREPARED, f"train_{framework}": {
+        self.values = {**PREPARED, **recorded, f"train_{framework}": {
             "job_name": job, "backend": "x", "state": "SUCCEEDED", "metrics": {},
             "model_path": f"{ROOT}/artifacts/{job}/model/{model}"}}
 
@@ -77,12 +78,13 @@ def _task(pipeline, task_id: str):
     return task
 
 
-def _render(pipeline, task_id: str, backend: str, framework: str):
+def _render(pipeline, task_id: str, backend: str, framework: str, **chosen):
     task = _task(pipeline, task_id)
     params = copy.deepcopy(pipeline.params)
-    params.update({"backend": backend, "framework": framework})  # what the trigger form would send
+    params.update({"backend": backend, "framework": framework, **chosen})  # what the trigger form would send
     params = params.validate()
-    ti = RecordedRun(task_id, 0 if task_id == "preprocess" else -1, framework)
+    recorded = {"kubernetes": placement(params, pipeline.params)[0]}  # what prepare_data pushes, checked
+    ti = RecordedRun(task_id, 0 if task_id == "preprocess" else -1, framework, **recorded)
     task.render_template_fields({"ti": ti, "params": params, "run_id": RUN_ID, "dag": pipeline, "task": task})
     return task, ti
 
@@ -143,3 +145,40 @@ def test_without_an_artifact_root_a_cluster_run_is_refused_before_any_job(pipeli
                                                                        "extra": {"image": IMAGES["generic"]}}))
     with pytest.raises(ArtifactStoreError, match="backend 'mpijob' has no artifact_root"):
         TrainingBackendHook().run_data_dir("ml_training_pipeline", RUN_ID, "mpijob")
+
+
+SPOT = {"node_selector": {"cloud.google.com/gke-spot": "true", "pool": "gpu-spot"},
+        "tolerations": [{"key": "cloud.google.com/gke-spot", "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                         "toleration_seconds": 60}]}
+RENDERED_TOLERATIONS = [{"key": "cloud.google.com/gke-spot", "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": 60}]
+
+
+def _pod_specs(obj) -> list[dict]:
+    """Every pod spec in a manifest (one holding containers), a TrainJob's runtime patch's included."""
+    if isinstance(obj, list):
+        return [spec for item in obj for spec in _pod_specs(item)]
+    if not isinstance(obj, dict):
+        return []
+    own = [obj] if "nodeSelector" in obj or isinstance(obj.get("containers"), list) else []
+    return own + [spec for value in obj.values() for spec in _pod_specs(value)]
+
+
+@pytest.mark.parametrize("backend,framework", [("mpijob", "horovod"), ("volcano", "lightgbm"),
+                                               ("indexed-job", "lightgbm"), ("trainjob", "pytorch")])
+def test_the_spot_params_place_every_pod_of_the_training_job(pipeline, cluster_connection, kube_cluster, request,
+                                                             backend, framework):
+    """The node_selector and tolerations Params, checked by the first task and handed on as its XCom, land in
+    every pod template of the training job; the real API server accepts the job."""
+    if backend == "trainjob":
+        request.getfixturevalue("trainer_cluster")
+    task, ti = _render(pipeline, f"train_{framework}", backend, framework, **SPOT)
+    specs = [spec for obj in yaml.safe_load_all(task.manifest) for spec in _pod_specs(obj)]
+    assert specs
+    for spec in specs:
+        assert spec["nodeSelector"] == SPOT["node_selector"]
+        assert spec["tolerations"] == RENDERED_TOLERATIONS
+    job = JobIdentity.from_context({"ti": ti})
+    assert task.runner.backend.submit(job.name, task.runner.spec, job.labels()) is True

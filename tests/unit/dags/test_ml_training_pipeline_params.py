@@ -185,3 +185,35 @@ def test_words_too_long_to_be_quoted_whole_in_a_refusal_are_refused_when_the_dag
 
     with pytest.raises(ValueError, match="would be split in a refusal"):
         bounded("Workers: a whole number from one to sixty-four, the job's process count.", minimum=1)
+
+
+def test_spot_placement_params_become_the_training_jobs_kubernetes_options(dag):
+    placement = PIPELINE["placement"]
+    values = dag.params.deep_merge({
+        "node_selector": {"cloud.google.com/gke-spot": "true"},
+        "tolerations": [{"key": "cloud.google.com/gke-spot", "operator": "Exists", "effect": "NoSchedule"}]}).validate()
+    assert placement(values, dag.params) == ({
+        "node_selector": {"cloud.google.com/gke-spot": "true"},
+        "tolerations": [{"key": "cloud.google.com/gke-spot", "operator": "Exists", "effect": "NoSchedule"}]}, [])
+    assert placement(dag.params.deep_merge({}).validate(), dag.params) == ({}, [])
+
+
+@pytest.mark.parametrize(("chosen", "refusal"), [
+    ({"node_selector": {"bad key!": "x"}}, "node_selector['bad key!']: 'bad key!' is not a Kubernetes label key"),
+    ({"node_selector": {"pool": "a b"}}, "node_selector['pool']: 'a b' is not a Kubernetes label value"),
+    ({"node_selector": {"pool": "$(id)"}}, "node_selector['pool']: '$(id)' is not a Kubernetes label value"),
+    ({"tolerations": [{"key": "k", "operator": "Matches"}]}, "tolerations[0]['operator']: Input should be 'Exists' or 'Equal'"),
+    ({"tolerations": [{"key": "k", "effect": "NoRun"}]}, "tolerations[0]['effect']: Input should be 'NoSchedule'"),
+    ({"tolerations": [{"key": "k/../x", "operator": "Exists"}]}, "tolerations[0]['key']: 'k/../x' is not a Kubernetes label key"),
+    ({"tolerations": [{"operator": "Equal", "value": "v"}]},
+     "tolerations[0]: operator: a toleration without a key must use 'Exists'"),
+    ({"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule", "toleration_seconds": 5}]},
+     "tolerations[0]: toleration_seconds: only for effect 'NoExecute'"),
+    ({"tolerations": [{"key": "k", "command": ["sh"]}]}, "tolerations[0]['command']: Extra inputs are not permitted"),
+])
+def test_spot_placement_params_kubernetes_would_refuse_are_refused_naming_the_field(chosen, refusal, tmp_path,
+                                                                                    monkeypatch):
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__DATA_ROOTS", str(tmp_path))
+    with pytest.raises(AirflowFailException, match="^Params refused: ") as refused:
+        PIPELINE["check_params"]({"learning_rate": 0.1, "data_path": None, **chosen})
+    assert refusal in str(refused.value)
