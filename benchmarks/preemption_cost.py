@@ -237,7 +237,11 @@ def costs(killed: list, s1: float, resumed: list, s2: float, pace_s: float) -> t
     The first span is negative where round m lies past the kill (the killed attempt would have logged it
     later than the next one started)."""
     [at_resumed] = [t for t, e in resumed if e["event"] == "resumed" and e["rank"] == 0]
-    m, at_m = next((metric_position(e), t) for t, e in resumed if e["event"] == "metrics")
+    after = [(metric_position(e), t) for t, e in resumed if e["event"] == "metrics"]
+    if not after:
+        raise SystemExit("the resumed attempt had no round left to train: the kill came after the last checkpoint "
+                         "(a loaded machine slows the kill more than the job; give the job more rounds or epochs)")
+    m, at_m = after[0]
     return s2 - s1, (s2 - logged_at(killed, m, pace_s), at_resumed - s2, at_m - at_resumed)
 
 

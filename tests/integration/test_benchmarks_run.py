@@ -42,7 +42,8 @@ def test_preemption_cost_compares_resuming_and_restarting():
 
 # The PyTorch job's two parts run as two tests: each pays torch's start-up in four processes at a time, which
 # a loaded 2-core CI machine stretches several-fold; a stuck job ends the benchmark naming it (--job-timeout).
-_TORCH_JOB = ("--trainer", "pytorch", "--rows", "4000", "--epochs", "4", "--points", "0.5", "--job-timeout", "400")
+# 8 short epochs, killed past the 4th: under load the kill lands epochs late, and must still find some left.
+_TORCH_JOB = ("--trainer", "pytorch", "--rows", "4000", "--epochs", "8", "--points", "0.5", "--job-timeout", "400")
 _RESUMED_ROW = re.compile(r"^ +50% \| +epoch \d+ \| +[0-9.]+ s \| ", re.MULTILINE)  # from a checkpoint, costs
 
 
