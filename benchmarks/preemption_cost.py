@@ -36,7 +36,11 @@ real torchrun).
     when its rank 0's process does (the killed group: when its own did).
 
     AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/preemption_cost.py [--trainer lightgbm|horovod|pytorch]
-        [--no-elastic]
+        [--no-elastic] [--no-fixed] [--job-timeout S]
+
+Progress (each job submitted, each kill, each job's end, with the seconds since the start) goes to stderr;
+a job that has not ended ``--job-timeout`` seconds after its submission is cancelled and the benchmark
+stops naming it and its state, so a stuck job costs minutes, not a CI run.
 
 etcd (Horovod's elastic job): ``$AIRFLOW_ML_ETCD``, else a private one started with the tests' launcher
 (Debian etcd-server).
@@ -77,13 +81,23 @@ RANK_ENV = {"airflow_ml_provider.runtime.lightgbm_trainer": "AIRFLOW_ML_RANK", T
             "airflow_ml_provider.runtime.horovod_elastic": "HOROVOD_RANK"}
 
 
+STARTED = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    print(f"[{time.perf_counter() - STARTED:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
 class Run:
     """Follows one local job's log, stamping each structured line with when it arrived."""
+
+    timeout_s = 900.0  # --job-timeout: from submission to the job's end
 
     def __init__(self, backend: LocalBackend, name: str, spec: TrainingJobSpec, labels: dict | None = None):
         self.backend, self.name, self.events, self._offset = backend, name, [], 0
         self.start = time.perf_counter()
         backend.submit(name, spec, labels or {})
+        progress(f"submitted {name}")
 
     def poll(self) -> bool:
         """Read new lines; True once the job has ended (and its log has been read to the end)."""
@@ -106,13 +120,24 @@ class Run:
         while not self.poll():
             if predicate(self):
                 return time.perf_counter()
-            time.sleep(0.05)
+            self._within_time()
         raise SystemExit(f"job {self.name} ended ({self.backend.status(self.name).message}) before the chaos")
 
     def finish(self) -> float:
         while not self.poll():
-            time.sleep(0.05)
-        return time.perf_counter() - self.start
+            self._within_time()
+        wall = time.perf_counter() - self.start
+        progress(f"{self.name} ended {self.backend.status(self.name).state.value} after {wall:.1f} s")
+        return wall
+
+    def _within_time(self) -> None:
+        """Sleep a poll interval; past the job's time, cancel it and stop the benchmark naming it."""
+        if time.perf_counter() - self.start > self.timeout_s:
+            status = self.backend.status(self.name)
+            self.backend.cancel(self.name)
+            raise SystemExit(f"job {self.name} still {status.state.value} after {self.timeout_s:.0f} s "
+                             f"(--job-timeout): cancelled; last events: {[e['event'] for _, e in self.events[-5:]]}")
+        time.sleep(0.05)
 
     def last(self, kind: str, field: str) -> int:
         return max((e[field] for _, e in self.events if e["event"] == kind and field in e), default=0)
@@ -127,6 +152,7 @@ def kill_rank_1(run: Run, trainer: str) -> int:
     if victim is None or survivor is None:
         raise SystemExit(f"job {run.name}: no rank 1 (or rank 0) process of {trainer} to kill")
     victim.send_signal(signal.SIGKILL)
+    progress(f"killed rank 1 of {run.name} (pid {victim.pid})")
     return survivor.pid
 
 
@@ -211,7 +237,11 @@ def costs(killed: list, s1: float, resumed: list, s2: float, pace_s: float) -> t
     The first span is negative where round m lies past the kill (the killed attempt would have logged it
     later than the next one started)."""
     [at_resumed] = [t for t, e in resumed if e["event"] == "resumed" and e["rank"] == 0]
-    m, at_m = next((metric_position(e), t) for t, e in resumed if e["event"] == "metrics")
+    after = [(metric_position(e), t) for t, e in resumed if e["event"] == "metrics"]
+    if not after:
+        raise SystemExit("the resumed attempt had no round left to train: the kill came after the last checkpoint "
+                         "(a loaded machine slows the kill more than the job; give the job more rounds or epochs)")
+    m, at_m = after[0]
     return s2 - s1, (s2 - logged_at(killed, m, pace_s), at_resumed - s2, at_m - at_resumed)
 
 
@@ -236,15 +266,32 @@ def verdict(ratios: dict[float, float]) -> None:
     print(f"  resume cheaper than restart at every point >= 50%: {'yes' if late and max(late) < 1 else 'NO'}{trend}")
 
 
+def fixed_spec(args: argparse.Namespace, work: Path, command: list[str], tag: str) -> TrainingJobSpec:
+    """(1)'s 2-worker job, its checkpoints and model under ``work/tag``."""
+    return TrainingJobSpec(framework=args.trainer, num_workers=2, env=ENV, command=command,
+                           checkpoint_dir=str(work / tag), model_dir=str(work / tag / "model"))
+
+
+def clean_run(backend: LocalBackend, work: Path, args: argparse.Namespace, job: tuple[str, str, list[str]]) -> float:
+    """(1)'s job without a preemption: prints its wall time and training share; returns its seconds per
+    round (epoch), which times the kills of an epoch trainer."""
+    _, what, command = job
+    clean = Run(backend, "clean", fixed_spec(args, work, command, "clean"))
+    wall = clean.finish()
+    assert backend.status("clean").state is JobState.SUCCEEDED, backend.status("clean")
+    print(f"fixed-size {what}, 2 workers: a clean run takes {wall:.1f} s, {100 * training_share(clean, wall):.0f}%"
+          " of it training")
+    return pace(clean.events)
+
+
 def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namespace,
-                        job: tuple[str, str, list[str]]) -> float:
-    """Runs (1) with ``job`` (fixed_size_job's); returns the clean run's seconds per round (epoch)."""
-    trainer, what, command = job
+                        job: tuple[str, str, list[str]], pace_s: float) -> None:
+    """Runs (1) with ``job`` (fixed_size_job's), ``pace_s`` the clean run's seconds per round (epoch)."""
+    trainer, _, command = job
     total, interval = (args.rounds, 10) if args.trainer == "lightgbm" else (args.epochs, 1)
 
     def spec(tag: str) -> TrainingJobSpec:
-        return TrainingJobSpec(framework=args.trainer, num_workers=2, env=ENV, command=command,
-                               checkpoint_dir=str(work / tag), model_dir=str(work / tag / "model"))
+        return fixed_spec(args, work, command, tag)
 
     def booster_alone(name: str, resume: ResumePoint) -> ResumePoint:
         """A copy of the checkpoint without the workers' scores files, taken before the resumed attempt
@@ -263,11 +310,6 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         [resumed] = [t for t, e in run.events if e["event"] == "resumed" and e["rank"] == 0]
         return at_m - resumed
 
-    clean = Run(backend, "clean", spec("clean"))
-    wall = clean.finish()
-    assert backend.status("clean").state is JobState.SUCCEEDED, backend.status("clean")
-    print(f"fixed-size {what}, 2 workers: a clean run takes {wall:.1f} s, {100 * training_share(clean, wall):.0f}%"
-          " of it training")
     print("cost of a preemption: how much later the job logs round m (the resubmitted attempt's first) than"
           " without it; resuming = the rounds past m + resubmitting, start-up, up to m again")
     print(HEADER)
@@ -275,7 +317,7 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
     for point in args.points:
         name = f"preempted-{int(point * 100)}"
         first = Run(backend, name, spec(name))
-        kill_past_checkpoint(first, trainer, int(point * total) // interval * interval, interval, pace(clean.events))
+        kill_past_checkpoint(first, trainer, int(point * total) // interval * interval, interval, pace_s)
         first.finish()
         assert backend.status(name).state is JobState.PREEMPTED, backend.status(name)
         resume = resume_point(first)
@@ -285,7 +327,7 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         second = Run(backend, name, again, labels)
         second.finish()
         assert backend.status(name).state is JobState.SUCCEEDED, backend.status(name)
-        restart_cost, spans = costs(first.events, first.start, second.events, second.start, pace(clean.events))
+        restart_cost, spans = costs(first.events, first.start, second.events, second.start, pace_s)
         instead, start = "-", f"epoch {resume.epoch}"
         if args.trainer == "lightgbm":
             restored = sum(e["event"] == "scores_restored" for _, e in second.events)
@@ -295,7 +337,6 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
             start = f"{resume.step} ({restored}/2)"
         ratios[point] = row(point, start, restart_cost, spans, instead)
     verdict(ratios)
-    return pace(clean.events)
 
 
 def elastic_restart(backend: LocalBackend, work: Path, args: argparse.Namespace, command: list[str],
@@ -358,7 +399,12 @@ def main() -> None:
                         help="preemption points, as shares of the job's rounds (epochs)")
     parser.add_argument("--elastic-steps", type=int, default=600)
     parser.add_argument("--no-elastic", action="store_true", help="skip (2)")
+    parser.add_argument("--no-fixed", action="store_true",
+                        help="skip (1)'s preempted runs (its clean run still times (2)'s kills)")
+    parser.add_argument("--job-timeout", type=float, default=Run.timeout_s,
+                        help="seconds a job may take from its submission before the benchmark gives up on it")
     args = parser.parse_args()
+    Run.timeout_s = args.job_timeout
     work = Path(tempfile.mkdtemp(prefix="preemption-cost-"))
     horovod_elastic = not args.no_elastic and args.trainer != "pytorch"  # torchrun's rendezvous needs no etcd
     server = start_etcd() if horovod_elastic and not os.environ.get("AIRFLOW_ML_ETCD") else None
@@ -366,7 +412,9 @@ def main() -> None:
         backend = LocalBackend(work / "ml", image=str(TRAIN_ENV),
                                etcd=os.environ.get("AIRFLOW_ML_ETCD") or (server and server.endpoint))
         job = fixed_size_job(args, work)
-        epoch_s = preemption_overhead(backend, work, args, job)
+        epoch_s = clean_run(backend, work, args, job)
+        if not args.no_fixed:
+            preemption_overhead(backend, work, args, job, epoch_s)
         if horovod_elastic:
             elastic_throughput(backend, work, args.elastic_steps)
         elif not args.no_elastic:

@@ -26,6 +26,11 @@ MAX_RESTARTS = 3  # an elastic job's group re-forms at most this often before th
 RENDEZVOUS_PORT = 29400  # torchrun's default c10d port, on pod 0 of a Kubernetes job
 # Every rank line starts with its global rank (torchrun's own default is the role and local rank).
 LINE_PREFIX_ENV = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
+# Each rendezvous round gets a store of its own, hosted by its rank 0 on a fresh port. By default the agents
+# share one store across rounds and the ranks' keys ("default_pg/...") are never cleared, so a re-formed
+# group's rank can read the killed group's Gloo address and fail ("Connection refused") or hang until the
+# job's deadline (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, seen on the local backend).
+FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _RANK_LINE = re.compile(r"^\[(?P<rank>\d+)\]:(?P<text>.*)$")
 _SUMMARY_RANK = re.compile(r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: \d+\)\s*$")
 _SUMMARY_EXIT = re.compile(r"^\s+exitcode\s+: (?P<code>-?\d+) ")

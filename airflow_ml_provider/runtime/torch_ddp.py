@@ -97,12 +97,15 @@ def _start(seed: int):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if cuda else "gloo")
+    if not torch.cuda.is_available():
+        dist.init_process_group("gloo")
+        torch.manual_seed(seed)
+        return torch, dist, torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per rank of the node
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)  # every collective of the rank runs on its GPU
     torch.manual_seed(seed)
-    return torch, dist, torch.device("cuda") if cuda else torch.device("cpu")
+    return torch, dist, device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for epoch in range(start_epoch + 1, args.epochs + 1):
         sampler.set_epoch(epoch)
-        totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, rows
+        # loss sum, correct, rows: on the rank's device, where nccl (a GPU's backend) reduces it
+        totals = torch.zeros(3, dtype=torch.float64, device=device)
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
             optimizer.zero_grad()
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             optimizer.step()
             step += 1
             totals += torch.tensor([loss.item() * len(yb), float((logits.argmax(1) == yb).sum()), len(yb)],
-                                   dtype=torch.float64)
+                                   dtype=torch.float64, device=device)
         dist.all_reduce(totals)
         if rank == 0:
             emit_epoch_metrics(epoch, loss=totals[0] / totals[2], accuracy=totals[1] / totals[2])

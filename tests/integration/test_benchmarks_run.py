@@ -16,10 +16,17 @@ pytestmark = pytest.mark.integration
 
 
 def _bench(script: str, *args: str, timeout: float = 300) -> str:
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO, env=os.environ,
-                          capture_output=True, text=True, timeout=timeout)
+    try:
+        done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO,
+                              env=os.environ, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # what it printed so far says where the time went
+        pytest.fail(f"{script} ran past {timeout} s:\n{_text(exc.stdout)[-2000:]}\n{_text(exc.stderr)[-3000:]}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done.stdout
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def test_lightgbm_parity_compares_one_and_two_workers():
@@ -33,15 +40,26 @@ def test_preemption_cost_compares_resuming_and_restarting():
     assert "(2/2)" in out, "both workers restored their saved scores"
 
 
+# The PyTorch job's two parts run as two tests: each pays torch's start-up in four processes at a time, which
+# a loaded 2-core CI machine stretches several-fold; a stuck job ends the benchmark naming it (--job-timeout).
+# 8 short epochs, killed past the 4th: under load the kill lands epochs late, and must still find some left.
+_TORCH_JOB = ("--trainer", "pytorch", "--rows", "4000", "--epochs", "8", "--points", "0.5", "--job-timeout", "400")
+_RESUMED_ROW = re.compile(r"^ +50% \| +epoch \d+ \| +[0-9.]+ s \| ", re.MULTILINE)  # from a checkpoint, costs
+
+
 @needs_torch
-def test_preemption_cost_compares_resuming_and_restarting_a_pytorch_job_and_an_elastic_restart():
-    out = _bench("preemption_cost.py", "--trainer", "pytorch", "--rows", "10000", "--epochs", "6", "--points", "0.25",
-                 timeout=540)  # under the 600 s each test has (pyproject)
+def test_preemption_cost_compares_resuming_and_restarting_a_pytorch_job():
+    out = _bench("preemption_cost.py", *_TORCH_JOB, "--no-elastic", timeout=560)  # each test has 600 s
+    assert "fixed-size torch_ddp (torchrun)" in out and _RESUMED_ROW.search(out), out
+    assert "resume cheaper than restart" in out and "elastic torch_ddp" not in out
+
+
+@needs_torch
+def test_preemption_cost_measures_an_elastic_pytorch_restart():
+    out = _bench("preemption_cost.py", *_TORCH_JOB, "--no-fixed", timeout=560)
     fixed, elastic = out.split("elastic torch_ddp")
-    row = re.compile(r"^ +25% \| +epoch \d+ \| +[0-9.]+ s \| ", re.MULTILINE)  # resumed from a checkpoint, costs
-    assert "fixed-size torch_ddp (torchrun)" in fixed and row.search(fixed), fixed
-    assert row.search(elastic), elastic
-    assert "resume cheaper than restart" in fixed and "resume cheaper than restart" in elastic
+    assert "a clean run takes" in fixed and not _RESUMED_ROW.search(fixed), fixed  # the clean run only
+    assert _RESUMED_ROW.search(elastic) and "resume cheaper than restart" in elastic, elastic
 
 
 def test_sandbox_start_compares_sandboxed_and_unsandboxed_jobs():

@@ -49,8 +49,15 @@ def _kill_rank_1(backend: LocalBackend, prefix: str, before: set[Path], killed: 
     job_dir = wait_for(lambda: _job_dir(backend, prefix, before), timeout=900, what=f"a {prefix} job")
     wait_for(lambda: any(e["epoch"] >= 3 for e in _events(job_dir, "checkpoint")), timeout=900, what="epoch 3")
     victim = wait_for(lambda: rank_process(job_dir, 1, TRAINER, rank_env="RANK"), what="rank 1's process")
+    store = victim.environ()["MASTER_PORT"]
     victim.send_signal(signal.SIGKILL)
     killed[prefix] = job_dir
+    if prefix == "aml-elastic-":  # the re-formed group's store: a fresh one (torchrun.FRESH_STORE_ENV)
+        def successor():
+            proc = rank_process(job_dir, 1, TRAINER, rank_env="RANK")
+            return proc if proc is not None and proc.pid != victim.pid else None
+
+        killed["stores"] = (store, wait_for(successor, timeout=600, what="the re-formed rank 1").environ()["MASTER_PORT"])
 
 
 def test_two_ddp_workers_train_in_step_and_reach_the_one_worker_loss(run_dag, capfd):
@@ -91,7 +98,9 @@ def test_a_killed_rank_reforms_an_elastic_job_and_preempts_a_fixed_one(run_dag, 
     result = run_dag("ml_test_pytorch_chaos")
     thread.join(10)
     assert result.state == "success", result.task_states
-    assert set(killed) == {"aml-elastic-", "aml-preempted-"}, "the chaos thread did not kill both jobs' rank 1"
+    assert set(killed) == {"aml-elastic-", "aml-preempted-", "stores"}, "the chaos thread did not kill both jobs' rank 1"
+    old_store, new_store = killed["stores"]  # a shared one keeps the killed group's Gloo addresses
+    assert old_store != new_store, "the re-formed group reused the killed group's rendezvous store"
 
     # Elastic: one job, which torchrun restarted; every epoch trained once, the group resumed from a checkpoint.
     elastic = killed["aml-elastic-"]

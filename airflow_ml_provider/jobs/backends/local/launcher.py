@@ -119,7 +119,7 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         argv = [os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo", "--network-interface", "lo",
                 *rank_shim(), *spec.command]
     elif spec.framework is Framework.PYTORCH:  # one agent per worker; the launcher picks the rendezvous port
-        env.update(torchrun.LINE_PREFIX_ENV, GLOO_SOCKET_IFNAME="lo")
+        env.update(torchrun.LINE_PREFIX_ENV | torchrun.FRESH_STORE_ENV, GLOO_SOCKET_IFNAME="lo")
         argv = [os.path.join(bin_dir, "torchrun"), *torchrun.torchrun_args(spec, rdzv_id=job_dir.name)]
     else:
         argv = list(spec.command)
