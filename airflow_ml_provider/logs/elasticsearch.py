@@ -3,9 +3,9 @@ trailing overlap window, so a line shipped late is still delivered, and no line 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import time
+from binascii import b2a_base64
+from hashlib import blake2b
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -15,6 +15,7 @@ from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource, LogSou
 
 MAX_PAGE = 10_000  # Elasticsearch's default index.max_result_window caps one page
 _DIGEST_CHARS = 8  # a document's identity digest (see _identity): 6 bytes, urlsafe base64
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 class ElasticsearchLogSource(LogSource):
@@ -146,15 +147,20 @@ class ElasticsearchLogSource(LogSource):
 
     def _emit(self, hits: list[dict], kept: dict[int, set[str]], keep_from: int, lines: list[LogLine]) -> None:
         """Append the hits' lines; remember the identity of those the next read's window covers."""
-        source_of, message_of, append = self._source_of, self._message_of, lines.append
-        for hit in hits:
-            if (ts := hit["sort"][0]) >= keep_from:
-                kept.setdefault(ts, set()).add(_identity(hit))
-            document = hit.get("_source") or {}
-            source, message = source_of(document), message_of(document)
-            if source.__class__ is not str or not source:  # a string, as nearly always: kept as it is
-                source = str(source or "unknown")
-            append(LogLine(source, message if message.__class__ is str else str(message or "")))
+        # Hits come in sort order, timestamp first: the window's are the trailing ones, so a read far
+        # behind it (a backlog) digests none, and only the window's hits are looked at here.
+        for hit in reversed(hits):
+            if (ts := hit["sort"][0]) < keep_from:
+                break
+            kept.setdefault(ts, set()).add(_identity(hit))
+        lines += map(self._line, hits)
+
+    def _line(self, hit: dict) -> LogLine:
+        document = hit.get("_source") or {}
+        source, message = self._source_of(document), self._message_of(document)
+        if source.__class__ is not str or not source:  # a string, as nearly always: kept as it is
+            source = str(source or "unknown")
+        return LogLine(source, message if message.__class__ is str else str(message or ""))
 
     def _page(self, query: dict[str, Any], after: list | None, size: int,
               with_source: bool = True) -> tuple[list[dict], bool]:
@@ -249,7 +255,8 @@ def _identity(hit: dict[str, Any]) -> str:
     are compared only among documents stamped with the same millisecond, where a collision is
     vanishingly unlikely (under 1e-10 for a thousand documents in one millisecond)."""
     key = f"{hit.get('_index', '')}/{hit['_id']}".encode()
-    return base64.urlsafe_b64encode(hashlib.blake2b(key, digest_size=6).digest()).decode()
+    # urlsafe_b64encode's result without its two Python-level wrappers: one digest per line in the window
+    return b2a_base64(blake2b(key, digest_size=6).digest(), newline=False).translate(_URLSAFE).decode()
 
 
 def _order(values: list) -> tuple:

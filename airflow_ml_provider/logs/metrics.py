@@ -149,7 +149,7 @@ class MetricsTracker:
         loop: an ordinary one (most lines) costs one search per metric regex and no more."""
         points: list[tuple[str, int, float]] = []
         metrics_in = rules.metrics_in if rules is not None and rules.has_metrics else None
-        record = self.record
+        record = self._record
         for line in lines:
             text = line.text
             if text.startswith("{"):
@@ -158,21 +158,21 @@ class MetricsTracker:
                     self._ignore("line", line, problem)
                     continue
                 if event is not None:
-                    points += self._event(event, line)
+                    self._event(event, line, points)
                     continue
             if metrics_in is not None:
                 values, step = metrics_in(text)
                 if values or step is not None:
-                    points += record(values, line.source, step, line)
+                    record(values, line.source, step, line, points)
         return points
 
-    def _event(self, event: dict[str, Any], line: LogLine) -> list[tuple[str, int, float]]:
-        """Take one structured line's event."""
+    def _event(self, event: dict[str, Any], line: LogLine, points: list[tuple[str, int, float]]) -> None:
+        """Take one structured line's event; append the metric points it adds to ``points``."""
         kind = event[EVENT_KEY]
         if kind in ("result", "model_saved", "checkpoint"):
             self.reporter = self.reporter or line.source
             if line.source != self.reporter:
-                return []
+                return
             if kind == "result":
                 self.result.update(self._bounded_result(event, line))
             elif kind == "model_saved" and (path := self._reported_path("model path", event.get("path"), line)):
@@ -183,18 +183,24 @@ class MetricsTracker:
             step = metric_position(event)
             if step is not None and not valid_step(step):
                 self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
-                return []
+                return
             values = {k: v for k, v in event.items() if k not in _POSITION_KEYS and _finite(v)}
-            return self.record(values, line.source, step, line)
-        return []
+            self._record(values, line.source, step, line, points)
 
     def record(self, values: dict[str, float], source: str, step: int | None = None,
                line: LogLine | None = None) -> list[tuple[str, int, float]]:
-        line = line or LogLine(source, "")
+        """Take metric values reported by ``source`` (numbered ``step``, else by their count); returns the
+        points added, as ``(name, step, value)``."""
+        added: list[tuple[str, int, float]] = []
+        self._record(values, source, step, line or LogLine(source, ""), added)
+        return added
+
+    def _record(self, values: dict[str, float], source: str, step: int | None, line: LogLine,
+                added: list[tuple[str, int, float]]) -> None:
+        """``record``, appending the points to ``added`` (the batch's list: none made per line)."""
         if step is not None and not valid_step(step):
             self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
-            return []
-        added = []
+            return
         for name, value in values.items():
             metric = self.metrics.get(name)
             if metric is None:
@@ -224,7 +230,6 @@ class MetricsTracker:
             if (count - 1) % metric["stride"] == 0:
                 metric["series"].append([point_step, value])
                 self._thin(metric)
-        return added
 
     def _thin(self, metric: dict[str, Any]) -> None:
         """Halve a series (and the share of new points it keeps) while it is over its cap: ``max_points``,

@@ -62,7 +62,10 @@ class LogRules:
                          (Verdict.SUCCEED, compiled["succeed_on"])]
         verdicts = compiled["fail_on"] + compiled["retry_on"] + compiled["succeed_on"]
         self._has_verdicts, self._any = bool(verdicts), _union(verdicts)
-        self._metrics = compiled["metrics"]
+        # Each metric regex's search and its named groups' positions in ``match.groups()`` (a tuple: cheaper
+        # to make than ``groupdict()``, once per metric line).
+        self._metrics = [(regex.search, [(name, index - 1) for name, index in regex.groupindex.items()])
+                         for regex in compiled["metrics"]]
         self.has_metrics = bool(self._metrics)
 
     def check(self, line: LogLine) -> RuleMatch | None:
@@ -90,13 +93,13 @@ class LogRules:
         """Numeric named groups of every metric regex matching ``text``, and the step if one names it."""
         values: dict[str, float] = {}
         step = None
-        for regex in self._metrics:
-            match = regex.search(text)
-            if not match:
+        for search, groups in self._metrics:
+            if (match := search(text)) is None:
                 continue
-            for name, raw in match.groupdict().items():
+            found = match.groups()
+            for name, index in groups:
                 try:
-                    number = float(raw)  # a group that did not take part is None: a TypeError
+                    number = float(found[index])  # a group that did not take part is None: a TypeError
                 except (TypeError, ValueError):
                     continue
                 if not isfinite(number):
