@@ -119,6 +119,8 @@ class AirflowStack:
         self.start_timeout = start_timeout
         self.credentials = ("admin", secrets.token_urlsafe(12))
         self.processes: dict[str, subprocess.Popen] = {}
+        self._log_start: dict[str, int] = {}  # where each running component's lines begin in its log
+        self._lock_restarts = 0
         self._token: str | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -150,6 +152,7 @@ class AirflowStack:
         if component == "api-server":
             argv += ["--host", "127.0.0.1", "--port", str(self.port)]
         log = open(self.home / f"{component}.log", "ab")  # noqa: SIM115 (owned by the process)
+        self._log_start[component] = log.tell()
         process = subprocess.Popen(
             argv, env=self.env, cwd=self.home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -298,11 +301,25 @@ class AirflowStack:
                 parts.append(f"--- {component} ({path}) ---\n" + "\n".join(tail))
         return "\n".join(parts)
 
+    def _restarted_after_lock(self, component: str) -> bool:
+        """A component that died of SQLite's write lock ("database is locked": its 5 s wait ran out on a
+        loaded machine) is started again, as a deployment's supervisor would, at most 3 times per stack;
+        any other exit stays a failure."""
+        with open(self.home / f"{component}.log", "rb") as log:
+            log.seek(self._log_start.get(component, 0))
+            locked = b"database is locked" in log.read()
+        if not locked or self._lock_restarts >= 3:
+            return False
+        self._lock_restarts += 1
+        print(f"{component} exited on SQLite's write lock; started again ({self._lock_restarts} of 3)")
+        self.start_component(component)
+        return True
+
     def _wait(self, predicate, timeout: float, what: str):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for component, process in self.processes.items():
-                if process.poll() is not None:
+            for component, process in list(self.processes.items()):
+                if process.poll() is not None and not self._restarted_after_lock(component):
                     raise RuntimeError(f"{component} exited ({process.returncode})\n{self.log_tails()}")
             if value := predicate():
                 return value
