@@ -16,10 +16,12 @@ MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
 # Gloo's timeout in an elastic job, on every backend. It is the longest a re-forming ring waits for a
 # joining worker's process to start and reach it (importing TensorFlow takes 4-10 s alone, 20+ s on a
 # loaded 2-core machine, more with CUDA to initialize; past the timeout every rank aborts: measured with
-# a worker delayed 40 s under Horovod's default of 30 s), and the longest a survivor may wait on a peer
-# that is gone (Horovod 0.28.1: a survivor blocked on a receive from the other survivor, which re-forms
-# without closing its old connections, learns of the loss only when it expires).
-ELASTIC_GLOO_TIMEOUT_S = 60
+# a worker delayed 40 s under Horovod's default of 30 s, and seen in CI at 60 s, where a joining worker
+# on a 2-core machine running three test processes did not reach the ring in time and the whole job
+# failed), and the longest a survivor may wait on a peer that is gone (Horovod 0.28.1: a survivor
+# blocked on a receive from the other survivor, which re-forms without closing its old connections,
+# learns of the loss only when it expires). A slower recovery is cheaper than a failed job.
+ELASTIC_GLOO_TIMEOUT_S = 120
 
 
 def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str) -> list[str]:

@@ -46,7 +46,7 @@ def test_an_elastic_mpijob_runs_horovodrun_with_bounds_and_the_operators_discove
     launcher = _container(replicas, "Launcher")
     assert launcher["command"] == ["horovodrun", "-np", "2", "--min-np", "1", "--max-np", "4",
                                    "--host-discovery-script", "/etc/mpi/discover_hosts.sh",
-                                   "--gloo-timeout-seconds", "60", "python", "-m", "train"]
+                                   "--gloo-timeout-seconds", "120", "python", "-m", "train"]
     assert replicas["Worker"]["replicas"] == 2
 
 
@@ -61,7 +61,7 @@ def test_an_elastic_volcano_job_gangs_the_minimum_and_discovers_running_worker_p
                                      "--host-discovery-script"]
     assert master["command"][8] == ("python -m airflow_ml_provider.runtime.pod_discovery --selector "
                                     f"{selector} --slots 1")
-    assert master["command"][9:11] == ["--gloo-timeout-seconds", "60"]  # a joining worker's start-up fits
+    assert master["command"][9:11] == ["--gloo-timeout-seconds", "120"]  # a joining worker's start-up fits
 
 
 def _pod(namespace: str, name: str, labels: dict, **spec) -> dict:

@@ -53,6 +53,6 @@ def test_an_elastic_local_plan_runs_horovodrun_with_bounds_and_the_etcd_discover
     discovery = shlex.split(argv[argv.index("--host-discovery-script") + 1])
     assert discovery[1:] == ["-m", "airflow_ml_provider.runtime.local_discovery", "--etcd", "http://127.0.0.1:2379",
                              "--job", "job-a"]
-    assert argv[argv.index("--gloo-timeout-seconds") + 1] == "60"  # as on Kubernetes (jobs.horovodrun)
+    assert argv[argv.index("--gloo-timeout-seconds") + 1] == "120"  # as on Kubernetes (jobs.horovodrun)
     fixed = launch_plan(SPEC, sys.prefix, Path("/j"))["argv"]
     assert fixed[1:5] == ["-np", "2", "-H", "localhost:2"]
