@@ -35,6 +35,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.job_pods import (
     NodeChanged,
     PodsChanged,
     unreadable,
+    warn_once,
 )
 from airflow_ml_provider.jobs.backends.kubernetes.pod_logs import PodLogSource
 from airflow_ml_provider.jobs.backends.kubernetes.rest import (
@@ -67,7 +68,6 @@ log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
 _GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending
 _no_gang_info: dict[tuple, float] = {}  # (connection, PodGroup apiVersion, namespace) -> ask again after
-_warned: set[tuple] = set()
 
 
 def gang_status(group: dict) -> JobStatus | None:
@@ -381,10 +381,8 @@ class KubernetesBackend(Backend):
         else:
             return gang_status(found) or status
         _no_gang_info[key] = time.monotonic() + _GANG_PAUSE_S
-        if key not in _warned:
-            _warned.add(key)
-            log.warning("PodGroups (%s) in namespace %s cannot be read, so gang-scheduling status is not reported "
-                        "(%s)", api_version, self.namespace, reason)
+        warn_once(("PodGroups", *key), "PodGroups (%s) in namespace %s cannot be read, so gang-scheduling status "
+                  "is not reported (%s)", api_version, self.namespace, reason)
         return status
 
     def _checked_manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:

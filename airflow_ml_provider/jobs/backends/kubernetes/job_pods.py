@@ -47,16 +47,21 @@ class NodeChanged:
     node: dict | None
 
 
+def warn_once(key: tuple, message: str, *args: object) -> None:
+    """Log ``message`` the first time ``key`` (connection, collection, namespace) is found unreadable in this
+    process: a follower asks again every few seconds, and one warning says all there is to say."""
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, *args)
+
+
 def unreadable(connection: Any, what: str, namespace: str, reason: object) -> None:
     """One warning per connection, namespace and collection (pods, nodes) that cannot be read."""
     if isinstance(reason, ApiException):
         reason = f"{reason.status} {api_message(reason)}"
-    key = (connection, what, namespace)
-    if key not in _warned:
-        _warned.add(key)
-        where = f"in namespace {namespace} " if what == "pods" else ""
-        log.warning("%s %scannot be read, so a disrupted (spot, evicted) pod or one whose node is gone is not "
-                    "reported as PREEMPTED (%s)", what, where, reason)
+    where = f"in namespace {namespace} " if what == "pods" else ""
+    warn_once((connection, what, namespace), "%s %scannot be read, so a disrupted (spot, evicted) pod or one whose "
+              "node is gone is not reported as PREEMPTED (%s)", what, where, reason)
 
 
 class JobPods:
