@@ -40,6 +40,14 @@ def test_preemption_cost_compares_resuming_and_restarting():
     assert "(2/2)" in out, "both workers restored their saved scores"
 
 
+def test_a_job_past_its_timeout_is_cancelled_and_the_benchmark_stops_naming_it():
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "preemption_cost.py"), "--rounds", "200",
+                           "--rows", "20000", "--points", "0.5", "--no-elastic", "--job-timeout", "1"],
+                          cwd=REPO, env=os.environ, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert re.search(r"job \S+ still (PENDING|RUNNING) after 1 s \(--job-timeout\): cancelled", done.stderr), done.stderr
+
+
 # The PyTorch job's two parts run as two tests: each pays torch's start-up in four processes at a time, which
 # a loaded 2-core CI machine stretches several-fold; a stuck job ends the benchmark naming it (--job-timeout).
 # 8 short epochs, killed past the 4th: under load the kill lands epochs late, and must still find some left.
