@@ -12,7 +12,9 @@ Elasticsearch, unchanged: whatever the double gets wrong shows up there. What it
   ``POST /{target}/_pit?keep_alive=``, ``DELETE /_pit``; queries ``bool`` (filter, must, should,
   must_not), ``term``, ``terms``, ``match``, ``range`` (numbers, dates, ``now-N(ms|s|m|h|d)``),
   ``exists``, ``match_all``; ``sort`` on fields (``order``, ``missing``, ``unmapped_type``),
-  ``_shard_doc`` and ``_doc``; ``search_after``; ``size``; ``_source`` filtering; ``track_total_hits``.
+  ``_shard_doc`` and ``_doc``; ``search_after``; ``size``; ``_source`` filtering; ``track_total_hits``;
+- ``filter_path`` on every answer: dotted names; objects and arrays left empty are dropped (an
+  exclusion, ``-name``, or a wildcard is refused with a 400: not implemented here).
 
 Simplifications: one shard per index; documents are searchable as soon as they are written (as if
 every write refreshed); field types are inferred from values (ISO-8601 strings are dates, sorted
@@ -361,6 +363,11 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = 400, EsError(400, "parsing_exception", f"{type(exc).__name__}: {exc}").body()
         finally:
             gc.enable()
+        if "filter_path" in params and isinstance(payload, dict):
+            try:
+                payload = _filter_path(payload, params["filter_path"])
+            except EsError as exc:
+                status, payload = exc.status, exc.body()
         data = b"" if payload is None else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("X-Elastic-Product", "Elasticsearch")
@@ -588,6 +595,42 @@ def _filter_source(source: dict[str, Any], includes: list[str] | None) -> dict[s
             node = node.setdefault(parent, {})
         node[leaf] = value
     return kept
+
+
+def _filter_path(payload: dict[str, Any], spec: str) -> dict[str, Any]:
+    """``payload`` with only the paths ``spec`` names (comma-separated), as Elasticsearch filters answers."""
+    tree: dict[str, Any] = {}  # name -> subtree, or True where the whole value is kept
+    for path in filter(None, spec.split(",")):
+        names = path.split(".")
+        if path.startswith("-") or "*" in path:
+            raise EsError(400, "illegal_argument_exception", f"filter_path [{spec}]: exclusions and wildcards "
+                                                              "are not implemented by the test double")
+        node = tree
+        for name in names[:-1]:
+            child = node.setdefault(name, {})
+            if child is True:
+                break
+            node = child
+        else:
+            node[names[-1]] = True
+    return _filtered(payload, tree) or {}
+
+
+def _filtered(node: Any, tree: dict[str, Any]) -> Any:
+    """What of ``node`` the paths in ``tree`` reach; None where nothing (an empty object or array too)."""
+    if isinstance(node, list):
+        kept = [value for value in (_filtered(item, tree) for item in node) if value is not None]
+        return kept or None
+    if not isinstance(node, dict):
+        return None
+    out = {}
+    for key, value in node.items():
+        sub = tree.get(key)
+        if sub is True:
+            out[key] = value
+        elif sub is not None and (value := _filtered(value, sub)) is not None:
+            out[key] = value
+    return out or None
 
 
 def _duration_s(text: str) -> float:

@@ -6,16 +6,20 @@ from __future__ import annotations
 import time
 from binascii import b2a_base64
 from hashlib import blake2b
+from itertools import repeat
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from airflow_ml_provider.logs.ecs import EcsFields, getter
+from airflow_ml_provider.logs.ecs import EcsFields, column
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSource, LogSourceUnavailable
 
 MAX_PAGE = 10_000  # Elasticsearch's default index.max_result_window caps one page
 _DIGEST_CHARS = 8  # a document's identity digest (see _identity): 6 bytes, urlsafe base64
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
+_NO_SOURCE: dict[str, Any] = {}
+_PAGE_PATH = ["timed_out", "hits.hits._source", "hits.hits.sort"]  # what a search answer is read for
+_IDS_PATH = [*_PAGE_PATH, "hits.hits._index", "hits.hits._id"]  # and a document's identity (see _identity)
 
 
 class ElasticsearchLogSource(LogSource):
@@ -35,8 +39,9 @@ class ElasticsearchLogSource(LogSource):
 
     The cursor (JSON) is ``{"after": <sort values of the last line read in order>, "read_at": <when
     that read began, epoch s by this reader's clock>, "seen": <identity digests by timestamp, packed:
-    see pack_seen>, "floor": <ms or null>}``; "seen" holds the lines returned that the next window
-    covers. It is bounded: at most ``max_seen`` digests of 8 characters (about 11 bytes per line). Past the
+    see pack_seen>, "floor": <ms or null>, "backlog": <whether that read was full>}``; "seen" holds the
+    lines returned that the next window covers. A read after a full one (or the first) reads what lies
+    before the next window without asking for documents' identities, then the rest with them. It is bounded: at most ``max_seen`` digests of 8 characters (about 11 bytes per line). Past the
     cap, the oldest timestamps are forgotten and the window stops short of them ("floor"): above
     ``max_seen / overlap_s`` lines/s sustained, the window shrinks to the last ``max_seen`` lines, and
     a line later than that is missed, never repeated.
@@ -65,7 +70,7 @@ class ElasticsearchLogSource(LogSource):
         self.restarts_with_job = False  # every attempt's pods carry the job's label: one ordered log
         self.overlap_s = float(overlap_s)
         self.max_seen = int(max_seen)
-        self._source_of, self._message_of = getter(fields.source), getter(fields.message)
+        self._sources_of, self._messages_of = column(fields.source), column(fields.message)
 
     def read(self, cursor: dict[str, Any] | None = None, max_lines: int = 5000) -> LogBatch:
         cursor = cursor or {}
@@ -82,7 +87,13 @@ class ElasticsearchLogSource(LogSource):
                 if since <= after[0]:
                     self._late(after, since, seen, kept, keep_from, lines)
             size = min(max_lines - len(lines), MAX_PAGE - 1)
-            if size > 0:
+            more = False
+            if size > 0 and (after is None or cursor.get("backlog") and after[0] < keep_from):
+                # Behind the next window: these lines' identities are never needed, so not asked for.
+                hits, more = self._page(self.query(until_ms=keep_from - 1), after, size, with_ids=False)
+                self._emit(hits, kept, keep_from, lines)
+                after, size = hits[-1]["sort"] if hits else after, size - len(hits)
+            if size > 0 and not more:
                 hits, _ = self._page(self.query(), after, size)
                 self._emit(hits, kept, keep_from, lines)
                 after = hits[-1]["sort"] if hits else after
@@ -101,19 +112,19 @@ class ElasticsearchLogSource(LogSource):
         if floor is not None and floor < self._window_start(started, None):
             floor = None  # the window has moved past everything forgotten
         return LogBatch(lines, {"after": after, "read_at": started, "floor": floor,
-                                "seen": pack_seen(kept)})
+                                "seen": pack_seen(kept), "backlog": len(lines) >= max_lines})
 
     def query(self, since_ms: int | None = None, until_ms: int | None = None) -> dict[str, Any]:
         """This job's documents (in this namespace), stamped (a line without a time has no place in
-        the order), optionally within [since_ms, until_ms]."""
+        the order), optionally within [since_ms, until_ms] (either bound may be left out)."""
         filters: list[dict[str, Any]] = [{"term": {self.fields.job: self.job}}]
         if self.namespace:
             filters.append({"term": {self.fields.namespace: self.namespace}})
-        if since_ms is None:
-            filters.append({"exists": {"field": self.fields.timestamp}})
+        bounds = {name: ms for name, ms in (("gte", since_ms), ("lte", until_ms)) if ms is not None}
+        if bounds:
+            filters.append({"range": {self.fields.timestamp: {**bounds, "format": "epoch_millis"}}})
         else:
-            filters.append({"range": {self.fields.timestamp: {"gte": since_ms, "lte": until_ms,
-                                                              "format": "epoch_millis"}}})
+            filters.append({"exists": {"field": self.fields.timestamp}})
         return {"bool": {"filter": filters}}
 
     def sort(self) -> list[dict[str, Any]]:
@@ -153,24 +164,29 @@ class ElasticsearchLogSource(LogSource):
             if (ts := hit["sort"][0]) < keep_from:
                 break
             kept.setdefault(ts, set()).add(_identity(hit))
-        lines += map(self._line, hits)
+        lines += self._lines(hits)
 
-    def _line(self, hit: dict) -> LogLine:
-        document = hit.get("_source") or {}
-        source, message = self._source_of(document), self._message_of(document)
-        if source.__class__ is not str or not source:  # a string, as nearly always: kept as it is
-            source = str(source or "unknown")
-        return LogLine(source, message if message.__class__ is str else str(message or ""))
+    def _lines(self, hits: list[dict]) -> list[LogLine]:
+        """The hits' lines, a page at a time: where every source and message is a string (nearly always),
+        they are paired in C loops, no Python call per line."""
+        documents = [hit.get("_source") or _NO_SOURCE for hit in hits]
+        sources, messages = self._sources_of(documents), self._messages_of(documents)
+        if set(map(type, sources)) - {str} or "" in sources:
+            sources = [source if source.__class__ is str and source else str(source or "unknown")
+                       for source in sources]
+        if set(map(type, messages)) - {str}:
+            messages = [message if message.__class__ is str else str(message or "") for message in messages]
+        return list(map(tuple.__new__, repeat(LogLine), zip(sources, messages)))  # LogLine(source, message)
 
-    def _page(self, query: dict[str, Any], after: list | None, size: int,
-              with_source: bool = True) -> tuple[list[dict], bool]:
+    def _page(self, query: dict[str, Any], after: list | None, size: int, with_source: bool = True,
+              with_ids: bool = True) -> tuple[list[dict], bool]:
         """Up to ``size`` hits after ``after``, and whether more follow. One more hit is fetched to see
         whether the page's last sort key continues past it (search_after would then skip the rest of
         that key's documents): if so, that key's documents start the next page instead. Only a page of
         one key grows, up to MAX_PAGE; more documents of a single key than that are not reached."""
         fetch = size + 1
         while True:
-            hits = self._search(query, after, fetch, with_source)
+            hits = self._search(query, after, fetch, with_source, with_ids)
             if len(hits) < fetch:
                 return hits, False
             end, next_key = len(hits) - 1, hits[-1]["sort"]
@@ -182,14 +198,19 @@ class ElasticsearchLogSource(LogSource):
                 return hits, True
             fetch = min(2 * fetch, MAX_PAGE)
 
-    def _search(self, query: dict[str, Any], after: list | None, size: int, with_source: bool) -> list[dict]:
+    def _search(self, query: dict[str, Any], after: list | None, size: int, with_source: bool,
+                with_ids: bool) -> list[dict]:
+        """One page of hits with only what the reader uses (``filter_path``: no ``_score``, and no ``_index``
+        and ``_id`` unless ``with_ids``), which spares the cluster encoding and this client decoding them."""
         source = [self.fields.message, self.fields.source] if with_source else False
         response = self.client.search(index=self.index, query=query, sort=self.sort(), size=size,
                                       search_after=after, source=source, track_total_hits=False,
-                                      ignore_unavailable=True, allow_no_indices=True)
+                                      ignore_unavailable=True, allow_no_indices=True,
+                                      filter_path=_IDS_PATH if with_ids else _PAGE_PATH)
         body = getattr(response, "body", response)
-        hits = body.get("hits") if isinstance(body, dict) else None
-        hits = hits.get("hits") if isinstance(hits, dict) else None
+        # Filtered, an answer without hits has no "hits" at all: "timed_out" (in every answer) tells it apart.
+        hits = body.get("hits", {}) if isinstance(body, dict) and "timed_out" in body else None
+        hits = hits.get("hits", []) if isinstance(hits, dict) else None
         if not isinstance(hits, list):
             raise LogSourceUnavailable(f"Elasticsearch answered a search without hits.hits: {_excerpt(body)}")
         if hits and len(hits[-1]["sort"]) != 3:  # the next search continues after it

@@ -148,7 +148,7 @@ class MetricsTracker:
         """Take lines in order; returns the metric points they added. Every line read passes through this
         loop: an ordinary one (most lines) costs one search per metric regex and no more."""
         points: list[tuple[str, int, float]] = []
-        metrics_in = rules.metrics_in if rules is not None and rules.has_metrics else None
+        metrics_in = rules.metrics_in if rules is not None and rules.metrics_may_match(lines) else None
         record = self._record
         for line in lines:
             text = line.text

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from math import isfinite
+from operator import attrgetter
 from typing import Any
 
 from airflow_ml_provider.logs.source import LogLine
@@ -62,6 +63,10 @@ class LogRules:
                          (Verdict.SUCCEED, compiled["succeed_on"])]
         verdicts = compiled["fail_on"] + compiled["retry_on"] + compiled["succeed_on"]
         self._has_verdicts, self._any = bool(verdicts), _union(verdicts)
+        # A substring each rule's every match contains (None where one has none known): a batch of lines
+        # none of them occurs in is given no verdict, or no metric, without a search per line.
+        self._verdict_literals = _literals(verdicts)
+        self._metric_literals = _literals(compiled["metrics"])
         # Each metric regex's search and its named groups' positions in ``match.groups()`` (a tuple: cheaper
         # to make than ``groupdict()``, once per metric line).
         self._metrics = [(regex.search, [(name, index - 1) for name, index in regex.groupindex.items()])
@@ -82,12 +87,16 @@ class LogRules:
     def first_match(self, lines: Sequence[LogLine]) -> tuple[int, RuleMatch | None]:
         """How many of ``lines`` come up to the first that a rule gives a verdict (that line included), and
         the verdict: ``(len(lines), None)`` when none does. One search per line, of all the rules at once."""
-        if self._has_verdicts:
+        if self._has_verdicts and _may_occur(self._verdict_literals, lines):
             search = self._any.search if self._any is not None else None
             for index, line in enumerate(lines):
                 if (search is None or search(line.text)) and (match := self.check(line)) is not None:
                     return index + 1, match
         return len(lines), None
+
+    def metrics_may_match(self, lines: Sequence[LogLine]) -> bool:
+        """False where no metric regex can match any of ``lines`` (none of their required substrings occurs)."""
+        return self.has_metrics and _may_occur(self._metric_literals, lines)
 
     def metrics_in(self, text: str) -> tuple[dict[str, float], int | None]:
         """Numeric named groups of every metric regex matching ``text``, and the step if one names it."""
@@ -131,6 +140,37 @@ def _union(regexes: list[re.Pattern]) -> re.Pattern | None:
         return re.compile("|".join(f"(?:{regex.pattern})" for regex in regexes))
     except re.error:
         return None
+
+
+_SPECIAL = frozenset("\\.^$*+?{}[]|()")
+_TEXT = attrgetter("text")
+
+
+def _literals(regexes: list[re.Pattern]) -> list[str] | None:
+    """A substring every match of each regex contains, or None where one has none known: its leading
+    plain characters (the last one dropped where a quantifier may make it optional); none where an
+    alternation, a flag or an escape comes first."""
+    literals = []
+    for regex in regexes:
+        pattern = regex.pattern
+        end = 0
+        while end < len(pattern) and pattern[end] not in _SPECIAL:
+            end += 1
+        if end < len(pattern) and pattern[end] in "*?{":
+            end -= 1
+        if end <= 0 or "|" in pattern or regex.flags & re.IGNORECASE:
+            return None
+        literals.append(pattern[:end])
+    return literals
+
+
+def _may_occur(literals: list[str] | None, lines: Sequence[LogLine]) -> bool:
+    """Whether one of ``literals`` occurs in one of the lines (True where ``literals`` is None): one scan
+    of the joined text per literal (joining may add matches across lines, never lose one)."""
+    if literals is None:
+        return True
+    text = "\n".join(map(_TEXT, lines))
+    return any(literal in text for literal in literals)
 
 
 def _compile(name: str, index: int, pattern: Any) -> re.Pattern:

@@ -49,6 +49,23 @@ def test_a_line_shipped_30_s_late_is_delivered_once(es, index):
     assert again == []
 
 
+@pytest.mark.parametrize("max_lines", [3, 5000])
+def test_a_backlog_read_into_the_window_delivers_late_lines_once(es, index, max_lines):
+    # Full pages behind the window are read without documents' identities; the window's lines, reached
+    # in the same reads, must still be remembered, or a late line's search would return them again.
+    now = datetime.now(timezone.utc)
+    old = [line_doc("job-bw", "pod-0", n, f"old {n}", T0 + timedelta(milliseconds=n)) for n in range(7)]
+    recent = [line_doc("job-bw", "pod-0", 100 + n, f"recent {n}", now - timedelta(seconds=10 - n))
+              for n in range(5)]
+    load(es, index, old + recent)
+    source = ElasticsearchLogSource(es, index, "job-bw")
+    lines, cursor = read_all(source, max_lines=max_lines)
+    assert lines == [f"[pod-0] old {n}" for n in range(7)] + [f"[pod-0] recent {n}" for n in range(5)]
+    load(es, index, [line_doc("job-bw", "pod-1", 0, "late", now - timedelta(seconds=20))])
+    later, _ = read_all(source, cursor, max_lines=max_lines)
+    assert later == ["[pod-1] late"]
+
+
 @pytest.mark.parametrize("max_lines", [1, 2, 5000])
 def test_distinct_lines_with_equal_keys_are_all_delivered(es, index, max_lines):
     same = {"pod": "pod-a", "offset": 0, "at": T0 + timedelta(milliseconds=1)}  # one file path, offset, time

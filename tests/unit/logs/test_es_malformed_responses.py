@@ -15,6 +15,7 @@ from elasticsearch import Elasticsearch
 from airflow_ml_provider.logs.elasticsearch import ElasticsearchLogSource, pack_seen, unpack_seen
 from airflow_ml_provider.logs.source import LogSourceUnavailable
 
+OK = {"timed_out": False}  # in every answer, whatever its filter_path: the reader looks for it
 HIT = {"_index": "logs", "_id": "a1", "_source": {"message": "hello", "kubernetes": {"pod": {"name": "p"}}}}
 
 
@@ -49,13 +50,13 @@ def at_read_time(body: str) -> str:
 @pytest.mark.parametrize(("body", "content_type", "says"), [
     (json.dumps({"took": 1}), "application/json", "without hits.hits"),
     (json.dumps({"hits": {"total": 3}}), "application/json", "without hits.hits"),
-    (json.dumps({"hits": {"hits": [HIT]}}), "application/json", "3 sort values.*KeyError: 'sort'"),
-    (json.dumps({"hits": {"hits": [{**HIT, "sort": [NOW, 0]}]}}), "application/json", "without 3 sort values"),
-    (json.dumps({"hits": {"hits": [{**HIT, "sort": ["2026-01-05", 0, "f"]}]}}), "application/json",
+    (json.dumps({**OK, "hits": {"hits": [HIT]}}), "application/json", "3 sort values.*KeyError: 'sort'"),
+    (json.dumps({**OK, "hits": {"hits": [{**HIT, "sort": [NOW, 0]}]}}), "application/json", "without 3 sort values"),
+    (json.dumps({**OK, "hits": {"hits": [{**HIT, "sort": ["2026-01-05", 0, "f"]}]}}), "application/json",
      "3 sort values.*TypeError"),
-    (json.dumps({"hits": {"hits": [{"_index": "logs", "sort": [NOW, 0, "f"]}]}}), "application/json",
+    (json.dumps({**OK, "hits": {"hits": [{"_index": "logs", "sort": [NOW, 0, "f"]}]}}), "application/json",
      "_id.*KeyError: '_id'"),
-    (json.dumps({"hits": {"hits": ["not a hit"]}}), "application/json", "3 sort values.*TypeError"),
+    (json.dumps({**OK, "hits": {"hits": ["not a hit"]}}), "application/json", "3 sort values.*TypeError"),
     (json.dumps([{"hits": []}]), "application/json", "without hits.hits"),
     ("<html>gateway</html>", "text/html", "without hits.hits"),
     ('{"hits": {"hits": [', "application/json", "unreachable"),  # truncated JSON
@@ -74,7 +75,7 @@ def test_a_malformed_answer_is_unavailable_with_a_clear_message(body, content_ty
 def test_a_malformed_answer_to_the_late_lines_fetch_is_unavailable():
     """The overlap window finds a document not delivered yet; fetching it (mget) gets a search answer."""
     now = int(time.time() * 1000)
-    server = serve(json.dumps({"hits": {"hits": [{**HIT, "sort": [now, 0, "f"]}]}}).encode())
+    server = serve(json.dumps({**OK, "hits": {"hits": [{**HIT, "sort": [now, 0, "f"]}]}}).encode())
     try:
         client = Elasticsearch(f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
         cursor = {"after": [now + 1, 0, "f"], "read_at": time.time(), "seen": {}, "floor": None}

@@ -84,3 +84,25 @@ def test_a_line_gets_the_verdict_of_its_first_matching_kind_whether_rules_are_jo
     first = next((i for i, line in enumerate(batch) if checked.check(line)), None)
     taken, match = checked.first_match(batch)
     assert (taken, match) == ((first + 1, checked.check(batch[first])) if first is not None else (len(batch), None))
+
+
+@pytest.mark.parametrize("patterns", [
+    [r"Training finished", r"NCCL.*timeout", r"ab?c"],  # each has a required literal: batches are prefiltered
+    [r"Training finished", r"(?i)nccl.*timeout", r"ab?c|zzz"],  # some have none: every line is searched
+])
+def test_the_batch_prefilter_gives_the_same_verdicts_as_a_search_per_line(patterns):
+    rules = LogRules(fail_on=patterns)
+    texts = ["step 1", "NCCL WARN socket timeout", "ac", "abc", "Training", "finished", "x Training finished"]
+    for text in texts:
+        for before in ([], ["step 0"] * 3):
+            lines = [LogLine("p", t) for t in [*before, text, "after"]]
+            expected = next(((i + 1, m) for i, line in enumerate(lines) if (m := rules.check(line))), (len(lines), None))
+            assert rules.first_match(lines) == expected, (patterns, text)
+    # the literal split across two lines is no match: joined text only ever adds candidates
+    assert rules.first_match([LogLine("p", "Training"), LogLine("p", "finished")]) == (2, None)
+
+
+def test_metrics_are_searched_only_in_batches_that_can_carry_them():
+    assert not RULES.metrics_may_match([LogLine("p", "step 1"), LogLine("p", "los s=1")])
+    assert RULES.metrics_may_match([LogLine("p", "step 1"), LogLine("p", "loss=0.5")])
+    assert LogRules(metrics=[r"(?P<loss>\d+) loss"]).metrics_may_match([LogLine("p", "no metric")])  # no literal known
