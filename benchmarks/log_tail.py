@@ -3,7 +3,8 @@ line being printed to it being in the task log, both at default settings, printe
 
 (a) Throughput over one job's log of ``--lines`` lines from 4 pods, read to the end, alternating runs:
     bare: the official client's own ``search_after`` loop (same index, query, sort and page size), hits
-          counted and nothing else done with them;
+          counted and nothing else done with them (no ``filter_path``: it decodes ``_index``, ``_id`` and
+          ``_score`` per hit, which the reader no longer asks for behind the overlap window);
     source: ElasticsearchLogSource alone (cursor, overlap window, identity de-duplication, LogLines);
     reader: what a deferred task does per line, without printing: the source through the follow core
           (``Follower.observe``: the rules and the metrics tracker; every line here carries a metric).
