@@ -149,7 +149,7 @@ _TEXT = attrgetter("text")
 def _literals(regexes: list[re.Pattern]) -> list[str] | None:
     """A substring every match of each regex contains, or None where one has none known: its leading
     plain characters (the last one dropped where a quantifier may make it optional); none where an
-    alternation, a flag or an escape comes first."""
+    alternation, an ignore-case or verbose flag, or an escape comes first."""
     literals = []
     for regex in regexes:
         pattern = regex.pattern
@@ -158,7 +158,7 @@ def _literals(regexes: list[re.Pattern]) -> list[str] | None:
             end += 1
         if end < len(pattern) and pattern[end] in "*?{":
             end -= 1
-        if end <= 0 or "|" in pattern or regex.flags & re.IGNORECASE:
+        if end <= 0 or "|" in pattern or regex.flags & (re.IGNORECASE | re.VERBOSE):
             return None
         literals.append(pattern[:end])
     return literals
