@@ -64,6 +64,10 @@ def airflow_env(home: Path, dags_folder: Path, port: int, extra: Mapping[str, st
         {
             "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
+            # SQLite's write lock: a writer waits up to 30 s (sqlite3's default is 5 s) for another to commit.
+            # On a loaded 2-core machine a dag-run POST held it 33 s and every other component, waiting 5 s,
+            # died; a real deployment would use a database server (PostgreSQL) instead.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db?timeout=30",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
@@ -120,7 +124,7 @@ class AirflowStack:
         self.credentials = ("admin", secrets.token_urlsafe(12))
         self.processes: dict[str, subprocess.Popen] = {}
         self._log_start: dict[str, int] = {}  # where each running component's lines begin in its log
-        self._lock_restarts = 0
+        self._lock_restarts: dict[str, int] = {}  # component -> times started again after the lock
         self._token: str | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -303,15 +307,16 @@ class AirflowStack:
 
     def _restarted_after_lock(self, component: str) -> bool:
         """A component that died of SQLite's write lock ("database is locked": its 5 s wait ran out on a
-        loaded machine) is started again, as a deployment's supervisor would, at most 3 times per stack;
-        any other exit stays a failure."""
+        loaded machine) is started again, as a deployment's supervisor would, at most 3 times per component
+        (one long write can make every component give up at once); any other exit stays a failure."""
         with open(self.home / f"{component}.log", "rb") as log:
             log.seek(self._log_start.get(component, 0))
             locked = b"database is locked" in log.read()
-        if not locked or self._lock_restarts >= 3:
+        restarts = self._lock_restarts.get(component, 0)
+        if not locked or restarts >= 3:
             return False
-        self._lock_restarts += 1
-        print(f"{component} exited on SQLite's write lock; started again ({self._lock_restarts} of 3)")
+        self._lock_restarts[component] = restarts + 1
+        print(f"{component} exited on SQLite's write lock; started again ({restarts + 1} of 3)")
         self.start_component(component)
         return True
 

@@ -16,7 +16,8 @@ import pytest
 
 from support import wait_for
 
-pytestmark = pytest.mark.integration
+# 1200 s, not the suite's 600: the deployment's set-up and first run took 563 s in a rehearsal at load 20-25 (a hang still ends)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 DAG_ID = "ml_training_pipeline"
 TITLES = [

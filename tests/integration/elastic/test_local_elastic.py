@@ -100,6 +100,8 @@ def test_killing_one_of_three_workers_leaves_two_that_finish_every_step_once(etc
     assert len(events(job_dir, "weights_checksum")) == 2 and len(checksums) == 1, "survivors' weights differ"
 
 
+# 1200 s, not the suite's 600: this test took 478 s in a rehearsal at load 20-25 (a hang still ends)
+@pytest.mark.timeout(1200)
 @needs_horovod
 def test_a_slot_written_to_etcd_during_training_adds_a_worker(etcd, tmp_path):
     backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), etcd=etcd.endpoint)

@@ -83,6 +83,8 @@ def test_two_ddp_workers_train_in_step_and_reach_the_one_worker_loss(run_dag, ca
     assert two["metrics"]["accuracy"] > 0.9, two["metrics"]
     task_log = capfd.readouterr().out
     assert "[rank 0]" in task_log and "[rank 1]" in task_log, "rank-prefixed worker lines missing from the task log"
+# 1200 s, not the suite's 600: this test took 574 s in a rehearsal at load 20-25 (a hang still ends)
+@pytest.mark.timeout(1200)
 def test_a_killed_rank_reforms_an_elastic_job_and_preempts_a_fixed_one(run_dag, capfd):
     backend = _backend()
     jobs = backend.root / "jobs"
