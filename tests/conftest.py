@@ -23,6 +23,7 @@ def airflow_db() -> None:
 # and leaves the other workers idle at the end: SLOW_FIRST ranks them by what a clean `make test` measured
 # (setup + calls in a clean-clone run's --durations, 3 workers on 2 cores), then whole folders, then the rest.
 SLOW_FIRST = (
+    "tests/ui/test_model_lifecycle_ui.py",  # a deployment, 4 pipeline runs, 3 scoring runs and a sweep: 40 min at load 20
     "tests/ui/test_pipeline_ui.py",  # ~350 s setup (a deployment, a pipeline run from its form) + calls
     "tests/integration/pytorch/test_local_ddp.py",  # ~400 s
     "tests/integration/elastic/test_local_elastic.py",  # ~360 s

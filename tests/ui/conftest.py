@@ -75,11 +75,23 @@ def mlflow_ui(chromium, ui_home):
 
 
 @pytest.fixture(scope="module")
-def stack(chromium, ui_home, mlflow_ui, tmp_path_factory):
-    """Airflow serving the shipped ml_training_pipeline DAG on the embedded defaults (local backend,
-    SQLite registry under the deployment's AIRFLOW_HOME), its MLflow links pointing at ``mlflow_ui``."""
-    dags = tmp_path_factory.mktemp("ui-dags")
-    shutil.copy(REPO / "dags" / "ml_training_pipeline.py", dags)
+def dag_files() -> list[str]:
+    """The repository files the deployment serves, relative to the repository (a test module overrides
+    this fixture to serve more: ``dags/ml_recipes.py`` with the ``recipes/*.yaml`` it reads, say)."""
+    return ["dags/ml_training_pipeline.py"]
+
+
+@pytest.fixture(scope="module")
+def stack(chromium, ui_home, mlflow_ui, dag_files, tmp_path_factory):
+    """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) on the embedded
+    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME), its MLflow links
+    pointing at ``mlflow_ui``. The files keep their place relative to each other (a ``dags/`` and a
+    ``recipes/`` folder side by side, as ml_recipes.py expects)."""
+    served = tmp_path_factory.mktemp("ui-served")
+    for name in dag_files:
+        (served / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, served / name)
+    dags = served / "dags"
     env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
     if mlflow_ui:
         env["AIRFLOW__ML_TRAINING__MLFLOW_UI_URL"] = mlflow_ui["url"]

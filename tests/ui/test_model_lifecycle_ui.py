@@ -1,0 +1,232 @@
+"""The model lifecycle as a person lives it in the Airflow UI (issue 25): Debian's chromium, headless, drives
+one real Airflow deployment (api-server, scheduler, dag-processor, triggerer) serving the shipped
+ml_training_pipeline, ml_batch_scoring and ml_recipes DAGs, in this order:
+
+1. a Horovod run triggered from the form with approval required, approved on its Required Actions page:
+   the summary's log says who approved;
+2. that champion (a Keras model) is scored by the ``ml_batch_scoring`` run its Asset event triggers;
+3. a run whose gate rejects registers a version that the next scoring run names and does not score;
+4. a finished training task cleared from the UI trains again as a new job, and a new version is registered;
+5. a recipe sweep triggered from its form reports its best trial.
+
+Every step leaves a screenshot named after it in the folder printed at the start; what is asserted is what
+the page shows, the task states and logs the REST API serves, and the registry (MLflow) where a version
+matters. Jobs are as short as prove the point (1 epoch, 10 boosting rounds, 2000 rows)."""
+
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import quote, unquote
+
+import pytest
+from airflow_stack import ApiError
+
+from support import needs_horovod
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]  # a deployment and a Horovod run in one test
+
+PIPELINE, SCORING, SWEEP = "ml_training_pipeline", "ml_batch_scoring", "recipe_lightgbm_sweep"
+MODEL = PIPELINE  # the registered model every pipeline run here writes
+
+
+@pytest.fixture(scope="module")
+def dag_files() -> list[str]:
+    return ["dags/ml_training_pipeline.py", "dags/ml_batch_scoring.py", "dags/ml_recipes.py",
+            "recipes/lightgbm_sweep.yaml"]
+
+
+@pytest.fixture(scope="module")
+def served(stack):
+    for dag_id in (PIPELINE, SCORING, SWEEP):
+        stack.wait_for_dag(dag_id)
+    return stack
+
+
+@pytest.fixture(scope="module")
+def registry(ui_home):
+    """The deployment's embedded MLflow registry (SQLite under its AIRFLOW_HOME), read as MLflow reads it."""
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{ui_home / 'ml' / 'mlflow.db'}")
+
+
+def trigger_from_form(page, stack, dag_id: str, fields=(), choices=(), switches=()) -> str:
+    """Fill the DAG's trigger form (text/number ``fields``, select ``choices`` by their shown label, boolean
+    ``switches`` turned on), press Trigger; returns the run id of the run page it opens."""
+    page.goto(f"{stack.url}/dags/{dag_id}")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("Run Parameters").wait_for()
+    for name, label in choices:
+        dialog.locator(f"#element_{name}").click()
+        page.get_by_role("option", name=label).click()
+    for name, value in fields:
+        dialog.locator(f"input[name='element_{name}']").fill(str(value))
+    for name in switches:
+        dialog.locator(f"[id='switch:element_{name}']").click()
+        assert dialog.locator(f"input[name='element_{name}']").is_checked(), name
+    dialog.get_by_role("button", name="Trigger").click()
+    page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/[^/]+$"))
+    return unquote(page.url.rsplit("/", 1)[1])
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """Poll ``predicate`` (REST calls: every 2 s) until it is truthy; returns its value. A call that times
+    out or meets a server error is polled again (the API server of a loaded 2-core machine, SQLite locked)."""
+    deadline, error = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            if value := predicate():
+                return value
+        except (OSError, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status < 500:
+                raise
+            error = exc
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {error})")
+
+
+def states(stack, dag_id: str, run_id: str) -> dict[str, str]:
+    return {t["task_id"]: t["state"] for t in stack.task_instances(dag_id, run_id) if t["map_index"] == -1}
+
+
+def log_text(stack, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+    return "\n".join(str(e.get("event")) for e in stack.task_log(dag_id, run_id, task_id, try_number))
+
+
+def show_log(page, stack, dag_id: str, run_id: str, task_id: str, text: str, shot, try_number: int | None = None):
+    """The task's log page, once ``text`` is on it; a screenshot of it."""
+    url = f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/tasks/{task_id}"
+    page.goto(url + (f"?try_number={try_number}" if try_number else ""))
+    page.get_by_text(text).first.wait_for()
+    page.get_by_text(text).first.scroll_into_view_if_needed()
+    page.screenshot(path=shot)
+
+
+def scoring_run_of(stack, version: int, timeout: float = 600) -> str:
+    """The ml_batch_scoring run that the Asset event of ``version`` of the model triggered, once it ended."""
+
+    def found():
+        for run in stack.api("GET", f"/dags/{SCORING}/dagRuns", query={"limit": 100})["dag_runs"]:
+            path = f"/dags/{SCORING}/dagRuns/{quote(run['dag_run_id'], safe='')}/upstreamAssetEvents"
+            events = stack.api("GET", path)["asset_events"]
+            if any((event.get("extra") or {}).get("version") == version for event in events):
+                return run["dag_run_id"]
+        return None
+
+    run_id = wait_for(found, timeout=timeout, what=f"a {SCORING} run for version {version}")
+    stack.wait_for_run(SCORING, run_id, timeout=timeout)
+    return run_id
+
+
+# --- 1. the summary shows the approval ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def horovod(served, page, screenshots) -> dict:
+    """A Horovod run (1 epoch) triggered from the form with approval required, approved in the HITL form."""
+    stack = served
+    run_id = trigger_from_form(page, stack, PIPELINE, choices=[("framework", "Horovod (TensorFlow/Keras)")],
+                               fields=[("epochs", 1)], switches=["require_approval"])
+    wait_for(lambda: states(stack, PIPELINE, run_id).get("approve") == "awaiting_input", timeout=900,
+             what="the approve task to ask")
+    page.goto(f"{stack.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/approve/required_actions")
+    approve = page.get_by_test_id("hitl-option-Approve")
+    approve.wait_for()
+    page.screenshot(path=screenshots / "1-approval-form.png")
+    approve.click()
+    state = stack.wait_for_run(PIPELINE, run_id, timeout=600)
+    return {"run_id": run_id, "state": state, "deployed": stack.xcom(PIPELINE, run_id, "deploy")}
+
+
+@needs_horovod
+def test_1_the_summary_shows_the_approval_outcome(horovod, served, page, screenshots):
+    run_id = horovod["run_id"]
+    assert horovod["state"] == "success", states(served, PIPELINE, run_id)
+    assert states(served, PIPELINE, run_id)["train_horovod"] == "success"
+    assert "approval    APPROVED by admin" in log_text(served, PIPELINE, run_id, "summary")
+    show_log(page, served, PIPELINE, run_id, "summary", "APPROVED by admin", screenshots / "1-summary-approved.png")
+    assert served.xcom(PIPELINE, run_id, "summary")["approval"] == {
+        "asked": True, "approved": True, "by": "admin", "reason": served.xcom(PIPELINE, run_id, "approve")["reason"]}
+    assert "champion" in horovod["deployed"]["aliases"]
+
+
+# --- 2. the Horovod champion is scored -------------------------------------------------------------------
+@needs_horovod
+def test_2_the_horovod_champion_is_scored_by_the_asset_triggered_run(horovod, served, page, registry, screenshots):
+    version = horovod["deployed"]["version"]
+    assert str(registry.get_model_version_by_alias(MODEL, "champion").version) == str(version)
+    run_id = scoring_run_of(served, version)
+    assert states(served, SCORING, run_id) == {"choose_model": "success", "score": "success"}
+    chosen = log_text(served, SCORING, run_id, "choose_model")
+    assert f"Scoring with {MODEL} version {version}: the champion" in chosen
+    scored = log_text(served, SCORING, run_id, "score")
+    where = re.search(rf"Scored 1000 rows with {MODEL} version {version}: predictions at (\S+)", scored)
+    assert where, scored
+    show_log(page, served, SCORING, run_id, "score", f"version {version}: predictions at",
+             screenshots / "2-horovod-champion-scored.png")
+
+
+# --- 3. a rejected version is not scored ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def rejected(served, page) -> dict:
+    """A short LightGBM run whose gate cannot pass (minimum accuracy 1), triggered from the form."""
+    run_id = trigger_from_form(page, served, PIPELINE, fields=[("boost_rounds", 10), ("min_accuracy", 1)])
+    state = served.wait_for_run(PIPELINE, run_id, timeout=900)
+    return {"run_id": run_id, "state": state, "deployed": served.xcom(PIPELINE, run_id, "deploy")}
+
+
+def test_3_a_version_the_gate_rejected_is_not_scored(rejected, served, page, registry, screenshots):
+    run_id, version = rejected["run_id"], rejected["deployed"]["version"]
+    assert rejected["state"] == "success", states(served, PIPELINE, run_id)
+    assert served.xcom(PIPELINE, run_id, "gate")["passed"] is False
+    assert rejected["deployed"]["aliases"] == []
+    assert registry.get_model_version(MODEL, str(version)).aliases == []  # registered, neither champion nor challenger
+    scoring = scoring_run_of(served, version)
+    # Its only event is the rejected version: the champion, unchanged, was scored when it was promoted.
+    assert states(served, SCORING, scoring) == {"choose_model": "skipped", "score": "skipped"}
+    chosen = log_text(served, SCORING, scoring, "choose_model")
+    assert f"Not scoring {MODEL} version {version}: the promotion gate rejected it" in chosen
+    show_log(page, served, SCORING, scoring, "choose_model", "the promotion gate rejected it",
+             screenshots / "3-rejected-version-not-scored.png")
+
+
+# --- 4. clear means retrain -------------------------------------------------------------------------------
+def test_4_a_cleared_finished_training_task_retrains(rejected, served, page, registry, screenshots):
+    run_id = rejected["run_id"]
+    before = served.xcom(PIPELINE, run_id, "train_lightgbm")
+    page.goto(f"{served.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/train_lightgbm")
+    page.get_by_role("button", name="Press shift+c to clear").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name="Confirm").wait_for()
+    page.screenshot(path=screenshots / "4-clear-dialog.png")
+    assert "deploy" in dialog.inner_text()  # downstream, by default: the new model is evaluated and registered
+    dialog.get_by_role("button", name="Confirm").click()
+
+    def retried():
+        task = next(t for t in served.task_instances(PIPELINE, run_id) if t["task_id"] == "train_lightgbm")
+        return task["try_number"] >= 2
+    wait_for(retried, timeout=300, what="train_lightgbm's second try")
+    assert served.wait_for_run(PIPELINE, run_id, timeout=900) == "success", states(served, PIPELINE, run_id)
+    retrain = log_text(served, PIPELINE, run_id, "train_lightgbm", try_number=2)
+    assert "already succeeded" in retrain and "retrains from scratch" in retrain, retrain
+    after = served.xcom(PIPELINE, run_id, "train_lightgbm")
+    assert "retrain-1" in after["model_path"] and "retrain-1" not in before["model_path"], (before, after)
+    deployed = served.xcom(PIPELINE, run_id, "deploy")
+    assert deployed["version"] == rejected["deployed"]["version"] + 1
+    new = registry.get_model_version(MODEL, str(deployed["version"]))
+    assert int(new.tags["airflow.try_number"]) >= 2  # registered by the cleared run's new deploy try
+    show_log(page, served, PIPELINE, run_id, "train_lightgbm", "retrains from scratch",
+             screenshots / "4-cleared-task-retrains.png", try_number=2)
+
+
+# --- 5. a recipe sweep reports its best trial ----------------------------------------------------------
+def test_5_a_recipe_sweep_reports_its_best_trial(served, page, screenshots):
+    run_id = trigger_from_form(page, served, SWEEP, fields=[("rows", 2000), ("features", 5)])
+    assert served.wait_for_run(SWEEP, run_id, timeout=900) == "success", states(served, SWEEP, run_id)
+    best = served.xcom(SWEEP, run_id, "sweep.best")
+    assert best["n_trials"] == 6 and best["n_reported"] == 6
+    values = [trial["value"] for trial in best["trials"]]
+    assert best["best_value"] == min(values)
+    line = f"Best trial of sweep: #{best['best_trial']}"
+    assert line in log_text(served, SWEEP, run_id, "sweep.best")
+    show_log(page, served, SWEEP, run_id, "sweep.best", line, screenshots / "5-sweep-best-trial.png")
