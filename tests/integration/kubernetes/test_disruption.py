@@ -339,12 +339,15 @@ def test_a_deferred_task_whose_worker_s_node_is_deleted_resumes_from_its_checkpo
     assert "resuming from checkpoint /ckpt/ckpt-000002.npz at step 44, epoch 2" in out
     (left,) = kube_cluster.request("GET", resource_path(backend.api_version, backend.kind, trainer))["items"]
     assert left["metadata"]["uid"] == second["metadata"]["uid"]
-    # Nodes are read through the shared Node watch of each deferral (a list, then a watch), and once by name:
-    # the resubmission's check that the job it replaces has ended (submit, on 409), which is no follow
+    # Nodes are followed through the shared Node watch of each deferral (a list, then a watch) and never
+    # polled; the only reads by name are the resubmission's check that the job it replaces has ended (submit,
+    # on 409), which is no follow and which a loaded machine may repeat (CI at load 8-14 read the old pods'
+    # node twice more)
     nodes = [(event["verb"], event["objectRef"].get("name")) for event in kube_cluster.audited(None)
              if event.get("objectRef", {}).get("resource") == "nodes" and event["user"]["username"] == "trainer"]
-    assert sorted(nodes, key=str) == sorted([("list", None), ("watch", None)] * 2 + [("get", f"spot-{trainer}")],
-                                            key=str), nodes
+    assert nodes.count(("list", None)) == 2 and nodes.count(("watch", None)) == 2, nodes
+    gets = [name for verb, name in nodes if verb == "get"]
+    assert f"spot-{trainer}" in gets and len(gets) <= 4 and len(nodes) == 4 + len(gets), nodes
     pods = [(event["verb"], parse_qs(urlparse(event["requestURI"]).query).get("labelSelector", [""])[0])
             for event in kube_cluster.audited(trainer) if event["verb"] in ("get", "list", "watch")
             and event["objectRef"]["resource"] == "pods" and not event["objectRef"].get("subresource")]
