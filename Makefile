@@ -92,17 +92,19 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet uv==$(UV_VERSION)
 
+# --compile-bytecode (every env): uv installs no .pyc files, and where Python does not write them
+# (PYTHONDONTWRITEBYTECODE, a read-only image) every process compiles all it imports again: an Airflow
+# component, task process or `airflow` command spends 7.2 CPU s instead of 3.2 (docs/testing.md).
 $(VENV)/.installed: requirements/control.lock setup.cfg | $(UV)
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
-	$(UV) pip install --quiet --python $(VENV)/bin/python -r requirements/control.lock
+	$(UV) pip install --quiet --compile-bytecode --python $(VENV)/bin/python -r requirements/control.lock
 	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 	touch $@
 
 # --seed: pip, setuptools and wheel, which Horovod's --no-build-isolation build needs.
-# --compile-bytecode: a worker imports TensorFlow or torch from this env, which its sandbox mounts
-# read-only, so without .pyc files every worker compiles them again (16.8 CPU s for TensorFlow's import,
-# 6.1 with them; compiling all once: about 73 CPU s). The package goes in without dependencies: workers
-# need its runtime/, not Airflow.
+# A worker imports TensorFlow or torch from this env, which its sandbox mounts read-only: without .pyc
+# files every worker compiles them again (16.8 CPU s for TensorFlow's import, 6.1 with them; compiling
+# all once: about 73 CPU s). The package goes in without dependencies: workers need its runtime/, not Airflow.
 $(TRAIN_VENV)/.installed: requirements/training.lock scripts/build_horovod.sh setup.cfg | $(UV)
 	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(TRAIN_VENV)
 	$(UV) pip install --quiet --compile-bytecode --python $(TRAIN_VENV)/bin/python --find-links $(TORCH_WHEELS) -r requirements/training.lock
@@ -113,13 +115,13 @@ $(TRAIN_VENV)/.installed: requirements/training.lock scripts/build_horovod.sh se
 # The full mlflow package (its UI server), same version as the control env's mlflow-skinny, on its own.
 $(MLFLOW_VENV)/.installed: requirements/mlflow.lock | $(UV)
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(MLFLOW_VENV)
-	$(UV) pip install --quiet --python $(MLFLOW_VENV)/bin/python -r requirements/mlflow.lock
+	$(UV) pip install --quiet --compile-bytecode --python $(MLFLOW_VENV)/bin/python -r requirements/mlflow.lock
 	touch $@
 
 # Sphinx and MyST from requirements/docs.lock, on their own (the docs import only the provider's metadata).
 $(DOCS_VENV)/.installed: requirements/docs.lock | $(UV)
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(DOCS_VENV)
-	$(UV) pip install --quiet --python $(DOCS_VENV)/bin/python -r requirements/docs.lock
+	$(UV) pip install --quiet --compile-bytecode --python $(DOCS_VENV)/bin/python -r requirements/docs.lock
 	touch $@
 
 clean:

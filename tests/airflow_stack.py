@@ -242,7 +242,7 @@ class AirflowStack:
                     return False
             return True
 
-        self._wait(healthy, self.start_timeout, f"healthy {', '.join(components)}")
+        self.wait(healthy, self.start_timeout, f"healthy {', '.join(components)}")
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180.0) -> dict[str, Any]:
         """The DAG as the API serves it, once the dag-processor has parsed it."""
@@ -257,7 +257,7 @@ class AirflowStack:
                     raise
                 return None
 
-        return self._wait(parsed, timeout, f"DAG {dag_id} to be parsed")
+        return self.wait(parsed, timeout, f"DAG {dag_id} to be parsed")
 
     def trigger_dag(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
         """Trigger a manual run; returns its run_id."""
@@ -276,7 +276,7 @@ class AirflowStack:
             state = self.run_state(dag_id, run_id)
             return state if state in states else None
 
-        return self._wait(reached, timeout, f"run {dag_id}/{run_id} to reach {states}")
+        return self.wait(reached, timeout, f"run {dag_id}/{run_id} to reach {states}")
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         body = self.api("GET", f"/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances", query={"limit": 100})
@@ -320,16 +320,28 @@ class AirflowStack:
         self.start_component(component)
         return True
 
-    def _wait(self, predicate, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
+    def wait(self, predicate, timeout: float, what: str):
+        """Poll ``predicate`` until it is truthy and return its value; fail naming ``what``, with the
+        components' log tails. A component that died fails the wait at once (one that died of SQLite's
+        lock is started again, see ``_restarted_after_lock``). A REST call that times out or meets a
+        server error (5xx: the API server of a loaded 2-core machine, SQLite locked) is polled again;
+        a 4xx is the test's own mistake and raises."""
+        deadline, error = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
             for component, process in list(self.processes.items()):
                 if process.poll() is not None and not self._restarted_after_lock(component):
                     raise RuntimeError(f"{component} exited ({process.returncode})\n{self.log_tails()}")
-            if value := predicate():
-                return value
+            try:
+                if value := predicate():
+                    return value
+            except (OSError, ApiError) as exc:
+                if isinstance(exc, ApiError) and exc.status < 500:
+                    raise
+                error = exc
             time.sleep(1)
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.log_tails()}")
+        raise AssertionError(
+            f"timed out after {timeout:.0f} s waiting for {what} (last error: {error})\n{self.log_tails()}"
+        )
 
 
 class ApiError(Exception):

@@ -16,11 +16,10 @@ matters. Jobs are as short as prove the point (1 epoch, 10 boosting rounds, 2000
 from __future__ import annotations
 
 import re
-import time
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import pytest
-from airflow_stack import ApiError
+from trigger_form import trigger_from_form
 
 from support import needs_horovod
 
@@ -51,42 +50,6 @@ def registry(ui_home):
     return MlflowClient(tracking_uri=f"sqlite:///{ui_home / 'ml' / 'mlflow.db'}")
 
 
-def trigger_from_form(page, stack, dag_id: str, fields=(), choices=(), switches=()) -> str:
-    """Fill the DAG's trigger form (text/number ``fields``, select ``choices`` by their shown label, boolean
-    ``switches`` turned on), press Trigger; returns the run id of the run page it opens."""
-    page.goto(f"{stack.url}/dags/{dag_id}")
-    page.get_by_role("button", name="Trigger").first.click()
-    dialog = page.get_by_role("dialog")
-    dialog.get_by_text("Run Parameters").wait_for()
-    for name, label in choices:
-        dialog.locator(f"#element_{name}").click()
-        page.get_by_role("option", name=label).click()
-    for name, value in fields:
-        dialog.locator(f"input[name='element_{name}']").fill(str(value))
-    for name in switches:
-        dialog.locator(f"[id='switch:element_{name}']").click()
-        assert dialog.locator(f"input[name='element_{name}']").is_checked(), name
-    dialog.get_by_role("button", name="Trigger").click()
-    page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/[^/]+$"))
-    return unquote(page.url.rsplit("/", 1)[1])
-
-
-def wait_for(predicate, timeout: float, what: str):
-    """Poll ``predicate`` (REST calls: every 2 s) until it is truthy; returns its value. A call that times
-    out or meets a server error is polled again (the API server of a loaded 2-core machine, SQLite locked)."""
-    deadline, error = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        try:
-            if value := predicate():
-                return value
-        except (OSError, ApiError) as exc:
-            if isinstance(exc, ApiError) and exc.status < 500:
-                raise
-            error = exc
-        time.sleep(2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {error})")
-
-
 def states(stack, dag_id: str, run_id: str) -> dict[str, str]:
     return {t["task_id"]: t["state"] for t in stack.task_instances(dag_id, run_id) if t["map_index"] == -1}
 
@@ -115,7 +78,7 @@ def scoring_run_of(stack, version: int, timeout: float = 600) -> str:
                 return run["dag_run_id"]
         return None
 
-    run_id = wait_for(found, timeout=timeout, what=f"a {SCORING} run for version {version}")
+    run_id = stack.wait(found, timeout=timeout, what=f"a {SCORING} run for version {version}")
     stack.wait_for_run(SCORING, run_id, timeout=timeout)
     return run_id
 
@@ -127,7 +90,7 @@ def horovod(served, page, screenshots) -> dict:
     stack = served
     run_id = trigger_from_form(page, stack, PIPELINE, choices=[("framework", "Horovod (TensorFlow/Keras)")],
                                fields=[("epochs", 1)], switches=["require_approval"])
-    wait_for(lambda: states(stack, PIPELINE, run_id).get("approve") == "awaiting_input", timeout=900,
+    stack.wait(lambda: states(stack, PIPELINE, run_id).get("approve") == "awaiting_input", timeout=900,
              what="the approve task to ask")
     page.goto(f"{stack.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/approve/required_actions")
     approve = page.get_by_test_id("hitl-option-Approve")
@@ -205,7 +168,7 @@ def test_4_a_cleared_finished_training_task_retrains(rejected, served, page, reg
     def retried():
         task = next(t for t in served.task_instances(PIPELINE, run_id) if t["task_id"] == "train_lightgbm")
         return task["try_number"] >= 2
-    wait_for(retried, timeout=300, what="train_lightgbm's second try")
+    served.wait(retried, timeout=300, what="train_lightgbm's second try")
     assert served.wait_for_run(PIPELINE, run_id, timeout=900) == "success", states(served, PIPELINE, run_id)
     retrain = log_text(served, PIPELINE, run_id, "train_lightgbm", try_number=2)
     assert "already succeeded" in retrain and "retrains from scratch" in retrain, retrain

@@ -13,8 +13,7 @@ import re
 from urllib.parse import unquote
 
 import pytest
-
-from support import wait_for
+from trigger_form import open_trigger_form
 
 # 1200 s, not the suite's 600: the deployment's set-up and first run took 563 s in a rehearsal at load 20-25 (a hang still ends)
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -33,18 +32,10 @@ TITLES = [
 COMPACT_METRICS = re.compile(r"\[rank 0\] step \d+  auc=\d\.\d{4}  loss=\d\.\d{4}")
 
 
-def open_trigger_form(page, stack):
-    page.goto(f"{stack.url}/dags/{DAG_ID}")
-    page.get_by_role("button", name="Trigger").first.click()
-    dialog = page.get_by_role("dialog")
-    dialog.get_by_text("Run Parameters").wait_for()
-    return dialog
-
-
 @pytest.fixture(scope="module")
 def triggered(page, stack, screenshots) -> dict:
     """The trigger form, submitted with every Param at its default; the run, waited for."""
-    dialog = open_trigger_form(page, stack)
+    dialog = open_trigger_form(page, stack, DAG_ID)
     form_text = dialog.inner_text()
     page.screenshot(path=screenshots / "1-trigger-form.png")
     button = dialog.get_by_role("button", name="Trigger")
@@ -150,7 +141,7 @@ def test_the_mlflow_links_open_what_they_name(
 )
 def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value):
     runs_before = stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"]
-    dialog = open_trigger_form(page, stack)
+    dialog = open_trigger_form(page, stack, DAG_ID)
     dialog.locator(f"input[name='element_{name}']").fill(value)
     dialog.get_by_role("button", name="Trigger").click()
     refusal = dialog.get_by_text(f"Invalid input for param {name}")  # the server's answer, shown in the form
@@ -181,7 +172,7 @@ def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
             return "\n".join(json.dumps(e) for e in stack.task_log(DAG_ID, run_id, "prepare_data"))
 
         with contextlib.suppress(AssertionError):
-            wait_for(lambda: message in log(), timeout=60, what=f"{message!r} in prepare_data's log")
+            stack.wait(lambda: message in log(), timeout=60, what=f"{message!r} in prepare_data's log")
         assert message in log()
 
 

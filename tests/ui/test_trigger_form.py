@@ -9,7 +9,8 @@ a number (``abc`` pasted into the learning rate) to the last valid value when th
 from __future__ import annotations
 
 import pytest
-from test_pipeline_ui import DAG_ID, open_trigger_form  # the same form, opened the same way
+from test_pipeline_ui import DAG_ID
+from trigger_form import open_trigger_form
 
 # 1200 s, not the suite's 600: the deployment's set-up took 310 s in a rehearsal at load 20-25 (a hang still ends)
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -30,7 +31,7 @@ def test_an_out_of_range_number_is_refused_in_the_params_words_and_starts_no_run
     page, stack, screenshots, name, value, words
 ):
     before = runs(stack)
-    dialog = open_trigger_form(page, stack)
+    dialog = open_trigger_form(page, stack, DAG_ID)
     field = dialog.locator(f"input[name='element_{name}']")
     field.fill(value)
     field.press("Tab")  # the form used to clamp the value here, on blur

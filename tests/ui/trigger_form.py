@@ -1,0 +1,32 @@
+"""A DAG's trigger form in the Airflow UI, opened and filled as a person does (one way for every UI test)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+
+def open_trigger_form(page, stack, dag_id: str):
+    """The DAG page's Trigger dialog, once its Params are shown."""
+    page.goto(f"{stack.url}/dags/{dag_id}")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("Run Parameters").wait_for()
+    return dialog
+
+
+def trigger_from_form(page, stack, dag_id: str, fields=(), choices=(), switches=()) -> str:
+    """Fill the DAG's trigger form (text/number ``fields``, select ``choices`` by their shown label, boolean
+    ``switches`` turned on), press Trigger; returns the run id of the run page it opens."""
+    dialog = open_trigger_form(page, stack, dag_id)
+    for name, label in choices:
+        dialog.locator(f"#element_{name}").click()
+        page.get_by_role("option", name=label).click()
+    for name, value in fields:
+        dialog.locator(f"input[name='element_{name}']").fill(str(value))
+    for name in switches:
+        dialog.locator(f"[id='switch:element_{name}']").click()
+        assert dialog.locator(f"input[name='element_{name}']").is_checked(), name
+    dialog.get_by_role("button", name="Trigger").click()
+    page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/[^/]+$"))
+    return unquote(page.url.rsplit("/", 1)[1])
