@@ -18,6 +18,8 @@ import math
 import posixpath
 import re
 from collections.abc import Callable, Sequence
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 from airflow_ml_provider.logs.rules import LogRules
@@ -148,7 +150,9 @@ class MetricsTracker:
         """Take lines in order; returns the metric points they added. Every line read passes through this
         loop: an ordinary one (most lines) costs one search per metric regex and no more."""
         points: list[tuple[str, int, float]] = []
-        metrics_in = rules.metrics_in if rules is not None and rules.metrics_may_match(lines) else None
+        metrics_in = None
+        if rules is not None and rules.metrics_may_match(lines):
+            metrics_in, lines = rules.metrics_in, self._without_other_reporters(lines, rules)
         record = self._record
         for line in lines:
             text = line.text
@@ -165,6 +169,21 @@ class MetricsTracker:
                 if values or step is not None:
                     record(values, line.source, step, line, points)
         return points
+
+    def _without_other_reporters(self, lines: Sequence[LogLine], rules: LogRules) -> Sequence[LogLine]:
+        """``lines`` less those nothing can be taken from: every metric the rules extract is already followed
+        from another worker (one source per metric), and the line is no structured event. Distributed jobs
+        print their metrics on every rank, and only the first reporter's are kept: the other ranks' lines are
+        not searched at all (a bad step one of them names is not reported either). C loops only."""
+        owners = set()
+        for name in rules.metric_names:
+            if (metric := self.metrics.get(name)) is None:
+                return lines  # a line may still start following it
+            owners.add(metric["source"])
+        sources = list(map(itemgetter(0), lines))
+        if owners.issuperset(sources) or any(map(str.startswith, map(itemgetter(1), lines), repeat("{"))):
+            return lines
+        return list(compress(lines, map(owners.__contains__, sources)))
 
     def _event(self, event: dict[str, Any], line: LogLine, points: list[tuple[str, int, float]]) -> None:
         """Take one structured line's event; append the metric points it adds to ``points``."""

@@ -72,6 +72,8 @@ class LogRules:
         self._metrics = [(regex.search, [(name, index - 1) for name, index in regex.groupindex.items()])
                          for regex in compiled["metrics"]]
         self.has_metrics = bool(self._metrics)
+        self.metric_names = frozenset(name for regex in compiled["metrics"] for name in regex.groupindex
+                                      if name != STEP_GROUP)
 
     def check(self, line: LogLine) -> RuleMatch | None:
         """The verdict this line gives, if any. Most lines match no rule: one search of all the rules at

@@ -65,3 +65,20 @@ def test_state_continues_the_same_series():
     resumed.feed(LogLine("pod", "loss=0.05"), RULES)
     assert resumed.summary()["series"]["loss"] == [[1, 0.1], [2, 0.2], [3, 0.05]]
     assert first.summary()["series"]["loss"] == [[1, 0.1], [2, 0.2]]  # the state was a copy
+
+
+def test_every_rank_printing_metrics_in_one_batch_gives_each_metric_its_first_reporters_points():
+    """Ranks print the same metrics; batches of their interleaved lines keep each metric's first reporter
+    only (rank 1 takes auc, which rank 0 never printed), and a structured line in a batch is still read."""
+    tracker = MetricsTracker()
+    first = [LogLine("rank 0", "loss=0.9"), LogLine("rank 1", "loss=5 auc=0.5"), LogLine("rank 2", "auc=0.1")]
+    assert tracker.feed_lines(first, RULES) == [("loss", 1, 0.9), ("auc", 1, 0.5)]
+    later = [LogLine(f"rank {i % 3}", f"loss={i} auc=0.{i}") for i in range(1, 7)]
+    assert tracker.feed_lines(later, RULES) == [("auc", 2, 0.1), ("loss", 2, 3.0), ("auc", 3, 0.4),
+                                                ("loss", 3, 6.0)]
+    last = [LogLine("rank 2", "loss=0.01"), LogLine("rank 2", json.dumps({EVENT_KEY: "result", "auc": 0.7})),
+            LogLine("rank 0", "loss=0.2")]
+    assert tracker.feed_lines(last, RULES) == [("loss", 4, 0.2)]
+    assert tracker.reporter == "rank 2" and tracker.final == {"loss": 0.2, "auc": 0.7}
+    assert tracker.summary()["series"] == {"loss": [[1, 0.9], [2, 3.0], [3, 6.0], [4, 0.2]],
+                                           "auc": [[1, 0.5], [2, 0.1], [3, 0.4]]}
