@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import gc
 import json
+import operator
 import re
 import secrets
 import threading
@@ -483,15 +484,17 @@ def _compile_query(query: dict[str, Any]):
         for op, bound in arg.items():
             if op in ("format", "time_zone"):
                 continue
-            compare = {"gt": lambda v, b: v > b, "gte": lambda v, b: v >= b,
-                       "lt": lambda v, b: v < b, "lte": lambda v, b: v <= b}[op]
+            compare = {"gt": operator.gt, "gte": operator.ge, "lt": operator.lt, "lte": operator.le}[op]
             tests.append((compare, _bound(bound)))  # "now" is evaluated once per search, as in Elasticsearch
 
-        def in_range(doc: _Doc) -> bool:
+        def in_range(doc: _Doc) -> bool:  # a plain loop: this runs for every document scanned
             value = doc.value(field)
             if value is _MISSING:
                 return False
-            return all(compare(value, bound) for compare, bound in tests)
+            for compare, bound in tests:
+                if not compare(value, bound):
+                    return False
+            return True
         return in_range
     raise EsError(400, "parsing_exception", f"unknown query [{kind}] (not spoken by the test double)")
 
@@ -619,7 +622,10 @@ def _filter_path(payload: dict[str, Any], spec: str) -> dict[str, Any]:
 def _filtered(node: Any, tree: dict[str, Any]) -> Any:
     """What of ``node`` the paths in ``tree`` reach; None where nothing (an empty object or array too)."""
     if isinstance(node, list):
-        kept = [value for value in (_filtered(item, tree) for item in node) if value is not None]
+        if all(sub is True for sub in tree.values()):  # named keys of each object (a page of hits): one loop
+            kept = [out for item in node if isinstance(item, dict) and (out := {k: item[k] for k in tree if k in item})]
+        else:
+            kept = [value for value in (_filtered(item, tree) for item in node) if value is not None]
         return kept or None
     if not isinstance(node, dict):
         return None
