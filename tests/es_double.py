@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 VERSION = "8.19.3"
+_ALL_HIT_KEYS = frozenset({"_index", "_id", "_score", "_source", "sort"})
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[T ][\d:.,]+)?(?:Z|[+-]\d{2}:?\d{2})?$")
 _DATE_MATH = re.compile(r"^now(?:(?P<sign>[+-])(?P<amount>\d+)(?P<unit>ms|s|m|h|d))?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -288,6 +289,7 @@ class ElasticsearchDouble:
         matches = _compile_query(body.get("query", {"match_all": {}}))
         size = int(body.get("size", params.get("size", 10)))
         includes = _source_includes(body.get("_source", True))
+        keep = _hit_keys(params.get("filter_path"))  # what of a hit the answer keeps: only that is made
         hits = []
         for position in range(start, len(docs)):
             if len(hits) >= size:
@@ -297,9 +299,14 @@ class ElasticsearchDouble:
                 continue
             if not matches(doc):
                 continue
-            hits.append({"_index": names[shard], "_id": doc.id, "_score": None,
-                         "_source": _filter_source(doc.source, includes),
-                         "sort": [_sort_value(doc, shard, field) for field, _, _ in sort]})
+            hit = {"_index": names[shard], "_id": doc.id, "_score": None} if keep is _ALL_HIT_KEYS else {
+                key: value for key, value in (("_index", names[shard]), ("_id", doc.id), ("_score", None))
+                if key in keep}
+            if "_source" in keep:
+                hit["_source"] = _filter_source(doc.source, includes)
+            if "sort" in keep:
+                hit["sort"] = [_sort_value(doc, shard, field) for field, _, _ in sort]
+            hits.append(hit)
         response: dict[str, Any] = {"took": 1, "timed_out": False,
                                     "_shards": {"total": len(names), "successful": len(names), "skipped": 0,
                                                 "failed": 0},
@@ -602,7 +609,23 @@ def _filter_source(source: dict[str, Any], includes: list[str] | None) -> dict[s
 
 def _filter_path(payload: dict[str, Any], spec: str) -> dict[str, Any]:
     """``payload`` with only the paths ``spec`` names (comma-separated), as Elasticsearch filters answers."""
-    tree: dict[str, Any] = {}  # name -> subtree, or True where the whole value is kept
+    return _filtered(payload, _path_tree(spec)) or {}
+
+
+def _hit_keys(spec: str | None) -> frozenset[str]:
+    """The keys of a search hit that ``filter_path`` keeps (all without one): a hit is made with only
+    those, as Elasticsearch writes only what the filter lets through, and then filtered as any answer."""
+    if spec is None:
+        return _ALL_HIT_KEYS
+    hits = _path_tree(spec).get("hits")
+    hits = hits.get("hits") if isinstance(hits, dict) else hits
+    return _ALL_HIT_KEYS if hits is True else frozenset(hits or ())
+
+
+def _path_tree(spec: str) -> dict[str, Any]:
+    """``filter_path``'s dotted names (comma-separated) as a tree: name -> subtree, or True where the whole
+    value is kept."""
+    tree: dict[str, Any] = {}
     for path in filter(None, spec.split(",")):
         names = path.split(".")
         if path.startswith("-") or "*" in path:
@@ -616,14 +639,15 @@ def _filter_path(payload: dict[str, Any], spec: str) -> dict[str, Any]:
             node = child
         else:
             node[names[-1]] = True
-    return _filtered(payload, tree) or {}
+    return tree
 
 
 def _filtered(node: Any, tree: dict[str, Any]) -> Any:
     """What of ``node`` the paths in ``tree`` reach; None where nothing (an empty object or array too)."""
     if isinstance(node, list):
         if all(sub is True for sub in tree.values()):  # named keys of each object (a page of hits): one loop
-            kept = [out for item in node if isinstance(item, dict) and (out := {k: item[k] for k in tree if k in item})]
+            kept = [out for item in node if isinstance(item, dict) and (
+                out := item if item.keys() <= tree.keys() else {k: item[k] for k in tree if k in item})]
         else:
             kept = [value for value in (_filtered(item, tree) for item in node) if value is not None]
         return kept or None
