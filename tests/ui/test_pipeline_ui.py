@@ -10,10 +10,9 @@ import contextlib
 import json
 import math
 import re
-from urllib.parse import unquote
 
 import pytest
-from trigger_form import open_trigger_form
+from trigger_form import open_trigger_form, opened_run_id
 
 # 1200 s, not the suite's 600: the deployment's set-up and first run took 563 s in a rehearsal at load 20-25 (a hang still ends)
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -43,8 +42,7 @@ def triggered(page, stack, screenshots) -> dict:
     page.screenshot(path=screenshots / "2-trigger-form-bottom.png")
     enabled = button.is_enabled()
     button.click()
-    page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/[^/]+$"))
-    run_id = unquote(page.url.rsplit("/", 1)[1])
+    run_id = opened_run_id(page, DAG_ID)
     state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
     page.reload()
     page.get_by_text(run_id).first.wait_for()

@@ -28,5 +28,10 @@ def trigger_from_form(page, stack, dag_id: str, fields=(), choices=(), switches=
         dialog.locator(f"[id='switch:element_{name}']").click()
         assert dialog.locator(f"input[name='element_{name}']").is_checked(), name
     dialog.get_by_role("button", name="Trigger").click()
+    return opened_run_id(page, dag_id)
+
+
+def opened_run_id(page, dag_id: str) -> str:
+    """The run id of the run page that pressing the form's Trigger opens, once it is open."""
     page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/[^/]+$"))
     return unquote(page.url.rsplit("/", 1)[1])
