@@ -22,7 +22,7 @@ from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
 from airflow_ml_provider.jobs.backends.local.backend import ForgedJobRecord, LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
-from support import TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
+from support import TRAINING_IMAGE, final_status, job_log, job_uid, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
 needs_sandbox = pytest.mark.skipif(local_sandbox.unavailable() is not None,
@@ -312,6 +312,23 @@ def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path
     """), {})
     assert final_status(backend, "tmp-env").state is JobState.SUCCEEDED, job_log(backend, "tmp-env")
     assert sandboxed(backend, "tmp-env") and f"prefix {env} home []" in job_log(backend, "tmp-env")
+
+
+@needs_sandbox
+@needs_horovod
+def test_a_horovod_job_runs_in_its_sandbox_whose_home_directory_it_cannot_write(tmp_path, monkeypatch):
+    """A fresh machine has no ``~/.horovod``: horovodrun created it (its cache of remote-host checks) and,
+    the sandbox's filesystem being read-only, the first Horovod job of every new machine failed. Here
+    the home directory does not exist and cannot be made; the job still trains nothing but succeeds."""
+    home = Path("/") / f"no-home-{secrets.token_hex(6)}"
+    monkeypatch.setenv("HOME", str(home))
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2)
+    job = TrainingJobSpec(framework="horovod", command=["python", "-c", "print('rank up', flush=True)"],
+                          num_workers=2)
+    assert backend.submit("hvd-home", job, {})
+    assert final_status(backend, "hvd-home").state is JobState.SUCCEEDED, job_log(backend, "hvd-home")
+    assert sandboxed(backend, "hvd-home") and job_log(backend, "hvd-home").count("rank up") == 2
+    assert not home.exists()
 
 
 @needs_sandbox

@@ -90,8 +90,15 @@ def horovod(served, page, screenshots) -> dict:
     stack = served
     run_id = trigger_from_form(page, stack, PIPELINE, choices=[("framework", "Horovod (TensorFlow/Keras)")],
                                fields=[("epochs", 1)], switches=["require_approval"])
-    stack.wait(lambda: states(stack, PIPELINE, run_id).get("approve") == "awaiting_input", timeout=900,
-             what="the approve task to ask")
+
+    def asking() -> bool:
+        if states(stack, PIPELINE, run_id).get("approve") == "awaiting_input":
+            return True
+        # a run that ended never asks: fail now, with what failed, not after the whole timeout
+        assert stack.run_state(PIPELINE, run_id) not in ("success", "failed"), states(stack, PIPELINE, run_id)
+        return False
+
+    stack.wait(asking, timeout=900, what="the approve task to ask")
     page.goto(f"{stack.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/approve/required_actions")
     approve = page.get_by_test_id("hitl-option-Approve")
     approve.wait_for()

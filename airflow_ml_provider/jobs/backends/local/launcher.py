@@ -71,6 +71,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
 from airflow_ml_provider.jobs.backends.local.output import lines
 from airflow_ml_provider.jobs.horovodrun import ELASTIC_GLOO_TIMEOUT_S
 from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.runtime import quiet
 
 _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$")
 # horovodrun's print() writes this and its newline separately, so another thread's line can land in
@@ -107,17 +108,21 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         **spec.env,
     }
     if spec.framework is Framework.HOROVOD:
-        if os.environ.get("AIRFLOW_ML_TF_STARTUP_LOGS") != "1" and "AIRFLOW_ML_TF_STARTUP_LOGS" not in spec.env:
-            # horovodrun imports TensorFlow, whose C++ start-up notices (absl, CPU instructions) opened every
-            # Horovod task's log; warnings and errors stay (runtime.quiet does the same for the ranks)
+        if os.environ.get(quiet.SHOW) == "1" and quiet.SHOW not in spec.env:
+            env[quiet.SHOW] = "1"  # horovodrun's and the ranks' start-up notices shown (_run_horovod, runtime.quiet)
+        elif env.get(quiet.SHOW) != "1":
+            # horovodrun imports TensorFlow, whose C++ start-up notices (absl, oneDNN, CPU instructions) opened
+            # every Horovod task's log; C++ INFO off here, and what ignores that level is dropped by _run_horovod
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         n = str(spec.num_workers)
         hosts = _elastic_args(spec, job_dir, etcd) if spec.elastic else ["-H", f"localhost:{n}"]
         if spec.command[0].startswith("-"):  # horovodrun keeps a "--" in the command, so refuse instead
             raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which horovodrun "
                              "would take for one of its own options")
+        # --disable-cache: every host is local, so horovodrun's cache of remote checks (in ~/.horovod) has
+        # nothing to save, and in a job's sandbox the home directory is read-only: creating it failed the job
         argv = [os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo", "--network-interface", "lo",
-                *rank_shim(), *spec.command]
+                "--disable-cache", *rank_shim(), *spec.command]
     elif spec.framework is Framework.PYTORCH:  # one agent per worker; the launcher picks the rendezvous port
         env.update(torchrun.LINE_PREFIX_ENV | torchrun.FRESH_STORE_ENV, GLOO_SOCKET_IFNAME="lo")
         argv = [os.path.join(bin_dir, "torchrun"), *torchrun.torchrun_args(spec, rdzv_id=job_dir.name)]
@@ -370,8 +375,11 @@ def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrite
     codes: dict[int, int] = {}
     failures: list[tuple[int, int]] = []
     held: list[str] = []  # horovodrun's traceback: written at its end unless the launcher stopped the job
+    show_startup = env.get(quiet.SHOW) == "1"
     for line in lines(proc.stdout):
         for source, text, exit_code in horovod_output(line):
+            if source == "horovodrun" and not show_startup and quiet.NOISE.match(text):
+                continue  # TensorFlow's start-up notices, printed whatever TF_CPP_MIN_LOG_LEVEL says (oneDNN's)
             if source == "horovodrun" and (held or text == _TRACEBACK):
                 held.append(text)
             else:

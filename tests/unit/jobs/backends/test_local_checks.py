@@ -60,7 +60,7 @@ def test_the_plan_runs_each_rank_under_the_output_shim_under_horovodrun_with_the
                            timeout_s=60)
     plan = launch_plan(spec, "/img", Path("/jobs/j"))
     assert plan["argv"] == ["/img/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
-                            "--network-interface", "lo", *rank_shim(), "python", "t.py"]
+                            "--network-interface", "lo", "--disable-cache", *rank_shim(), "python", "t.py"]
     assert plan["env"]["PATH"].split(os.pathsep)[0] == "/img/bin" and plan["env"]["A"] == "1"
 
 
