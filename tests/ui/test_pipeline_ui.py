@@ -12,7 +12,7 @@ import math
 import re
 
 import pytest
-from trigger_form import open_trigger_form, opened_run_id
+from trigger_form import open_trigger_form, opened_run_id, park
 
 # 1200 s, not the suite's 600: the deployment's set-up and first run took 563 s in a rehearsal at load 20-25 (a hang still ends)
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -43,8 +43,9 @@ def triggered(page, stack, screenshots) -> dict:
     enabled = button.is_enabled()
     button.click()
     run_id = opened_run_id(page, DAG_ID)
+    park(page)
     state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
-    page.reload()
+    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{run_id}")
     page.get_by_text(run_id).first.wait_for()
     page.screenshot(path=screenshots / "3-run.png")
     return {"form_text": form_text, "enabled": enabled, "run_id": run_id, "state": state}
