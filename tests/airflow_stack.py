@@ -295,6 +295,15 @@ class AirflowStack:
         path = f"/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}/xcomEntries/{key}"
         return self.api("GET", path, query={"map_index": map_index, "deserialize": "true"})["value"]
 
+    def worker_exit_processed(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> bool:
+        """Whether the scheduler has processed the executor's report that a worker of this try exited (its
+        log: no REST resource says so). Airflow 3.3.2 fails a deferred try whose trigger fires before that
+        report of the deferring worker's exit is processed (apache/airflow#71580, #72716: the stale success
+        removes the resumed workload from the executor); a test that answers a deferral at once waits for it."""
+        key = (f"Received executor event with state success for task instance TaskInstanceKey(dag_id={dag_id!r}, "
+               f"task_id={task_id!r}, run_id={run_id!r}, try_number={try_number}")
+        return key in (self.home / "scheduler.log").read_text(errors="replace")
+
     # --- diagnostics -------------------------------------------------------------------------------
     def log_tails(self, lines: int = 40) -> str:
         parts = []

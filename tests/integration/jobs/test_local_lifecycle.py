@@ -5,6 +5,7 @@ submitter dies mid-submit."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 import pytest
 
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes
+from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState
 from support import REPO, TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
@@ -184,3 +186,22 @@ def test_a_submitter_killed_mid_submit_leaves_nothing_running_and_a_retry_starts
     assert backend.submit("interrupted", TrainingJobSpec(framework="generic", command=["python", "-V"],
                                                          num_workers=1), {}) is True
     assert final_status(backend, "interrupted").state is JobState.SUCCEEDED
+
+
+def test_a_launcher_whose_submitter_died_never_ends_the_job_a_retry_started_under_the_name(backend):
+    """A task retried at once (CI saw 13 ms) archives the job its killed submitter left and starts a new one
+    under the name; the killed submitter's launcher, still starting, then learned its submitter died and
+    wrote "never launched" into the directory by its name, now the new job's, which read as FAILED. Here
+    that launcher learns it (its stdin at EOF) only once the new job runs."""
+    code = subprocess.run([sys.executable, "-c", _KILLED_SUBMITTER, str(backend.root), str(TRAINING_IMAGE),
+                           "before-launcher"], cwd=REPO).returncode
+    assert code == -signal.SIGKILL
+    job_dir, first_uid = backend.job_dir("interrupted"), job_uid(backend, "interrupted")
+    assert backend.submit("interrupted", TrainingJobSpec(framework="generic", command=SLEEP, num_workers=1), {})
+    wait_for(lambda: "ready" in job_log(backend, "interrupted"), what="the new job to start")
+    late = subprocess.run([sys.executable, "-m", "airflow_ml_provider.jobs.backends.local.launcher", str(job_dir)],
+                          env={**os.environ, JOB_UID_ENV: first_uid}, cwd=REPO, stdin=subprocess.DEVNULL, timeout=60)
+    assert late.returncode == 0
+    assert backend.status("interrupted").state is JobState.RUNNING, backend.status("interrupted")
+    backend.cancel("interrupted")
+    assert_stopped(backend, "interrupted")

@@ -57,6 +57,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
     open_private,
     owner_token,
     read_json,
+    submission_lock,
     terminate,
     write_json,
     write_private,
@@ -314,7 +315,7 @@ class LocalBackend(Backend):
         return record
 
     def _lock_path(self, name: str) -> Path:
-        return self.root / "locks" / f"{self.job_dir(name).name}.lock"
+        return submission_lock(self.job_dir(name))
 
     def _submission_in_progress(self, name: str) -> bool:
         """Someone holds the name's lock (a submitter between creating the job and starting it)."""

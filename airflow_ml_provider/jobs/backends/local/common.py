@@ -66,6 +66,12 @@ def write_json(path: Path, data: dict) -> None:
     write_private(path, json.dumps(data, indent=1))
 
 
+def submission_lock(job_dir: Path) -> Path:
+    """The file whose ``flock`` serializes the submissions of the job in ``job_dir`` (``<root>/jobs/<name>``):
+    ``<root>/locks/<name>.lock``. Its holder may archive the directory and start a new job under the name."""
+    return job_dir.parent.parent / "locks" / f"{job_dir.name}.lock"
+
+
 def read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())

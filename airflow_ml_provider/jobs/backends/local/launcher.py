@@ -39,6 +39,7 @@ A job its own task cancelled (``LocalBackend.cancel``) is recorded CANCELLED, no
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -65,6 +66,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
     open_private,
     read_json,
     signal_process,
+    submission_lock,
     terminate,
     write_json,
 )
@@ -147,14 +149,16 @@ def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
 
 def main(job_dir: Path) -> int:
     payload = sys.stdin.buffer.read()  # EOF: the submitter finished, or died
+    try:
+        secrets = _submitted_secrets(payload)
+    except _Interrupted:
+        _record_never_launched(job_dir)
+        return 0
     writer, timing = None, {}
     reserve = _reserve(job_dir)
     try:
-        secrets = _submitted_secrets(payload)
         writer = _LineWriter(job_dir / "output.log")
         status = _launch(job_dir, secrets, writer, timing)
-    except _Interrupted:
-        status = NEVER_LAUNCHED_STATUS
     except BaseException as exc:  # noqa: BLE001 - whatever stops the launcher is the job's failure
         with contextlib.suppress(OSError):  # a full disk
             traceback.print_exc()  # into launcher.log, for whoever debugs the launcher
@@ -166,6 +170,20 @@ def main(job_dir: Path) -> int:
         writer.close()
     _write_status(job_dir, {**status.to_dict(), **timing}, reserve)
     return 0
+
+
+def _record_never_launched(job_dir: Path) -> None:
+    """The submitter died mid-submit, so nothing runs; its job's status says so. Unless, while this
+    launcher was starting, a new submission archived that job and made a new one in ``job_dir`` (a task
+    retry, milliseconds later): then this status would end the new job, so nothing is written (the archive
+    reads as never launched by itself: no launcher.json). The submission lock orders the two."""
+    fd = open_private(submission_lock(job_dir), append=True)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if (read_json(job_dir / "job.json") or {}).get("uid") == os.environ.get(JOB_UID_ENV):
+            write_json(job_dir / "status.json", NEVER_LAUNCHED_STATUS.to_dict())
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def rank_shim() -> list[str]:
