@@ -19,6 +19,7 @@ import re
 from urllib.parse import quote
 
 import pytest
+from airflow_stack import TERMINAL_RUN_STATES
 from playwright.sync_api import expect
 from trigger_form import trigger_from_form
 
@@ -96,7 +97,7 @@ def horovod(served, page, screenshots) -> dict:
         if states(stack, PIPELINE, run_id).get("approve") == "awaiting_input":
             return True
         # a run that ended never asks: fail now, with what failed, not after the whole timeout
-        assert stack.run_state(PIPELINE, run_id) not in ("success", "failed"), states(stack, PIPELINE, run_id)
+        assert stack.run_state(PIPELINE, run_id) not in TERMINAL_RUN_STATES, states(stack, PIPELINE, run_id)
         return False
 
     stack.wait(asking, timeout=900, what="the approve task to ask")
