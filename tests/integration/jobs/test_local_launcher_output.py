@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 import subprocess
 import textwrap
 import threading
@@ -222,17 +223,49 @@ def test_a_full_disk_ends_the_job_failed_with_the_reason_and_cancel_and_the_dead
     assert record["state"] == expected[0].value, "the launcher records the end even on a full disk"
 
 
+def _tf_notices(lines: list, source: str) -> list[str]:
+    return [line.text for line in lines if line.source == source and (
+        "absl::InitializeLog" in line.text or "cpu_feature_guard" in line.text or "port.cc" in line.text
+        or "rebuild TensorFlow" in line.text)]
+
+
+def _unrecorded_copy(image: Path, folder: Path) -> Path:
+    """The training environment as another prefix (its files linked, not copied) without its Horovod build
+    record, as an image that ``make training-env`` did not build is."""
+    copy = folder / "unrecorded-image"
+    (copy / "bin").mkdir(parents=True)
+    shutil.copy(image / "pyvenv.cfg", copy)
+    for entry in (image / "bin").iterdir():
+        (copy / "bin" / entry.name).symlink_to(entry)
+    for entry in ("lib", "lib64", "include"):
+        if (image / entry).exists():
+            (copy / entry).symlink_to(image / entry)
+    return copy
+
+
 @needs_horovod
-def test_a_horovod_job_log_starts_quiet_with_no_tensorflow_notices_from_the_launcher(backend):
-    """Issue 25 D6: horovodrun imports TensorFlow, which printed its absl and CPU-instructions notices at the
-    start of every Horovod task's log."""
-    name = "hvd-quiet"
-    assert backend.submit(name, spec("print('hello', flush=True)", framework="horovod", workers=1), {})
-    assert final(backend, name).state is JobState.SUCCEEDED
-    texts = [line.text for line in all_lines(backend, name)]
-    assert "hello" in texts, texts
-    assert not [t for t in texts if "absl::InitializeLog" in t or "cpu_feature_guard" in t
-                or "rebuild TensorFlow" in t], texts
+def test_a_horovod_job_log_starts_quiet_and_horovodrun_probes_only_an_image_that_did_not_record_its_build(
+        backend, tmp_path):
+    """Issue 25 D6: horovodrun imports TensorFlow (in a probe of the build it forks before each run), which
+    printed TensorFlow's start-up notices at the start of every Horovod task's log. An image whose build
+    ``make training-env`` recorded is not probed at all; another one is, and the notices are dropped unless
+    ``AIRFLOW_ML_TF_STARTUP_LOGS=1`` asks for them."""
+    show = {"AIRFLOW_ML_TF_STARTUP_LOGS": "1"}
+    hello = "print('hello', flush=True)"
+    unrecorded = LocalBackend(tmp_path / "ml2", image=str(_unrecorded_copy(TRAINING_IMAGE, tmp_path)))
+    runs = {"recorded": (backend, {}), "recorded-shown": (backend, show),
+            "unrecorded": (unrecorded, {}), "unrecorded-shown": (unrecorded, show)}
+    lines = {}
+    for name, (where, env) in runs.items():
+        assert where.submit(name, spec(hello, framework="horovod", workers=1, env=env), {})
+    for name, (where, _) in runs.items():
+        assert final(where, name).state is JobState.SUCCEEDED, where.job_dir(name).joinpath("output.log").read_text()
+        lines[name] = all_lines(where, name)
+        assert "hello" in [line.text for line in lines[name]], lines[name]
+    assert _tf_notices(lines["unrecorded-shown"], "horovodrun"), "the unrecorded image's build was not probed"
+    assert not _tf_notices(lines["recorded-shown"], "horovodrun"), "the recorded image's build was probed"
+    for name in ("recorded", "unrecorded"):
+        assert not _tf_notices(lines[name], "horovodrun"), lines[name]
     # a rank's failure (no stop asked) still shows horovodrun's traceback, after the rank's own lines
     assert backend.submit("hvd-fails", spec("import sys; print('failing', flush=True); sys.exit(3)",
                                             framework="horovod", workers=1), {})

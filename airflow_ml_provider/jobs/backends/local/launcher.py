@@ -123,8 +123,8 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
                              "would take for one of its own options")
         # --disable-cache: every host is local, so horovodrun's cache of remote checks (in ~/.horovod) has
         # nothing to save, and in a job's sandbox the home directory is read-only: creating it failed the job
-        argv = [os.path.join(bin_dir, "horovodrun"), "-np", n, *hosts, "--gloo", "--network-interface", "lo",
-                "--disable-cache", *rank_shim(), *spec.command]
+        argv = [os.path.join(bin_dir, "python"), str(HOROVODRUN_MAIN), "-np", n, *hosts, "--gloo",
+                "--network-interface", "lo", "--disable-cache", *rank_shim(), *spec.command]
     elif spec.framework is Framework.PYTORCH:  # one agent per worker; the launcher picks the rendezvous port
         env.update(torchrun.LINE_PREFIX_ENV | torchrun.FRESH_STORE_ENV, GLOO_SOCKET_IFNAME="lo")
         argv = [os.path.join(bin_dir, "torchrun"), *torchrun.torchrun_args(spec, rdzv_id=job_dir.name)]
@@ -184,6 +184,10 @@ def _record_never_launched(job_dir: Path) -> None:
             write_json(job_dir / "status.json", NEVER_LAUNCHED_STATUS.to_dict())
     finally:
         os.close(fd)  # releases the lock
+
+
+# horovodrun, run by the image's interpreter, without its per-run build probe where the image recorded its build
+HOROVODRUN_MAIN = Path(__file__).with_name("horovodrun_main.py")
 
 
 def rank_shim() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,8 +12,14 @@ import pytest
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.backends.local.common import allowed_env
-from airflow_ml_provider.jobs.backends.local.launcher import horovod_output, launch_plan, rank_shim
+from airflow_ml_provider.jobs.backends.local.launcher import (
+    HOROVODRUN_MAIN,
+    horovod_output,
+    launch_plan,
+    rank_shim,
+)
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from support import TRAINING_IMAGE, needs_horovod
 
 SPEC = TrainingJobSpec(framework="generic", command=["python", "t.py"], num_workers=1)
 
@@ -59,7 +66,7 @@ def test_the_plan_runs_each_rank_under_the_output_shim_under_horovodrun_with_the
     spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, env={"A": "1"},
                            timeout_s=60)
     plan = launch_plan(spec, "/img", Path("/jobs/j"))
-    assert plan["argv"] == ["/img/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
+    assert plan["argv"] == ["/img/bin/python", str(HOROVODRUN_MAIN), "-np", "2", "-H", "localhost:2", "--gloo",
                             "--network-interface", "lo", "--disable-cache", *rank_shim(), "python", "t.py"]
     assert plan["env"]["PATH"].split(os.pathsep)[0] == "/img/bin" and plan["env"]["A"] == "1"
 
@@ -92,3 +99,19 @@ def test_the_sandbox_hides_the_parent_of_the_jobs_own_directory_and_refuses_a_di
     assert mounts("tmp", [], [("model_dir", "/tmp/m")], [])["hide"] == [], "never / or a top-level directory"
     with pytest.raises(ValueError, match=r"model_dir: '/srv' contains /srv/airflow, which a job must not see"):
         mounts("job-1", ["/srv/airflow"], [("model_dir", "/srv")], [])
+
+
+@needs_horovod
+@pytest.mark.parametrize(("record", "answered"), [
+    ('{"horovod": "0.28.1", "gloo": true}', True),
+    ('{"horovod": "0.27.0", "gloo": true}', False),  # another Horovod was installed since: probe it
+    ('{"horovod": "0.28.1", "gloo": "yes"}', False),
+    ("not json", False),
+])
+def test_horovodrun_skips_its_build_probe_only_on_a_record_of_the_installed_horovod(tmp_path, record, answered):
+    (tmp_path / "record.json").write_text(record)
+    check = (f"import runpy, pathlib; recorded_gloo = runpy.run_path({str(HOROVODRUN_MAIN)!r})['recorded_gloo']; "
+             f"recorded_gloo.__globals__['BUILD_RECORD'] = pathlib.Path({str(tmp_path / 'record.json')!r}); "
+             "print(recorded_gloo())")
+    done = subprocess.run([str(TRAINING_IMAGE / "bin" / "python"), "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.split() == [str(answered)], done.stderr
