@@ -105,10 +105,12 @@ def test_killing_one_of_three_workers_leaves_two_that_finish_every_step_once(etc
 @needs_horovod
 def test_a_slot_written_to_etcd_during_training_adds_a_worker(etcd, tmp_path):
     backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), etcd=etcd.endpoint)
-    total = 3000  # long enough that the new worker (importing TensorFlow) joins well before the end
+    # the ring re-forms a few steps after the slot is written (21 here, on a quiet machine: horovodrun's discovery
+    # polls every second and the workers see the change at their next commit); 1000 leaves a wide margin under load
+    total = 1000
     backend.submit("grow", _spec(tmp_path, total, num_workers=2, min_workers=1, max_workers=3), {})
     job_dir = backend.job_dir("grow")
-    wait_for(lambda: last_step(job_dir) >= 20, timeout=600, what="20 committed steps on 2 workers")
+    wait_for(lambda: last_step(job_dir) >= 5, timeout=600, what="5 committed steps on 2 workers")
     _put(etcd.endpoint, f"{slots_prefix('grow')}2", "1")
 
     status = wait_for(lambda: _finished(backend, "grow"), timeout=600, what="the job to end")
