@@ -3,6 +3,7 @@ registry (scripts/ui.py's server, from .venv-mlflow), and Debian's chromium driv
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -53,21 +54,61 @@ def screenshots(request, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ui_home(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("airflow-ui")
+def dag_files() -> list[str]:
+    """The repository files the deployment serves, relative to the repository (a test module overrides
+    this fixture to serve more: ``dags/ml_recipes.py`` with the ``recipes/*.yaml`` it reads, say)."""
+    return ["dags/ml_training_pipeline.py"]
 
 
-@pytest.fixture(scope="module")
-def mlflow_ui(chromium, ui_home):
-    """The MLflow UI over the deployment's embedded registry, as ``make mlflow-ui`` serves it; None
-    (and the link checks skip) where ``.venv-mlflow`` is not built."""
+@pytest.fixture(scope="session")
+def deployments(chromium, tmp_path_factory):
+    """This worker's deployments, one per set of served files, each started when a module first asks for it
+    and stopped at the end of the session: test files serving the same files share it (a deployment costs
+    about 25 CPU s to start; tests/conftest.py hands such files to one worker, SHARED_DEPLOYMENT)."""
+    with contextlib.ExitStack() as running:
+        started: dict[tuple[str, ...], dict] = {}
+
+        def deployment(files: list[str]) -> dict:
+            if tuple(files) not in started:
+                started[tuple(files)] = running.enter_context(_deployment(files, tmp_path_factory))
+            return started[tuple(files)]
+
+        yield deployment
+
+
+@contextlib.contextmanager
+def _deployment(dag_files: list[str], tmp_path_factory):
+    """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) on the embedded
+    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME), its MLflow links
+    pointing at the MLflow UI over that registry (as ``make mlflow-ui`` serves it; None, and the link checks
+    skip, where ``.venv-mlflow`` is not built). The files keep their place relative to each other (a
+    ``dags/`` and a ``recipes/`` folder side by side, as ml_recipes.py expects)."""
+    home = tmp_path_factory.mktemp("airflow-ui")
+    served = tmp_path_factory.mktemp("ui-served")
+    for name in dag_files:
+        (served / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, served / name)
+    env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
+    with contextlib.ExitStack() as running:
+        mlflow_ui = running.enter_context(_mlflow_ui(home))
+        if mlflow_ui:
+            env["AIRFLOW__ML_TRAINING__MLFLOW_UI_URL"] = mlflow_ui["url"]
+        stack = running.enter_context(AirflowStack(home, dags_folder=served / "dags", env=env))
+        stack.wait_for_dag("ml_training_pipeline")
+        if mlflow_ui:
+            mlflow_ui["wait"](f"{mlflow_ui['url']}/health", mlflow_ui["process"], mlflow_ui["log"], timeout=300)
+        yield {"home": home, "mlflow_ui": mlflow_ui, "stack": stack}
+
+
+@contextlib.contextmanager
+def _mlflow_ui(home: Path):
     ui = _ui_script()
     if not ui.MLFLOW.exists():
         yield None
         return
-    (ui_home / "ml").mkdir(parents=True, exist_ok=True)
-    port, log = free_port(), ui_home / "mlflow-ui.log"
-    process = ui.start(ui.mlflow_argv(ui_home, port), ui.mlflow_env(), log)
+    (home / "ml").mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), home / "mlflow-ui.log"
+    process = ui.start(ui.mlflow_argv(home, port), ui.mlflow_env(), log)
     try:
         yield {"url": f"http://127.0.0.1:{port}", "process": process, "log": log, "wait": ui.wait_for}
     finally:
@@ -75,32 +116,24 @@ def mlflow_ui(chromium, ui_home):
 
 
 @pytest.fixture(scope="module")
-def dag_files() -> list[str]:
-    """The repository files the deployment serves, relative to the repository (a test module overrides
-    this fixture to serve more: ``dags/ml_recipes.py`` with the ``recipes/*.yaml`` it reads, say)."""
-    return ["dags/ml_training_pipeline.py"]
+def deployment(deployments, dag_files) -> dict:
+    return deployments(dag_files)
 
 
 @pytest.fixture(scope="module")
-def stack(chromium, ui_home, mlflow_ui, dag_files, tmp_path_factory):
-    """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) on the embedded
-    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME), its MLflow links
-    pointing at ``mlflow_ui``. The files keep their place relative to each other (a ``dags/`` and a
-    ``recipes/`` folder side by side, as ml_recipes.py expects)."""
-    served = tmp_path_factory.mktemp("ui-served")
-    for name in dag_files:
-        (served / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / name, served / name)
-    dags = served / "dags"
-    env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
-    if mlflow_ui:
-        env["AIRFLOW__ML_TRAINING__MLFLOW_UI_URL"] = mlflow_ui["url"]
-    with AirflowStack(ui_home, dags_folder=dags, env=env) as deployment:
-        deployment.wait_for_dag("ml_training_pipeline")
-        if mlflow_ui:
-            ready = f"{mlflow_ui['url']}/health"
-            mlflow_ui["wait"](ready, mlflow_ui["process"], mlflow_ui["log"], timeout=300)
-        yield deployment
+def ui_home(deployment) -> Path:
+    """The deployment's AIRFLOW_HOME (its embedded registry is under ``ml/``)."""
+    return deployment["home"]
+
+
+@pytest.fixture(scope="module")
+def mlflow_ui(deployment):
+    return deployment["mlflow_ui"]
+
+
+@pytest.fixture(scope="module")
+def stack(deployment) -> AirflowStack:
+    return deployment["stack"]
 
 
 @pytest.fixture(scope="module")
