@@ -112,7 +112,7 @@ $(TRAIN_VENV)/.installed: requirements/training.lock scripts/build_horovod.sh se
 	$(UV) pip install --quiet --compile-bytecode --python $(TRAIN_VENV)/bin/python --find-links $(TORCH_WHEELS) -r requirements/training.lock
 	scripts/build_horovod.sh $(TRAIN_VENV)
 	$(UV) pip install --quiet --python $(TRAIN_VENV)/bin/python --no-deps -e .
-	$(TRAIN_VENV)/bin/python airflow_ml_provider/jobs/backends/local/horovodrun_main.py --record-build
+	$(TRAIN_VENV)/bin/python -m airflow_ml_provider.jobs.backends.local.horovodrun_main --record-build
 	touch $@
 
 # The full mlflow package (its UI server), same version as the control env's mlflow-skinny, on its own.

@@ -48,11 +48,11 @@ def test_an_elastic_local_plan_runs_horovodrun_with_bounds_and_the_etcd_discover
     spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, min_workers=1,
                            max_workers=4)
     argv = launch_plan(spec, sys.prefix, tmp_path / "job-a", "http://127.0.0.1:2379")["argv"]
-    assert argv[1:4] == ["-np", "2", "--min-np"] and argv[4:7] == ["1", "--max-np", "4"]
+    assert argv[2:5] == ["-np", "2", "--min-np"] and argv[5:8] == ["1", "--max-np", "4"]
     assert "-H" not in argv
     discovery = shlex.split(argv[argv.index("--host-discovery-script") + 1])
     assert discovery[1:] == ["-m", "airflow_ml_provider.runtime.local_discovery", "--etcd", "http://127.0.0.1:2379",
                              "--job", "job-a"]
     assert argv[argv.index("--gloo-timeout-seconds") + 1] == "120"  # as on Kubernetes (jobs.horovodrun)
     fixed = launch_plan(SPEC, sys.prefix, Path("/j"))["argv"]
-    assert fixed[1:5] == ["-np", "2", "-H", "localhost:2"]
+    assert fixed[2:6] == ["-np", "2", "-H", "localhost:2"]

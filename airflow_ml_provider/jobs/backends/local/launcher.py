@@ -113,8 +113,9 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         if spec.env.get(quiet.SHOW, os.environ.get(quiet.SHOW)) == "1":  # the job's choice, else the submitter's
             env[quiet.SHOW] = "1"  # horovodrun's and the ranks' start-up notices shown (_run_horovod, runtime.quiet)
         else:
-            # horovodrun imports TensorFlow, whose C++ start-up notices (absl, oneDNN, CPU instructions) opened
-            # every Horovod task's log; C++ INFO off here, and what ignores that level is dropped by _run_horovod
+            # horovodrun's build probe (in an image without a build record: horovodrun_main) imports TensorFlow,
+            # whose C++ start-up notices (absl, oneDNN, CPU instructions) opened every Horovod task's log; C++
+            # INFO off here, and what ignores that level is dropped by _run_horovod
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         n = str(spec.num_workers)
         hosts = _elastic_args(spec, job_dir, etcd) if spec.elastic else ["-H", f"localhost:{n}"]
