@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import support  # noqa: F401  (sets AIRFLOW_HOME and the DAG bundles before anything imports Airflow)
+import support  # (sets AIRFLOW_HOME and the DAG bundles before anything imports Airflow)
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def airflow_db() -> None:
 SLOW_FIRST = (
     "tests/ui/test_model_lifecycle_ui.py",  # a deployment, 4 pipeline runs, 3 scoring runs and a sweep: 40 min at load 20
     "tests/ui/test_pipeline_ui.py",  # ~350 s setup (a deployment, a pipeline run from its form) + calls
-    "tests/ui/test_trigger_form.py",  # on test_pipeline_ui's deployment (SHARED_DEPLOYMENT)
+    "tests/ui/test_trigger_form.py",  # on test_pipeline_ui's deployment (support.SHARED_DEPLOYMENTS)
     "tests/integration/pytorch/test_local_ddp.py",  # ~400 s
     "tests/integration/elastic/test_local_elastic.py",  # ~360 s
     "tests/integration/kubernetes/test_rendered_jobs_run.py",  # ~200 s
@@ -48,12 +48,6 @@ SLOW_FIRST = (
 )
 
 
-# Files whose tests share one real deployment (tests/ui/conftest.py starts one per set of served files and
-# worker): each group is one work unit, so the deployment starts once.
-SHARED_DEPLOYMENT = {"tests/ui/test_pipeline_ui.py": "tests/ui/ (ml_training_pipeline deployment)",
-                     "tests/ui/test_trigger_form.py": "tests/ui/ (ml_training_pipeline deployment)"}
-
-
 def _file(nodeid: str) -> str:
     return nodeid.split("::")[0]
 
@@ -68,7 +62,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Work units of one file each (or one SHARED_DEPLOYMENT group), handed out in the order above (xdist's loadgroup marks would do, but
+    """Work units of one file each (or one group of support.SHARED_DEPLOYMENTS), handed out in the order above (xdist's loadgroup marks would do, but
     pytest 9 no longer reports the group suffix that xdist 3.8 adds to node ids)."""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -78,6 +72,6 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return SHARED_DEPLOYMENT.get(_file(nodeid), _file(nodeid))
+            return support.deployment_group(nodeid) or _file(nodeid)
 
     return ByFile(config, log)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from airflow_stack import AirflowStack, free_port
 
-from support import REPO, TRAINING_IMAGE
+from support import REPO, TRAINING_IMAGE, deployment_group
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -60,20 +60,41 @@ def dag_files() -> list[str]:
     return ["dags/ml_training_pipeline.py"]
 
 
+class Deployments:
+    """This worker's deployments, one per set of served files, each started when a module first asks for it:
+    test files serving the same files in one group of ``support.SHARED_DEPLOYMENTS`` share it."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.running: dict[tuple[str, ...], tuple[contextlib.ExitStack, dict]] = {}
+
+    def get(self, files: list[str]) -> dict:
+        if tuple(files) not in self.running:
+            with contextlib.ExitStack() as stack:
+                started = stack.enter_context(_deployment(files, self.tmp_path_factory))
+                self.running[tuple(files)] = (stack.pop_all(), started)
+        return self.running[tuple(files)][1]
+
+    def stop(self, files: list[str]) -> None:
+        if (running := self.running.pop(tuple(files), None)) is not None:
+            running[0].close()
+
+
 @pytest.fixture(scope="session")
 def deployments(chromium, tmp_path_factory):
-    """This worker's deployments, one per set of served files, each started when a module first asks for it
-    and stopped at the end of the session: test files serving the same files share it (a deployment costs
-    about 25 CPU s to start; tests/conftest.py hands such files to one worker, SHARED_DEPLOYMENT)."""
-    with contextlib.ExitStack() as running:
-        started: dict[tuple[str, ...], dict] = {}
+    started = Deployments(tmp_path_factory)
+    yield started
+    for files in list(started.running):
+        started.stop(list(files))
 
-        def deployment(files: list[str]) -> dict:
-            if tuple(files) not in started:
-                started[tuple(files)] = running.enter_context(_deployment(files, tmp_path_factory))
-            return started[tuple(files)]
 
-        yield deployment
+_following: dict = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The test that runs next, for ``deployment``'s teardown (which runs within this hook's)."""
+    _following["item"] = nextitem
 
 
 @contextlib.contextmanager
@@ -116,8 +137,12 @@ def _mlflow_ui(home: Path):
 
 
 @pytest.fixture(scope="module")
-def deployment(deployments, dag_files) -> dict:
-    return deployments(dag_files)
+def deployment(request, deployments, dag_files):
+    """The module's deployment: stopped after the module, unless the next test's file shares it."""
+    yield deployments.get(dag_files)
+    following, group = _following.get("item"), deployment_group(request.node.nodeid)
+    if group is None or following is None or deployment_group(following.nodeid) != group:
+        deployments.stop(dag_files)
 
 
 @pytest.fixture(scope="module")
