@@ -30,9 +30,8 @@ SLOW_FIRST = (
     "tests/integration/elastic/test_local_elastic.py",  # ~360 s
     "tests/integration/kubernetes/test_rendered_jobs_run.py",  # ~200 s
     "tests/integration/storage/test_resume_on_object_storage.py",  # ~190 s
-    "tests/integration/restarts/test_triggerer_restart.py",  # ~175 s
+    "tests/integration/restarts/test_triggerer_restart.py",  # ~180 s: a deployment, two triggerer crashes
     "tests/integration/kubernetes/test_sync_task_in_airflow.py",  # ~170 s
-    "tests/integration/search/test_search_triggerer_restart.py",  # ~160 s
     "tests/security/test_params_through_rest.py",  # ~155 s setup (a deployment) + calls
     "tests/integration/pipeline/test_ml_training_pipeline.py",  # ~150 s
     "tests/integration/elastic/test_preemption_dag.py",  # ~140 s
