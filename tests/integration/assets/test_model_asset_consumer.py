@@ -187,7 +187,7 @@ def test_a_horovod_or_pytorch_champion_is_scored_by_the_asset_triggered_run(airf
     _sync_dags()
     name = f"ml_training_pipeline.{framework}_{uuid.uuid4().hex[:8]}"  # a new model: its first version is champion
     trained = run(load_dag(REPO / "dags" / "ml_training_pipeline.py"),
-                  {"model_name": name, "framework": framework, "epochs": 2, "min_accuracy": 0.5})
+                  {"model_name": name, "framework": framework, "epochs": 2, "workers": 1, "min_accuracy": 0.5})
     assert trained.state == "success", trained.states
     assert trained.value("deploy")["aliases"] == ["challenger", "champion"]
 

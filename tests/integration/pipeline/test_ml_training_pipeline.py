@@ -149,6 +149,7 @@ def test_a_horovod_challenger_short_of_the_required_margin_is_rejected(first, pi
         "model_name": MODEL,
         "framework": "horovod",
         "epochs": 2,
+        "workers": 1,  # the gate is the point here; two ranks train in tests/integration/runtime and elsewhere
         "gate_metric": "accuracy",
         "min_improvement": 0.5,
         "min_accuracy": 0.5,
