@@ -67,8 +67,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Work units of one file each (or one group of support.SHARED_DEPLOYMENTS), handed out in the order above (xdist's loadgroup marks would do, but
-    pytest 9 no longer reports the group suffix that xdist 3.8 adds to node ids)."""
+    """Work units of one file each (or one group of support.SHARED_DEPLOYMENTS), handed out in the order
+    above (xdist's loadgroup marks would do, but pytest 9 no longer reports the group suffix that xdist 3.8
+    adds to node ids)."""
     from xdist.scheduler import LoadScopeScheduling
 
     # xdist would otherwise re-sort the units by their number of tests (--loadscope-reorder, its default),

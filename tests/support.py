@@ -27,6 +27,7 @@ os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
     for name, path in (("shipped", REPO / "dags"), ("tests", TEST_DAGS))
 ])
 os.environ.setdefault("AIRFLOW_ML_LOCAL_IMAGE", str(REPO / ".venv-train"))
+TRAINING_IMAGE = Path(os.environ["AIRFLOW_ML_LOCAL_IMAGE"])
 
 # Test files whose tests share one real deployment (tests/ui/conftest.py), by group: each group is one work
 # unit of `make test`'s workers (tests/conftest.py), so that its deployment starts once (about 25 CPU s).
@@ -37,7 +38,6 @@ SHARED_DEPLOYMENTS = {"tests/ui/test_pipeline_ui.py": "ml_training_pipeline UI",
 def deployment_group(nodeid: str) -> str | None:
     """The SHARED_DEPLOYMENTS group of the test file of ``nodeid`` (a test's or a file's), if it is in one."""
     return SHARED_DEPLOYMENTS.get(nodeid.split("::")[0])
-TRAINING_IMAGE = Path(os.environ["AIRFLOW_ML_LOCAL_IMAGE"])
 
 
 def horovod_available() -> bool:

@@ -88,7 +88,8 @@ def scoring_run_of(stack, version: int, timeout: float = 600) -> str:
 # --- 1. the summary shows the approval ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def horovod(served, page, screenshots) -> dict:
-    """A Horovod run (1 epoch, 1 worker) triggered from the form with approval required, approved in the HITL form."""
+    """A Horovod run (1 epoch, 1 worker) triggered from the form with approval required, approved in the
+    HITL form."""
     stack = served
     run_id = trigger_from_form(page, stack, PIPELINE, choices=[("framework", "Horovod (TensorFlow/Keras)")],
                                fields=[("epochs", 1), ("workers", 1)], switches=["require_approval"])

@@ -91,7 +91,10 @@ class _Interrupted(Exception):
 
 
 _TRACEBACK = "Traceback (most recent call last):"
+# horovodrun, run by the image's interpreter, without its per-run build probe where the image recorded its build
+HOROVODRUN_MAIN = Path(__file__).with_name("horovodrun_main.py")
 _STOPPING = threading.Event()  # set when the launcher stops the job (a SIGTERM: a cancel; its watchdog)
+
 
 def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dict:
     """What the launcher will run for ``spec`` (a TrainingJobSpec): argv, the variables it adds to the
@@ -185,10 +188,6 @@ def _record_never_launched(job_dir: Path) -> None:
             write_json(job_dir / "status.json", NEVER_LAUNCHED_STATUS.to_dict())
     finally:
         os.close(fd)  # releases the lock
-
-
-# horovodrun, run by the image's interpreter, without its per-run build probe where the image recorded its build
-HOROVODRUN_MAIN = Path(__file__).with_name("horovodrun_main.py")
 
 
 def rank_shim() -> list[str]:
