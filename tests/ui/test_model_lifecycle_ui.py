@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import pytest
 from airflow_stack import TERMINAL_RUN_STATES
+from pages import visit
 from playwright.sync_api import expect
 from trigger_form import trigger_from_form
 
@@ -63,7 +64,7 @@ def log_text(stack, dag_id: str, run_id: str, task_id: str, try_number: int = 1)
 def show_log(page, stack, dag_id: str, run_id: str, task_id: str, text: str, shot, try_number: int | None = None):
     """The task's log page, once ``text`` is on it; a screenshot of it."""
     url = f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/tasks/{task_id}"
-    page.goto(url + (f"?try_number={try_number}" if try_number else ""))
+    visit(page, url + (f"?try_number={try_number}" if try_number else ""))
     page.get_by_text(text).first.wait_for()
     page.get_by_text(text).first.scroll_into_view_if_needed()
     page.screenshot(path=shot)
@@ -106,7 +107,7 @@ def horovod(served, page, screenshots) -> dict:
     # failed the approved task (see AirflowStack.worker_exit_processed)
     stack.wait(lambda: stack.worker_exit_processed(PIPELINE, run_id, "approve"), timeout=120,
                what="the scheduler to see the asking worker exit")
-    page.goto(f"{stack.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/approve/required_actions")
+    visit(page, f"{stack.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/approve/required_actions")
     approve = page.get_by_test_id("hitl-option-Approve")
     approve.wait_for()
     page.screenshot(path=screenshots / "1-approval-form.png")
@@ -171,7 +172,7 @@ def test_3_a_version_the_gate_rejected_is_not_scored(rejected, served, page, reg
 def test_4_a_cleared_finished_training_task_retrains(rejected, served, page, registry, screenshots):
     run_id = rejected["run_id"]
     before = served.xcom(PIPELINE, run_id, "train_lightgbm")
-    page.goto(f"{served.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/train_lightgbm")
+    visit(page, f"{served.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/train_lightgbm")
     page.get_by_role("button", name="Press shift+c to clear").click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_role("button", name="Confirm").wait_for()

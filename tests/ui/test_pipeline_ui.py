@@ -12,7 +12,8 @@ import math
 import re
 
 import pytest
-from trigger_form import open_trigger_form, opened_run_id, park
+from pages import park, visit
+from trigger_form import open_trigger_form, opened_run_id
 
 # 1200 s, not the suite's 600: the deployment's set-up and first run took 563 s in a rehearsal at load 20-25 (a hang still ends)
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -45,7 +46,7 @@ def triggered(page, stack, screenshots) -> dict:
     run_id = opened_run_id(page, DAG_ID)
     park(page)
     state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
-    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{run_id}")
+    visit(page, f"{stack.url}/dags/{DAG_ID}/runs/{run_id}")
     page.get_by_text(run_id).first.wait_for()
     page.screenshot(path=screenshots / "3-run.png")
     return {"form_text": form_text, "enabled": enabled, "run_id": run_id, "state": state}
@@ -79,7 +80,7 @@ def test_the_summary_says_what_came_out(triggered, stack):
 
 
 def test_the_training_log_shows_compact_metric_lines(triggered, page, stack, screenshots):
-    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/train_lightgbm")
+    visit(page, f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/train_lightgbm")
     page.get_by_text(COMPACT_METRICS).first.wait_for()
     page.screenshot(path=screenshots / "4-training-log.png")
     events = [str(e.get("event")) for e in stack.task_log(DAG_ID, triggered["run_id"], "train_lightgbm")]
@@ -93,7 +94,7 @@ def test_a_successful_deploy_logs_no_error(triggered, page, stack, screenshots):
     mlflow_lines = {str(e.get("event")): e.get("level") for e in entries if "of model" in str(e.get("event"))}
     assert any(line.startswith("Created version") for line in mlflow_lines), entries  # shown, as INFO
     assert set(mlflow_lines.values()) == {"info"}
-    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/deploy")
+    visit(page, f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/deploy")
     page.get_by_text("Created version").first.wait_for()
     page.screenshot(path=screenshots / "5-deploy-log.png")
 
@@ -118,7 +119,7 @@ def test_the_mlflow_links_open_what_they_name(
 ):
     if mlflow_ui is None:
         pytest.skip("no MLflow UI: .venv-mlflow is not built (make mlflow-env)")
-    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/{task_id}/details")
+    visit(page, f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/{task_id}/details")
     anchor = page.get_by_role("link", name=link)
     href = anchor.get_attribute("href")
     assert href.startswith(mlflow_ui["url"] + "/#/")
@@ -195,7 +196,7 @@ def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
 def test_connection_forms_are_labelled_show_only_used_fields_and_mask_the_token(
     page, stack, screenshots, type_name, standard, hidden, extra
 ):
-    page.goto(f"{stack.url}/connections")
+    visit(page, f"{stack.url}/connections")
     page.get_by_role("button", name="Add Connection").click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_role("combobox").first.click()

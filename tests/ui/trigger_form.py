@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+from pages import park, visit
+
 
 def open_trigger_form(page, stack, dag_id: str):
-    """The DAG page's Trigger dialog, once its Params are shown."""
-    page.goto(f"{stack.url}/dags/{dag_id}")
+    """The DAG page's Trigger dialog, once its Params are shown: a fresh form (the DAG page is opened
+    anew, from the parked page, so nothing an earlier test typed is kept)."""
+    park(page)
+    visit(page, f"{stack.url}/dags/{dag_id}")
     page.get_by_role("button", name="Trigger").first.click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_text("Run Parameters").wait_for()
@@ -39,9 +43,3 @@ def opened_run_id(page, dag_id: str) -> str:
     page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/[^/]+$"))
     return unquote(page.url.rsplit("/", 1)[1])
 
-
-def park(page) -> None:
-    """Leave the live views while the test waits on the REST API: an open run page polls the API server
-    every few seconds, and on 2 cores that polling (the API server's and chromium's CPU) slows the very
-    runs the test waits for. The test opens the page it shows again when it shows it."""
-    page.goto("about:blank")
