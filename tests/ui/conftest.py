@@ -60,23 +60,31 @@ def dag_files() -> list[str]:
     return ["dags/ml_training_pipeline.py"]
 
 
+@pytest.fixture(scope="module")
+def serves_mlflow_ui() -> bool:
+    """Whether the deployment has the MLflow UI beside it, its links pointing there (a module that opens
+    no MLflow link overrides this: the UI server costs about 7 CPU s to start)."""
+    return True
+
+
 class Deployments:
-    """This worker's deployments, one per set of served files, each started when a module first asks for it:
-    test files serving the same files in one group of ``support.SHARED_DEPLOYMENTS`` share it."""
+    """This worker's deployments, one per set of served files (and MLflow UI or not), each started when a
+    module first asks for it: test files serving the same in one group of ``support.SHARED_DEPLOYMENTS`` share it."""
 
     def __init__(self, tmp_path_factory):
         self.tmp_path_factory = tmp_path_factory
-        self.running: dict[tuple[str, ...], tuple[contextlib.ExitStack, dict]] = {}
+        self.running: dict[tuple[tuple[str, ...], bool], tuple[contextlib.ExitStack, dict]] = {}
 
-    def get(self, files: list[str]) -> dict:
-        if tuple(files) not in self.running:
+    def get(self, files: list[str], mlflow_ui: bool) -> dict:
+        key = (tuple(files), mlflow_ui)
+        if key not in self.running:
             with contextlib.ExitStack() as stack:
-                started = stack.enter_context(_deployment(files, self.tmp_path_factory))
-                self.running[tuple(files)] = (stack.pop_all(), started)
-        return self.running[tuple(files)][1]
+                started = stack.enter_context(_deployment(files, mlflow_ui, self.tmp_path_factory))
+                self.running[key] = (stack.pop_all(), started)
+        return self.running[key][1]
 
-    def stop(self, files: list[str]) -> None:
-        if (running := self.running.pop(tuple(files), None)) is not None:
+    def stop(self, files: list[str], mlflow_ui: bool) -> None:
+        if (running := self.running.pop((tuple(files), mlflow_ui), None)) is not None:
             running[0].close()
 
 
@@ -84,8 +92,8 @@ class Deployments:
 def deployments(chromium, tmp_path_factory):
     started = Deployments(tmp_path_factory)
     yield started
-    for files in list(started.running):
-        started.stop(list(files))
+    for files, mlflow_ui in list(started.running):
+        started.stop(list(files), mlflow_ui)
 
 
 _following: dict = {}
@@ -98,11 +106,11 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 @contextlib.contextmanager
-def _deployment(dag_files: list[str], tmp_path_factory):
+def _deployment(dag_files: list[str], mlflow_ui: bool, tmp_path_factory):
     """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) on the embedded
-    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME), its MLflow links
-    pointing at the MLflow UI over that registry (as ``make mlflow-ui`` serves it; None, and the link checks
-    skip, where ``.venv-mlflow`` is not built). The files keep their place relative to each other (a
+    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME); with ``mlflow_ui``, its
+    MLflow links point at the MLflow UI over that registry (as ``make mlflow-ui`` serves it; None, and the
+    link checks skip, where ``.venv-mlflow`` is not built). The files keep their place relative to each other (a
     ``dags/`` and a ``recipes/`` folder side by side, as ml_recipes.py expects)."""
     home = tmp_path_factory.mktemp("airflow-ui")
     served = tmp_path_factory.mktemp("ui-served")
@@ -111,7 +119,7 @@ def _deployment(dag_files: list[str], tmp_path_factory):
         shutil.copy(REPO / name, served / name)
     env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
     with contextlib.ExitStack() as running:
-        mlflow_ui = running.enter_context(_mlflow_ui(home))
+        mlflow_ui = running.enter_context(_mlflow_ui(home)) if mlflow_ui else None
         if mlflow_ui:
             env["AIRFLOW__ML_TRAINING__MLFLOW_UI_URL"] = mlflow_ui["url"]
         stack = running.enter_context(AirflowStack(home, dags_folder=served / "dags", env=env))
@@ -137,12 +145,12 @@ def _mlflow_ui(home: Path):
 
 
 @pytest.fixture(scope="module")
-def deployment(request, deployments, dag_files):
+def deployment(request, deployments, dag_files, serves_mlflow_ui):
     """The module's deployment: stopped after the module, unless the next test's file shares it."""
-    yield deployments.get(dag_files)
+    yield deployments.get(dag_files, serves_mlflow_ui)
     following, group = _following.get("item"), deployment_group(request.node.nodeid)
     if group is None or following is None or deployment_group(following.nodeid) != group:
-        deployments.stop(dag_files)
+        deployments.stop(dag_files, serves_mlflow_ui)
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,11 @@ def dag_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def serves_mlflow_ui() -> bool:
+    return False  # no MLflow link is opened here; the registry is read with MLflow's client
+
+
+@pytest.fixture(scope="module")
 def served(stack):
     for dag_id in (PIPELINE, SCORING, SWEEP):
         stack.wait_for_dag(dag_id)
