@@ -92,6 +92,7 @@ class TrialScheduler:
         self.finished = False  # the budget is spent (or the search gave up) and no trial runs
         self._failures_in_a_row = 0
         self._asked: int | None = None  # trials in the study, counted once and then kept up to date
+        self._relaunched: set[int] = set()  # trials whose never-launched job was submitted again
         self._best: float | None = None  # the best objective so far, once a trial completed
         follow = follow or FollowOptions()
         rules = {**follow.rules, "metrics": [*follow.rules.get("metrics", []), *(settings.metric_patterns or [])]}
@@ -235,9 +236,33 @@ class TrialScheduler:
             return True
         if step.action is Action.FAIL:
             self._end(run)
-            self._fail(run.trial, run.driver.follower.failure(step.message, last=5))
+            if not self._submitted_again_if_never_launched(run):
+                self._fail(run.trial, run.driver.follower.failure(step.message, last=5))
             return True
         return step.delay == 0  # more is ready now (a full batch, the end of a log); new lines alone wait
+
+    def _submitted_again_if_never_launched(self, run: _Running) -> bool:
+        """A re-attached job that its dying submitter's launcher had not yet marked never launched (it still
+        said "launching" when this session resumed) ends so only now: nothing of it ran, so the trial's job
+        is submitted again, once, as ``_resume`` does for the ones already marked; True when it was."""
+        if run.trial.number in self._relaunched:
+            return False
+        try:
+            status = self.backend.status(run.job_name)
+        except JobNotFound:
+            return False
+        if not _never_launched(status):
+            return False
+        self._relaunched.add(run.trial.number)
+        self.log.warning("Trial %d: job %s was never launched (its submitter died mid-submit): submitting it again",
+                         run.trial.number, run.job_name)
+        try:
+            self.backend.submit(run.job_name, run.spec, run.labels, **self.submit_kwargs)
+        except JobSubmissionError as exc:
+            self._fail(run.trial, f"its never-launched job was not submitted again: {exc}")
+            return True
+        self._track(run.trial, run.job_name, run.spec, run.labels, reported=run.reported)
+        return True
 
     def _resubmit(self, run: _Running, step: Step) -> None:
         """A preempted trial starts again under its name, from its last checkpoint (no new trial is spent)."""

@@ -16,6 +16,7 @@ import search_setup
 from optuna.trial import TrialState
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
+from airflow_ml_provider.jobs.backends.local.common import submission_lock
 from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED
@@ -138,6 +139,56 @@ def test_a_trial_whose_job_was_never_launched_is_submitted_again_on_restart(tmp_
     trials = search.study.get_trials(deepcopy=False)
     assert [(t.state, t.value) for t in trials] == [(TrialState.COMPLETE, t.params["x"]) for t in trials]
     assert len(trials) == 2
+
+
+_HOLDS_THE_LOCK = """
+import fcntl, sys, time
+lock = open(sys.argv[1], "a")
+fcntl.flock(lock, fcntl.LOCK_EX)  # as the dying submitter's launcher does while it records "never launched"
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_trial_whose_job_still_said_launching_on_restart_is_submitted_again_once_it_is_never_launched(tmp_path):
+    """CI saw it: the search restarted while the killed submitter's launcher was recording the job as never
+    launched (it holds the job's lock meanwhile), so the job said "launching", the trial re-attached to it,
+    and the trial failed when the record landed. Here a process holds that lock until the restarted search
+    has re-attached; once it lets go, the job reads as never launched and must be submitted again."""
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_SUBMIT, str(tmp_path), _SCORE], cwd=REPO,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(Path(__file__).parent)])},
+    )
+    assert child.returncode == -signal.SIGKILL
+    spec = TrainingJobSpec(framework="generic", num_workers=1, command=["python", "-c", _SCORE, "{{ params.x }}"])
+    search = search_setup.scheduler(tmp_path, lambda name: spec, {"x": [1, 2]}, sampler="grid",
+                                    objective_metric="score")
+    (interrupted,) = search.study.get_trials(deepcopy=False)
+    name = interrupted.user_attrs["job_name"]
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDS_THE_LOCK, str(submission_lock(search.backend.job_dir(name)))],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert search.backend.status(name).message == "launching"
+
+        def let_go_once_re_attached():
+            wait_for(lambda: interrupted.number in search.running, timeout=120, what="the trial to re-attach")
+            holder.kill()
+
+        releaser = threading.Thread(target=let_go_once_re_attached, daemon=True)
+        releaser.start()
+        search.run()
+        releaser.join(10)
+    finally:
+        holder.kill()
+        holder.wait()
+
+    trials = search.study.get_trials(deepcopy=False)
+    assert [(t.state, t.value) for t in trials] == [(TrialState.COMPLETE, t.params["x"]) for t in trials]
+    assert len(trials) == 2
+    job_dir = search.backend.job_dir(name)  # the never-launched attempt, archived beside the one that ran
+    archived = job_dir.with_name(job_dir.name + ".1")
+    assert (archived / "job.json").exists() and not (archived / "launcher.json").exists()
 
 
 _PACED = """
