@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from airflow_stack import migrated_database
 
 import support  # (sets AIRFLOW_HOME and the DAG bundles before anything imports Airflow)
 
 
 @pytest.fixture(scope="session")
 def airflow_db() -> None:
-    """The metadata database dag.test() writes to (SQLite under AIRFLOW_HOME; migrating is idempotent)."""
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    """The metadata database dag.test() writes to (SQLite under AIRFLOW_HOME): a copy of the machine's
+    migrated one where there is none yet (airflow_stack.migrated_database), else migrated (idempotent)."""
+    database = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
+    if database.exists():
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    else:
+        shutil.copyfile(migrated_database(os.environ), database)
 
 
 

@@ -83,6 +83,14 @@ class Deployments:
                 self.running[key] = (stack.pop_all(), started)
         return self.running[key][1]
 
+    def page(self, deployment: dict, chromium: Path):
+        """The deployment's browser page, started when a module first asks for it and closed before the
+        deployment stops."""
+        if "page" not in deployment:
+            running = next(stack for stack, started in self.running.values() if started is deployment)
+            deployment["page"] = running.enter_context(_logged_in_page(chromium, deployment["stack"]))
+        return deployment["page"]
+
     def stop(self, files: list[str], mlflow_ui: bool) -> None:
         if (running := self.running.pop((tuple(files), mlflow_ui), None)) is not None:
             running[0].close()
@@ -170,8 +178,15 @@ def stack(deployment) -> AirflowStack:
 
 
 @pytest.fixture(scope="module")
-def page(chromium, stack):
-    """A logged-in browser page (the login form, with the deployment's admin credentials)."""
+def page(chromium, deployments, deployment):
+    """A logged-in browser page on the deployment, one per deployment: the files that share a deployment
+    share its browser too (each module opens its pages afresh, ``pages.visit``)."""
+    return deployments.page(deployment, chromium)
+
+
+@contextlib.contextmanager
+def _logged_in_page(chromium: Path, stack: AirflowStack):
+    """A browser page logged in through the login form, with the deployment's admin credentials."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
