@@ -49,8 +49,9 @@ def free_port() -> int:
 
 def migrated_database(env: Mapping[str, str]) -> Path:
     """An empty metadata database as ``airflow db migrate`` makes it for this Airflow version: made once per
-    machine (by whichever test process asks first, under a lock) and copied into each new deployment, where
-    migrating again cost about 3 CPU s. ``env``: a deployment's environment (its home is not written)."""
+    machine (by whichever test process asks first, under a lock) and copied into each new deployment and
+    each pytest worker's ``dag.test()`` home, where migrating again cost about 3 CPU s. ``env``: the
+    environment to migrate with (its own home and database are replaced by a temporary one)."""
     from airflow import __version__
 
     cache = Path(tempfile.gettempdir()) / "airflow-ml-provider-tests"

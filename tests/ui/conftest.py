@@ -83,13 +83,13 @@ class Deployments:
                 self.running[key] = (stack.pop_all(), started)
         return self.running[key][1]
 
-    def page(self, deployment: dict, chromium: Path):
+    def page(self, files: list[str], mlflow_ui: bool, chromium: Path):
         """The deployment's browser page, started when a module first asks for it and closed before the
         deployment stops."""
-        if "page" not in deployment:
-            running = next(stack for stack, started in self.running.values() if started is deployment)
-            deployment["page"] = running.enter_context(_logged_in_page(chromium, deployment["stack"]))
-        return deployment["page"]
+        running, started = self.running[(tuple(files), mlflow_ui)]
+        if "page" not in started:
+            started["page"] = running.enter_context(_logged_in_page(chromium, started["stack"]))
+        return started["page"]
 
     def stop(self, files: list[str], mlflow_ui: bool) -> None:
         if (running := self.running.pop((tuple(files), mlflow_ui), None)) is not None:
@@ -114,9 +114,9 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 @contextlib.contextmanager
-def _deployment(dag_files: list[str], mlflow_ui: bool, tmp_path_factory):
+def _deployment(dag_files: list[str], with_mlflow_ui: bool, tmp_path_factory):
     """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) on the embedded
-    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME); with ``mlflow_ui``, its
+    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME); ``with_mlflow_ui``, its
     MLflow links point at the MLflow UI over that registry (as ``make mlflow-ui`` serves it; None, and the
     link checks skip, where ``.venv-mlflow`` is not built). The files keep their place relative to each other (a
     ``dags/`` and a ``recipes/`` folder side by side, as ml_recipes.py expects)."""
@@ -127,7 +127,7 @@ def _deployment(dag_files: list[str], mlflow_ui: bool, tmp_path_factory):
         shutil.copy(REPO / name, served / name)
     env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
     with contextlib.ExitStack() as running:
-        mlflow_ui = running.enter_context(_mlflow_ui(home)) if mlflow_ui else None
+        mlflow_ui = running.enter_context(_mlflow_ui(home)) if with_mlflow_ui else None
         if mlflow_ui:
             env["AIRFLOW__ML_TRAINING__MLFLOW_UI_URL"] = mlflow_ui["url"]
         stack = running.enter_context(AirflowStack(home, dags_folder=served / "dags", env=env))
@@ -178,10 +178,10 @@ def stack(deployment) -> AirflowStack:
 
 
 @pytest.fixture(scope="module")
-def page(chromium, deployments, deployment):
+def page(chromium, deployments, deployment, dag_files, serves_mlflow_ui):
     """A logged-in browser page on the deployment, one per deployment: the files that share a deployment
     share its browser too (each module opens its pages afresh, ``pages.visit``)."""
-    return deployments.page(deployment, chromium)
+    return deployments.page(dag_files, serves_mlflow_ui, chromium)
 
 
 @contextlib.contextmanager
