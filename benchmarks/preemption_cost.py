@@ -23,7 +23,8 @@ real torchrun).
     start-up (the launcher, Python, imports, data, the checkpoint; up to the trainer's ``resumed``
     line); and the trainer up to round m again: LightGBM's network, the datasets, the rounds since the
     checkpoint and, for a worker without saved scores, re-scoring its rows with every tree so far
-    (``from (scores)`` counts the workers that restored theirs). Resuming should then cost about the
+    (``from (scores)``: the checkpoint's round, then how many workers restored their scores of how many
+    had saved them for it; one killed between the round and its scores file re-scores). Resuming should then cost about the
     same at every point, and restarting more the later the preemption. For LightGBM the same resumption
     runs once more, up to round m, from a copy of the checkpoint without the scores files: "re-scoring
     instead" is the resume cost with that run's last span in place of the third (the only work that
@@ -70,6 +71,7 @@ from airflow_ml_provider.jobs.spec import TrainingJobSpec  # noqa: E402
 from airflow_ml_provider.jobs.state import JobState  # noqa: E402
 from airflow_ml_provider.logs.metrics import metric_position  # noqa: E402
 from airflow_ml_provider.runtime.datasets import write_synthetic  # noqa: E402
+from airflow_ml_provider.runtime.lightgbm_trainer import scores_files  # noqa: E402
 from support import rank_process  # noqa: E402
 
 TRAIN_ENV = REPO / ".venv-train"
@@ -323,6 +325,8 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
         resume = resume_point(first)
         assert resume, f"{name}: no checkpoint before the kill"
         alone = booster_alone(name, resume) if args.trainer == "lightgbm" else None
+        saved = sum(Path(scores_files(str(Path(resume.path).parent), rank, 2).path(resume.step)).exists()
+                    for rank in range(2)) if args.trainer == "lightgbm" else 0
         again, labels = resubmission(spec(name), {}, 1, resume)
         second = Run(backend, name, again, labels)
         second.finish()
@@ -334,7 +338,7 @@ def preemption_overhead(backend: LocalBackend, work: Path, args: argparse.Namesp
             third = rescoring(name, alone)
             rescored = spans[0] + spans[1] + third
             instead = f"{rescored:5.1f} s (up to m {third:.1f} s), {rescored / restart_cost:4.2f}"
-            start = f"{resume.step} ({restored}/2)"
+            start = f"{resume.step} ({restored}/{saved})"
         ratios[point] = row(point, start, restart_cost, spans, instead)
     verdict(ratios)
 

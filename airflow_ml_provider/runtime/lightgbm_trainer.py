@@ -164,7 +164,7 @@ def _boost(params: dict, data, valid, resumed, args: argparse.Namespace, checkpo
 
     (X, y), (checkpoint, location, done) = data, resumed or (None, None, 0)
     scores = _initial_scores(checkpoint, location, done, X, valid, env) if checkpoint else {}
-    scores_files = _scores_files(checkpoints.directory, env, checkpoints.keep)
+    saved_scores = scores_files(checkpoints.directory, env.rank, env.num_workers, checkpoints.keep)
     train_set = lgb.Dataset(X, y, init_score=scores.get("train"), params=params)
     booster = lgb.Booster(params, train_set)  # joins the other workers (LightGBM's network), bins the data
     if checkpoint:
@@ -177,10 +177,10 @@ def _boost(params: dict, data, valid, resumed, args: argparse.Namespace, checkpo
         if valid is not None and (rounds % args.log_every == 0 or rounds == args.num_boost_round):
             _emit_metrics(rounds, booster.eval_valid())
         if checkpoints.directory and rounds % args.checkpoint_every == 0:
-            _save_scores(booster, params, scores_files.path(rounds))
+            _save_scores(booster, params, saved_scores.path(rounds))
             if env.rank == 0:
                 checkpoints.save(rounds, booster.save_model, step=rounds, round=rounds)
-            scores_files.prune(rounds)
+            saved_scores.prune(rounds)
     return booster
 
 
@@ -208,9 +208,9 @@ def _resume_point(checkpoints: Checkpoints, rank: int):
     return booster, found[0], done
 
 
-def _scores_files(directory: str | None, env: WorkerEnv, keep: int = KEEP) -> Checkpoints:
-    """This worker's scores files beside the boosters: ``scores-<rank>of<workers>-<rounds>.npz``."""
-    return Checkpoints(directory, f"scores-{env.rank}of{env.num_workers}", "npz", keep)
+def scores_files(directory: str | None, rank: int, workers: int, keep: int = KEEP) -> Checkpoints:
+    """A worker's scores files beside the boosters: ``scores-<rank>of<workers>-<rounds>.npz``."""
+    return Checkpoints(directory, f"scores-{rank}of{workers}", "npz", keep)
 
 
 def _save_scores(booster, params: dict, location: str) -> None:
@@ -230,7 +230,7 @@ def _save_scores(booster, params: dict, location: str) -> None:
 def _initial_scores(checkpoint, checkpoint_location: str, done: int, X, valid, env: WorkerEnv) -> dict:
     """The raw scores ``checkpoint`` gives this worker's rows and the validation set: from the scores
     file this worker saved beside it when there is one for as many rows, else by re-scoring."""
-    location = _scores_files(checkpoint_location.rsplit("/", 1)[0], env).path(done)
+    location = scores_files(checkpoint_location.rsplit("/", 1)[0], env.rank, env.num_workers).path(done)
     if storage.exists(location):
         with storage.open_read(location) as f, np.load(f) as saved:
             scores = {name: saved[name] for name in saved.files}

@@ -37,7 +37,10 @@ def test_lightgbm_parity_compares_one_and_two_workers():
 def test_preemption_cost_compares_resuming_and_restarting():
     out = _bench("preemption_cost.py", "--rounds", "200", "--rows", "20000", "--points", "0.5", "--no-elastic")
     assert "resume cheaper than restart at every point >= 50%:" in out
-    assert "(2/2)" in out, "both workers restored their saved scores"
+    # every worker that had saved its scores for the checkpoint restored them (rank 1, killed, may not have
+    # saved them yet: then it re-scores; rank 0 saves its scores before the checkpoint it resumes from)
+    [(restored, saved)] = re.findall(r"\((\d)/(\d)\)", out)
+    assert restored == saved and int(saved) >= 1, out
 
 
 def test_a_job_past_its_timeout_is_cancelled_and_the_benchmark_stops_naming_it():
