@@ -24,8 +24,8 @@ real torchrun).
     line); and the trainer up to round m again: LightGBM's network, the datasets, the rounds since the
     checkpoint and, for a worker without saved scores, re-scoring its rows with every tree so far
     (``from (scores)``: the checkpoint's round, then how many workers restored their scores of how many
-    had saved them for it; one killed between the round and its scores file re-scores). Resuming should then cost about the
-    same at every point, and restarting more the later the preemption. For LightGBM the same resumption
+    had saved them for it; one killed between the round and its scores file re-scores). Resuming should
+    then cost about the same at every point, and restarting more the later the preemption. For LightGBM the same resumption
     runs once more, up to round m, from a copy of the checkpoint without the scores files: "re-scoring
     instead" is the resume cost with that run's last span in place of the third (the only work that
     differs): resuming the way LightGBM's ``init_model`` does.

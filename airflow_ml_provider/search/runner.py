@@ -244,7 +244,7 @@ class TrialScheduler:
     def _submitted_again_if_never_launched(self, run: _Running) -> bool:
         """A re-attached job that its dying submitter's launcher had not yet marked never launched (it still
         said "launching" when this session resumed) ends so only now: nothing of it ran, so the trial's job
-        is submitted again, once, as ``_resume`` does for the ones already marked; True when it was."""
+        is started again, once, as ``_resume`` does for the ones already marked; True when it was."""
         if run.trial.number in self._relaunched:
             return False
         try:
@@ -256,12 +256,7 @@ class TrialScheduler:
         self._relaunched.add(run.trial.number)
         self.log.warning("Trial %d: job %s was never launched (its submitter died mid-submit): submitting it again",
                          run.trial.number, run.job_name)
-        try:
-            self.backend.submit(run.job_name, run.spec, run.labels, **self.submit_kwargs)
-        except JobSubmissionError as exc:
-            self._fail(run.trial, f"its never-launched job was not submitted again: {exc}")
-            return True
-        self._track(run.trial, run.job_name, run.spec, run.labels, reported=run.reported)
+        self._start(run.trial, self.space.suggest(run.trial))  # the values it drew
         return True
 
     def _resubmit(self, run: _Running, step: Step) -> None:

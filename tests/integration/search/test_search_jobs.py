@@ -123,7 +123,9 @@ search_setup.scheduler(__import__("pathlib").Path(sys.argv[1]), lambda name: spe
 _SCORE = "import json, sys; print(json.dumps({'event': 'result', 'score': int(sys.argv[1])}))"
 
 
-def test_a_trial_whose_job_was_never_launched_is_submitted_again_on_restart(tmp_path):
+def _restarted_after_a_kill_mid_submit(tmp_path):
+    """The search again, after its first session was SIGKILLed mid-submit of its first trial's job; and
+    that interrupted trial."""
     child = subprocess.run(
         [sys.executable, "-c", _KILLED_MID_SUBMIT, str(tmp_path), _SCORE], cwd=REPO,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(Path(__file__).parent)])},
@@ -133,12 +135,20 @@ def test_a_trial_whose_job_was_never_launched_is_submitted_again_on_restart(tmp_
     search = search_setup.scheduler(tmp_path, lambda name: spec, {"x": [1, 2]}, sampler="grid",
                                     objective_metric="score")
     (interrupted,) = search.study.get_trials(deepcopy=False)
-    assert search.backend.status(interrupted.user_attrs["job_name"]).reason == NEVER_LAUNCHED
-    search.run()
+    return search, interrupted
 
+
+def _assert_both_trials_completed_with_their_scores(search) -> None:
     trials = search.study.get_trials(deepcopy=False)
     assert [(t.state, t.value) for t in trials] == [(TrialState.COMPLETE, t.params["x"]) for t in trials]
     assert len(trials) == 2
+
+
+def test_a_trial_whose_job_was_never_launched_is_submitted_again_on_restart(tmp_path):
+    search, interrupted = _restarted_after_a_kill_mid_submit(tmp_path)
+    assert search.backend.status(interrupted.user_attrs["job_name"]).reason == NEVER_LAUNCHED
+    search.run()
+    _assert_both_trials_completed_with_their_scores(search)
 
 
 _HOLDS_THE_LOCK = """
@@ -155,18 +165,10 @@ def test_a_trial_whose_job_still_said_launching_on_restart_is_submitted_again_on
     launched (it holds the job's lock meanwhile), so the job said "launching", the trial re-attached to it,
     and the trial failed when the record landed. Here a process holds that lock until the restarted search
     has re-attached; once it lets go, the job reads as never launched and must be submitted again."""
-    child = subprocess.run(
-        [sys.executable, "-c", _KILLED_MID_SUBMIT, str(tmp_path), _SCORE], cwd=REPO,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(Path(__file__).parent)])},
-    )
-    assert child.returncode == -signal.SIGKILL
-    spec = TrainingJobSpec(framework="generic", num_workers=1, command=["python", "-c", _SCORE, "{{ params.x }}"])
-    search = search_setup.scheduler(tmp_path, lambda name: spec, {"x": [1, 2]}, sampler="grid",
-                                    objective_metric="score")
-    (interrupted,) = search.study.get_trials(deepcopy=False)
+    search, interrupted = _restarted_after_a_kill_mid_submit(tmp_path)
     name = interrupted.user_attrs["job_name"]
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDS_THE_LOCK, str(submission_lock(search.backend.job_dir(name)))],
-                              stdout=subprocess.PIPE, text=True)
+    lock = submission_lock(search.backend.job_dir(name))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDS_THE_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
         assert search.backend.status(name).message == "launching"
@@ -183,9 +185,7 @@ def test_a_trial_whose_job_still_said_launching_on_restart_is_submitted_again_on
         holder.kill()
         holder.wait()
 
-    trials = search.study.get_trials(deepcopy=False)
-    assert [(t.state, t.value) for t in trials] == [(TrialState.COMPLETE, t.params["x"]) for t in trials]
-    assert len(trials) == 2
+    _assert_both_trials_completed_with_their_scores(search)
     job_dir = search.backend.job_dir(name)  # the never-launched attempt, archived beside the one that ran
     archived = job_dir.with_name(job_dir.name + ".1")
     assert (archived / "job.json").exists() and not (archived / "launcher.json").exists()
