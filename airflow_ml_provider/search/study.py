@@ -10,6 +10,7 @@ password masked. Optuna is imported only when a search runs, never when a DAG is
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +51,9 @@ def masked(url: str) -> str:
 def open_storage(url: str | None = None) -> optuna.storages.BaseStorage:
     """The storage at ``url`` (see the module docstring); ``None``: the default journal file.
     RDB storages run without heartbeat: a trial whose process died stays RUNNING, and the next session
-    re-attaches to its job instead of failing it.
+    re-attaches to its job instead of failing it. A new database opened by several processes at once
+    (a search and its restarted task, mapped searches sharing one URL) is opened by all of them:
+    see ``_rdb_storage``.
 
     Raises:
         ValueError: the storage cannot be opened; the message shows the URL masked.
@@ -65,13 +68,31 @@ def open_storage(url: str | None = None) -> optuna.storages.BaseStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(GroupCommitJournalFile(str(path)))
     try:
-        return optuna.storages.RDBStorage(url)
+        return _rdb_storage(url)
     except Exception as exc:  # noqa: BLE001 (drivers put the URL, password included, in their messages)
         message = str(exc)
         password = _password(url)
         if password:
             message = message.replace(password, "***")
         raise ValueError(f"search storage {masked(url)}: {type(exc).__name__}: {message}") from None
+
+
+def _rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna creates a new database's tables and then its version row with no lock (optuna#1092): of
+    several processes opening it at once, the losers fail with "table ... already exists" or a duplicate
+    version row. By then a winner is creating that schema, so a loser opens the database again (after
+    0.1, 0.2, ... s); any other error is the storage's own and is raised at once."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(1, attempts):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (IntegrityError, OperationalError) as exc:
+            if not (isinstance(exc, IntegrityError) or "already exists" in str(exc)):
+                raise
+            time.sleep(0.1 * attempt)
+    return optuna.storages.RDBStorage(url)
 
 
 def _password(url: str) -> str | None:
