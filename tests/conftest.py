@@ -27,8 +27,7 @@ def airflow_db() -> None:
 
 
 # `make test` runs the suite on pytest-xdist workers (`-n`): a file's tests stay on one worker (they share
-# module fixtures; a session fixture, such as the kube-apiserver of tests/integration/kubernetes, is built
-# once per worker that needs it). The files are handed out slowest first, so that no long file starts last
+# module fixtures), and so do the files of a ONE_UNIT_FOLDERS folder (they share a session fixture). The files are handed out slowest first, so that no long file starts last
 # and leaves the other workers idle at the end: SLOW_FIRST ranks them by what a clean `make test` measured
 # (setup + calls in a clean-clone run's --durations, 3 workers on 2 cores), then whole folders, then the rest;
 # the short files that keep the cores busy come last.
@@ -62,8 +61,20 @@ SLOW_FIRST = (
 )
 
 
+# Folders whose files share a session fixture too costly to build on every worker run as one unit: every
+# file of tests/integration/kubernetes shares the session's kube-apiserver and etcd (and the Kubeflow
+# cluster), which cost 5-7 CPU s to start and about 1 CPU s a minute idle; one per worker was three of each.
+ONE_UNIT_FOLDERS = ("tests/integration/kubernetes/",)
+
+
 def _file(nodeid: str) -> str:
     return nodeid.split("::")[0]
+
+
+def _work_unit(nodeid: str) -> str:
+    """The file, or its SHARED_DEPLOYMENTS group, or its ONE_UNIT_FOLDERS folder."""
+    file = _file(nodeid)
+    return support.deployment_group(file) or next((f for f in ONE_UNIT_FOLDERS if file.startswith(f)), file)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
@@ -76,7 +87,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Work units of one file each (or one group of support.SHARED_DEPLOYMENTS), handed out in the order
+    """Work units of one file each (or a group, see ``_work_unit``), handed out in the order
     above (xdist's loadgroup marks would do, but pytest 9 no longer reports the group suffix that xdist 3.8
     adds to node ids)."""
     from xdist.scheduler import LoadScopeScheduling
@@ -87,6 +98,6 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return support.deployment_group(nodeid) or _file(nodeid)
+            return _work_unit(nodeid)
 
     return ByFile(config, log)

@@ -103,13 +103,13 @@ def test_concurrent_submitters_after_a_finished_job_start_exactly_one_and_the_ot
 
 
 def test_a_job_past_its_deadline_is_stopped_and_fails_naming_the_deadline(backend):
-    spec = TrainingJobSpec(framework="generic", command=SLEEP, num_workers=2, timeout_s=3)
+    spec = TrainingJobSpec(framework="generic", command=SLEEP, num_workers=2, timeout_s=10)
     backend.submit("deadline", spec, {})
     wait_for(lambda: job_log(backend, "deadline").count("ready") == 2, what="both workers")
     status = final_status(backend, "deadline", timeout=60)
     assert status.state is JobState.FAILED
-    assert status.message == "deadline of 3 s exceeded (timeout_s)"
-    assert "[launcher] stopping the job: deadline of 3 s exceeded" in job_log(backend, "deadline")
+    assert status.message == "deadline of 10 s exceeded (timeout_s)"
+    assert "[launcher] stopping the job: deadline of 10 s exceeded" in job_log(backend, "deadline")
     assert_stopped(backend, "deadline")
 
 
