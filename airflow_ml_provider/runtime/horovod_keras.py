@@ -103,11 +103,14 @@ def build_model(n_features: int, n_classes: int, learning_rate: float):
 
 
 def make_train_step(model, optimizer, loss_fn):
-    """One synchronous data-parallel step (gradients averaged over the ranks); returns (loss, accuracy)."""
+    """One synchronous data-parallel step (gradients averaged over the ranks); returns (loss, accuracy).
+    Traced without AutoGraph: the step has no Python control flow on tensors, and AutoGraph would convert
+    Keras's layer, loss and optimizer code on every rank's first step (1.7 of a one-epoch rank's 5.7 CPU s;
+    the trained weights are bit-identical either way)."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    @tf.function
+    @tf.function(autograph=False)
     def train_step(xb, yb):
         with tf.GradientTape() as tape:
             logits = model(xb, training=True)
