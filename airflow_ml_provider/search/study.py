@@ -58,7 +58,6 @@ def open_storage(url: str | None = None) -> optuna.storages.BaseStorage:
     Raises:
         ValueError: the storage cannot be opened; the message shows the URL masked.
     """
-    import optuna
     from optuna.storages.journal import JournalStorage
 
     from airflow_ml_provider.search.journal import GroupCommitJournalFile
