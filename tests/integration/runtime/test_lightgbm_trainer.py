@@ -3,7 +3,6 @@ resumes from its checkpoints and keeps only the newest of them."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from airflow_ml_provider.runtime.lightgbm_trainer import UsageError, build_params
 from airflow_ml_provider.runtime.metrics_log import WorkerEnv
 
@@ -29,16 +29,6 @@ def _env(**extra):
 
 def _events(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _trainer_argv(data, model_dir, *extra):
@@ -86,7 +76,7 @@ def test_single_process_reports_every_round_and_saves_model(single):
 
 def _run_two_workers(data, base: Path, *extra) -> list[tuple[str, str]]:
     """Run a 2-worker job (rank r writes to ``base/model-r``); each rank's (stdout, stderr)."""
-    ports = _free_ports(2)
+    ports = free_ports(2)  # the local launcher's choice of ports
     machines = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = [
         subprocess.Popen(

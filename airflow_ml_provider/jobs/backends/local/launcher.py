@@ -45,7 +45,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -71,6 +70,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
     write_json,
 )
 from airflow_ml_provider.jobs.backends.local.output import lines
+from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from airflow_ml_provider.jobs.horovodrun import ELASTIC_GLOO_TIMEOUT_S
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.runtime import quiet
@@ -439,7 +439,7 @@ def horovod_output(line: str) -> list[tuple[str, str, tuple[int, int] | None]]:
 
 def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
     """One process per rank; each is told every rank's address (LightGBM's ``machines``)."""
-    ports = _free_ports(spec["num_workers"])
+    ports = free_ports(spec["num_workers"])
     machines = ",".join(f"127.0.0.1:{port}" for port in ports)
     procs = []
     try:
@@ -479,7 +479,7 @@ def _run_torchrun(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrit
     rendezvous tells agents apart by address and PID, and every sandboxed agent has the same PID. A non-elastic
     job ends at its first failed agent (the others are stopped if they have not ended ``_PEER_GRACE_S``
     later); an elastic one succeeds when an agent finishes the training, the group having re-formed."""
-    endpoint = f"127.0.0.1:{_free_ports(1)[0]}"
+    endpoint = f"127.0.0.1:{free_ports(1)[0]}"
     procs = []
     try:
         for worker in range(spec["num_workers"]):
@@ -568,20 +568,6 @@ def _forward_sigterm(uid: str) -> None:
                 signal_process(proc, signum)
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def _free_ports(count: int) -> list[int]:
-    """Ports the OS reports free right now; all held open together so no two ranks get the same one."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 if __name__ == "__main__":
