@@ -25,10 +25,10 @@ def airflow_db() -> None:
         shutil.copyfile(migrated_database(os.environ), database)
 
 
-
 # `make test` runs the suite on pytest-xdist workers (`-n`): a file's tests stay on one worker (they share
-# module fixtures), and so do the files of a ONE_UNIT_FOLDERS folder (they share a session fixture). The files are handed out slowest first, so that no long file starts last
-# and leaves the other workers idle at the end: SLOW_FIRST ranks them by what a clean `make test` measured
+# module fixtures), and so do the files of a ONE_UNIT_FOLDERS folder (they share a session fixture). The
+# files are handed out slowest first, so that no long file starts last and leaves the other workers idle
+# at the end: SLOW_FIRST ranks them by what a clean `make test` measured
 # (setup + calls in a clean-clone run's --durations, 3 workers on 2 cores), then whole folders, then the rest;
 # the short files that keep the cores busy come last.
 SLOW_FIRST = (
