@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_ml_provider.jobs.backends.local.ports import free_ports
+
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL_RUN_STATES = ("success", "failed")
@@ -42,9 +43,9 @@ _HEALTH_KEYS = {"scheduler": "scheduler", "dag-processor": "dag_processor", "tri
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for a test server to bind, chosen as the local launcher chooses its ranks' (below the
+    kernel's ephemeral range, which outgoing connections take from)."""
+    return free_ports(1)[0]
 
 
 def migrated_database(env: Mapping[str, str]) -> Path:

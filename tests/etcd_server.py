@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from airflow_ml_provider.jobs.backends.local.ports import free_ports
 
 
 @dataclass
@@ -28,16 +29,10 @@ def etcd_binary() -> str | None:
     return shutil.which("etcd")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_etcd(timeout_s: float = 30.0) -> EtcdServer:
     """Start etcd with a fresh data directory and wait until its JSON gateway answers."""
     data_dir = Path(tempfile.mkdtemp(prefix="airflow-ml-etcd-"))
-    client, peer = f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"
+    client, peer = (f"http://127.0.0.1:{port}" for port in free_ports(2))
     process = subprocess.Popen(
         [etcd_binary(), "--name", "airflow-ml-test", "--data-dir", str(data_dir), "--listen-client-urls", client,
          "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,

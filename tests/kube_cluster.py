@@ -13,7 +13,6 @@ import ipaddress
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -34,6 +33,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     dns_subdomain,
     object_path,
 )
+from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from support import REPO
 
 
@@ -57,12 +57,6 @@ def apiserver_binary() -> Path | None:
     configured = os.environ.get("KUBE_APISERVER_BIN")
     candidate = Path(configured) if configured else REPO / ".tools" / "kube-apiserver"
     return candidate if candidate.exists() and shutil.which("etcd") else None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
@@ -191,7 +185,7 @@ def new_namespace(cluster: KubeCluster, monkeypatch, kubeconfig: Path | None = N
 def start_cluster(binary: Path, crds: list[Path] | None = None) -> KubeCluster:
     """etcd + kube-apiserver with ``crds`` installed (default: every CRD in CRDS_DIR)."""
     workdir = Path(tempfile.mkdtemp(prefix="kube-test-"))
-    client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    client_port, peer_port, api_port = free_ports(3)
     etcd = subprocess.Popen(
         ["etcd", "--data-dir", str(workdir / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{client_port}",
          "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
