@@ -188,6 +188,49 @@ def test_a_submitter_killed_mid_submit_leaves_nothing_running_and_a_retry_starts
     assert final_status(backend, "interrupted").state is JobState.SUCCEEDED
 
 
+_PAUSED_SUBMITTER = textwrap.dedent("""
+    import os, signal, subprocess, sys
+    from airflow_ml_provider.jobs.backends.local import backend as local
+    from airflow_ml_provider.jobs.spec import TrainingJobSpec
+    root, image = sys.argv[1:3]
+
+    class Popen(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            if any("local.launcher" in str(arg) for arg in args[0]):  # its record written, its launcher not started
+                os.kill(os.getpid(), signal.SIGSTOP)
+            super().__init__(*args, **kwargs)
+    local.subprocess.Popen = Popen
+    spec = TrainingJobSpec(framework="generic", num_workers=1,
+                           command=["python", "-c", "import time; print('the job ran', flush=True); time.sleep(60)"])
+    local.LocalBackend(root, image=image).submit("early", spec, {})
+""")
+
+
+def test_a_job_cancelled_before_its_launcher_started_never_runs(backend):
+    """A cancel that lands while the submitter is still starting the launcher finds no process of the job
+    (they are found by their environment): before the fix, the launcher then ran the whole job, which read
+    as CANCELLED all along."""
+    import psutil
+
+    submitter = subprocess.Popen([sys.executable, "-c", _PAUSED_SUBMITTER, str(backend.root), str(TRAINING_IMAGE)],
+                                 cwd=REPO)
+    try:
+        wait_for(lambda: psutil.Process(submitter.pid).status() == psutil.STATUS_STOPPED, timeout=60,
+                 what="the submitter to pause before starting the launcher")
+        assert not job_processes(job_uid(backend, "early")), "nothing of the job may run yet"
+        backend.cancel("early", "stopped by its task")
+    finally:
+        submitter.send_signal(signal.SIGCONT)
+    assert submitter.wait(timeout=60) == 0
+    wait_for(lambda: (backend.job_dir("early") / "status.json").exists(), timeout=60, what="the launcher's status")
+    status = backend.status("early")
+    assert (status.state, status.message) == (JobState.CANCELLED, "stopped by its task")
+    assert_stopped(backend, "early")
+    log = job_log(backend, "early")
+    assert "the job ran" not in log
+    assert "[launcher] job ended: CANCELLED stopped by its task" in log
+
+
 def test_a_launcher_whose_submitter_died_never_ends_the_job_a_retry_started_under_the_name(backend):
     """A task retried at once (CI saw 13 ms) archives the job its killed submitter left and starts a new one
     under the name; the killed submitter's launcher, still starting, then learned its submitter died and

@@ -33,7 +33,8 @@ lines, valid UTF-8, no stray line breaks) before anything forwards or stores it;
 worker's line is ``[rank N] text`` and horovodrun's own ``[horovodrun] text``: only the launcher writes
 ``[launcher]`` lines. A write that fails (a full disk) stops the job as FAILED with the error, the
 deadline and ``cancel`` still working; the launcher keeps space in reserve to record that end.
-A job its own task cancelled (``LocalBackend.cancel``) is recorded CANCELLED, not PREEMPTED.
+A job its own task cancelled (``LocalBackend.cancel``) is recorded CANCELLED, not PREEMPTED; one
+cancelled before its launcher ran (the cancel found no process, only left its marker) never starts.
 """
 
 from __future__ import annotations
@@ -162,7 +163,13 @@ def main(job_dir: Path) -> int:
     reserve = _reserve(job_dir)
     try:
         writer = _LineWriter(job_dir / "output.log")
-        status = _launch(job_dir, secrets, writer, timing)
+        # A cancel while the submitter was still starting this launcher found no process of the job to stop
+        # (a process is found by its environment, which the launcher has only once it runs): it left only
+        # the marker, and nothing starts.
+        if (asked := _cancelled(job_dir)) is not None:
+            status = JobStatus(JobState.CANCELLED, asked)
+        else:
+            status = _launch(job_dir, secrets, writer, timing)
     except BaseException as exc:  # noqa: BLE001 - whatever stops the launcher is the job's failure
         with contextlib.suppress(OSError):  # a full disk
             traceback.print_exc()  # into launcher.log, for whoever debugs the launcher
