@@ -24,12 +24,11 @@ MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
 ELASTIC_GLOO_TIMEOUT_S = 120
 
 
-def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str) -> list[str]:
+def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str, slots: int) -> list[str]:
     """``fixed`` (the options naming the workers) for a fixed-size job; ``--min-np/--max-np/--host-discovery-script``
-    and the Gloo timeout for an elastic one."""
+    and the Gloo timeout for an elastic one, whose workers hold ``slots`` ranks each."""
     if not spec.elastic:
         return list(fixed)
-    slots = spec.kubernetes.slots_per_worker
     low, high = spec.min_workers or spec.num_workers, spec.max_workers or spec.num_workers
     return ["--min-np", str(low * slots), "--max-np", str(high * slots), "--host-discovery-script", discovery,
             "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S)]

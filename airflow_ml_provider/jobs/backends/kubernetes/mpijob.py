@@ -53,7 +53,7 @@ class MPIJobBackend(KubernetesBackend):
         slots = spec.kubernetes.slots_per_worker
         ranks = str(spec.num_workers * slots)
         if spec.framework is Framework.HOROVOD:
-            hosts = horovodrun_hosts(spec, ["--hostfile", HOSTFILE], MPI_OPERATOR_DISCOVERY)
+            hosts = horovodrun_hosts(spec, ["--hostfile", HOSTFILE], MPI_OPERATOR_DISCOVERY, slots)
             launch = ["horovodrun", "-np", ranks, *hosts, *user_argv(spec)]
         elif spec.elastic:
             raise ValueError("min_workers/max_workers: mpirun runs a fixed number of ranks; elastic bounds need "

@@ -100,7 +100,7 @@ class VolcanoBackend(KubernetesBackend):
         # The svc plugin's /etc/volcano/worker.host lists bare names, and horovodrun's --hostfile needs
         # "slots=" on every line; its names are fixed (<job>-worker-<i>.<job>), so they are listed here.
         workers = ",".join(f"{name}-worker-{i}.{name}:{slots}" for i in range(spec.num_workers))
-        hosts = horovodrun_hosts(spec, ["-H", workers], discovery)
+        hosts = horovodrun_hosts(spec, ["-H", workers], discovery, slots)
         launch = ["horovodrun", "-np", str(spec.num_workers * slots), *hosts, *user_argv(spec)]
         master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
                               restart_policy="OnFailure", with_accelerators=False, **_deadline(spec))

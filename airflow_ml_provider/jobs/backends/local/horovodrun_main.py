@@ -23,14 +23,27 @@ BUILD_RECORD = Path(sys.prefix, "share", "airflow-ml-provider", "horovod-build.j
 
 
 def recorded_gloo() -> bool:
-    """Whether this environment's record says its installed Horovod was built with Gloo."""
+    """Whether this environment's record says its installed Horovod was built with Gloo. A record that
+    cannot answer is named on stderr (the job's log), since every run of the environment then pays the probe."""
     import horovod
 
     try:
         record = json.loads(BUILD_RECORD.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("horovod") == horovod.__version__ and record.get("gloo") is True
+    except FileNotFoundError:
+        return False  # an environment made without one: probed, as horovodrun always does
+    except (OSError, ValueError) as exc:
+        return _ignored(f"cannot be read ({type(exc).__name__})")
+    if not isinstance(record, dict) or record.get("gloo") is not True:
+        return _ignored("does not say that Horovod was built with Gloo")
+    if record.get("horovod") != horovod.__version__:
+        return _ignored(f"is for horovod {str(record.get('horovod'))[:40]!r}, not the installed {horovod.__version__}")
+    return True
+
+
+def _ignored(why: str) -> bool:
+    print(f"horovodrun_main: the build record {BUILD_RECORD} {why}; probing the build instead (about 2 s a "
+          "run; `python horovodrun_main.py --record-build` records it again)", file=sys.stderr, flush=True)
+    return False
 
 
 def record_build() -> None:

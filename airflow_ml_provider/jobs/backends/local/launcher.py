@@ -72,7 +72,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
 )
 from airflow_ml_provider.jobs.backends.local.output import lines
 from airflow_ml_provider.jobs.backends.local.ports import free_ports
-from airflow_ml_provider.jobs.horovodrun import ELASTIC_GLOO_TIMEOUT_S
+from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.runtime import quiet
 
@@ -122,7 +122,8 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
             # INFO off here, and what ignores that level is dropped by _run_horovod
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         n = str(spec.num_workers)
-        hosts = _elastic_args(spec, job_dir, etcd) if spec.elastic else ["-H", f"localhost:{n}"]
+        discovery = _discovery(job_dir, etcd) if spec.elastic else ""
+        hosts = horovodrun_hosts(spec, ["-H", f"localhost:{n}"], discovery, slots=1)  # elastic: a host per worker
         if spec.command[0].startswith("-"):  # horovodrun keeps a "--" in the command, so refuse instead
             raise ValueError(f"command: the program {spec.command[0]!r} starts with '-', which horovodrun "
                              "would take for one of its own options")
@@ -139,17 +140,14 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
             "cwd": spec.working_dir or str(job_dir)}
 
 
-def _elastic_args(spec, job_dir: Path, etcd: str | None) -> list[str]:
-    """horovodrun's elastic options: size bounds, and the discovery command reading the slots in etcd.
-    (No ``--log-level``: horovodrun hands it to the workers too, whose C++ log lines then tear the
-    trainer's JSON lines apart; the trainer reports each membership change itself.) The Gloo timeout is
-    every backend's (``horovodrun.ELASTIC_GLOO_TIMEOUT_S``)."""
+def _discovery(job_dir: Path, etcd: str | None) -> str:
+    """An elastic job's discovery command: it lists the job's slots in etcd. (horovodrun gets no ``--log-level``:
+    it hands it to the workers too, whose C++ log lines then tear the trainer's JSON lines apart; the trainer
+    reports each membership change itself.)"""
     if not etcd:
         raise ValueError("an elastic job needs etcd for its worker slots: set AIRFLOW_ML_ETCD or the backend's etcd")
-    discovery = [sys.executable, "-m", "airflow_ml_provider.runtime.local_discovery", "--etcd", etcd,
-                 "--job", job_dir.name]
-    return ["--min-np", str(spec.min_workers or spec.num_workers), "--max-np", str(spec.max_workers or spec.num_workers),
-            "--host-discovery-script", shlex.join(discovery), "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S)]
+    return shlex.join([sys.executable, "-m", "airflow_ml_provider.runtime.local_discovery", "--etcd", etcd,
+                       "--job", job_dir.name])
 
 
 def main(job_dir: Path) -> int:

@@ -102,16 +102,23 @@ def test_the_sandbox_hides_the_parent_of_the_jobs_own_directory_and_refuses_a_di
 
 
 @needs_horovod
-@pytest.mark.parametrize(("record", "answered"), [
-    ('{"horovod": "0.28.1", "gloo": true}', True),
-    ('{"horovod": "0.27.0", "gloo": true}', False),  # another Horovod was installed since: probe it
-    ('{"horovod": "0.28.1", "gloo": "yes"}', False),
-    ("not json", False),
+@pytest.mark.parametrize(("record", "answered", "warning"), [
+    ('{"horovod": "0.28.1", "gloo": true}', True, None),
+    (None, False, None),  # an environment made without the record: probed, as horovodrun always does
+    ('{"horovod": "0.27.0", "gloo": true}', False, "is for horovod '0.27.0', not the installed 0.28.1"),
+    ('{"horovod": "0.28.1", "gloo": "yes"}', False, "does not say that Horovod was built with Gloo"),
+    ("not json", False, "cannot be read (JSONDecodeError)"),
 ])
-def test_horovodrun_skips_its_build_probe_only_on_a_record_of_the_installed_horovod(tmp_path, record, answered):
-    (tmp_path / "record.json").write_text(record)
+def test_horovodrun_skips_its_build_probe_only_on_a_record_of_the_installed_horovod(tmp_path, record, answered,
+                                                                                    warning):
+    if record is not None:
+        (tmp_path / "record.json").write_text(record)
     check = (f"import runpy, pathlib; recorded_gloo = runpy.run_path({str(HOROVODRUN_MAIN)!r})['recorded_gloo']; "
              f"recorded_gloo.__globals__['BUILD_RECORD'] = pathlib.Path({str(tmp_path / 'record.json')!r}); "
              "print(recorded_gloo())")
     done = subprocess.run([str(TRAINING_IMAGE / "bin" / "python"), "-c", check], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.split() == [str(answered)], done.stderr
+    if warning is None:  # a record that answers, or none: nothing to say
+        assert "build record" not in done.stderr, done.stderr
+    else:  # a record that cannot answer costs every run the probe: the job's log says which and why
+        assert f"the build record {tmp_path / 'record.json'} {warning}; probing the build instead" in done.stderr
