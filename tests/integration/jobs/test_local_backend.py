@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ from airflow_ml_provider.jobs.backends.base import JobNotFound, JobSubmissionErr
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
-from support import TRAINING_IMAGE, needs_horovod, wait_for
+from support import TRAINING_IMAGE, final_status, needs_horovod, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -195,3 +196,26 @@ def test_the_status_stream_reports_the_end_of_a_job_without_waiting_for_the_inte
 
     states = asyncio.run(asyncio.wait_for(until_the_end(), timeout=60))
     assert states[-1] is JobState.SUCCEEDED and len(states) == 2, states
+
+
+def test_the_status_stream_of_an_ended_job_comes_once_an_interval(backend):
+    """A follower goes on after the job's end while it drains the job's log (from Elasticsearch, which the
+    shipper fills seconds later). The stream's quick look for the end made it spin there: every pass found
+    the end markers and read the status again at once, thousands of times a second, each waking the
+    follower into another log query."""
+    import asyncio
+
+    backend.submit("ended", generic(["python", "-V"], workers=1), {})
+    final_status(backend, "ended")
+
+    async def for_three_seconds():
+        states = []
+        async def read():
+            async for status in backend.statuses("ended", interval=1.0):
+                states.append(status.state)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(read(), timeout=3.0)
+        return states
+
+    states = asyncio.run(for_three_seconds())
+    assert set(states) == {JobState.SUCCEEDED} and 3 <= len(states) <= 4, f"{len(states)} statuses in 3 s"

@@ -223,13 +223,16 @@ class LocalBackend(Backend):
 
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
         """Like the default, but notices the end of a job within ~50 ms (a stat of its end markers)
-        instead of up to ``interval`` later, so a follower finishes as soon as the job does."""
+        instead of up to ``interval`` later, so a follower finishes as soon as the job does. Once an
+        ended status has been given, it comes again every ``interval`` like any other: a follower that
+        goes on after the end (draining the job's log from Elasticsearch) must not be woken in a loop."""
         job_dir = self.job_dir(name)
         loop = asyncio.get_running_loop()
         while True:
-            yield await asyncio.to_thread(self.status, name)
+            status = await asyncio.to_thread(self.status, name)
+            yield status
             deadline = loop.time() + interval
-            while loop.time() < deadline and not _ended(job_dir):
+            while loop.time() < deadline and (status.state.is_terminal or not _ended(job_dir)):
                 await asyncio.sleep(min(_FAST_POLL_S, max(0.0, deadline - loop.time())))
 
     def heartbeat(self, name: str) -> None:
