@@ -42,12 +42,6 @@ TERMINAL_RUN_STATES = ("success", "failed")
 _HEALTH_KEYS = {"scheduler": "scheduler", "dag-processor": "dag_processor", "triggerer": "triggerer"}
 
 
-def free_port() -> int:
-    """A port for a test server to bind, chosen as the local launcher chooses its ranks' (below the
-    kernel's ephemeral range, which outgoing connections take from)."""
-    return free_ports(1)[0]
-
-
 def migrated_database(env: Mapping[str, str]) -> Path:
     """An empty metadata database as ``airflow db migrate`` makes it for this Airflow version: made once per
     machine (by whichever test process asks first, under a lock) and copied into each new deployment and
@@ -74,9 +68,12 @@ def migrated_database(env: Mapping[str, str]) -> Path:
     return database
 
 
-def airflow_env(home: Path, dags_folder: Path, port: int, extra: Mapping[str, str] | None = None) -> dict:
+def airflow_env(home: Path, dags_folder: Path, ports: list[int], extra: Mapping[str, str] | None = None) -> dict:
     """The environment of every component: this one's, minus any Airflow settings, connections or
-    variables of the calling process (tests set their own), plus a self-contained configuration."""
+    variables of the calling process (tests set their own), plus a self-contained configuration.
+    ``ports``: the API server's, the worker log server's and the triggerer log server's (two stacks may
+    run at once), from one ``free_ports`` call, which keeps them distinct."""
+    port, worker_log_port, trigger_log_port = ports
     env = {
         k: v
         for k, v in os.environ.items()
@@ -118,8 +115,8 @@ def airflow_env(home: Path, dags_folder: Path, port: int, extra: Mapping[str, st
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
             "AIRFLOW__CORE__INTERNAL_API_SECRET_KEY": secrets.token_urlsafe(32),
             "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),  # two stacks may run at once
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_log_port),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_log_port),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
@@ -147,9 +144,10 @@ class AirflowStack:
         start_timeout: float = 240.0,
     ):
         self.home = Path(home)
-        self.port = free_port()
+        ports = free_ports(3)  # chosen below the kernel's ephemeral range, as the local launcher's ranks' are
+        self.port = ports[0]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = airflow_env(self.home, Path(dags_folder), self.port, env)
+        self.env = airflow_env(self.home, Path(dags_folder), ports, env)
         self.start_timeout = start_timeout
         self.credentials = ("admin", secrets.token_urlsafe(12))
         self.processes: dict[str, subprocess.Popen] = {}

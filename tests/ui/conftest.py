@@ -10,8 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from airflow_stack import AirflowStack, free_port
+from airflow_stack import AirflowStack
 
+from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from support import REPO, TRAINING_IMAGE, deployment_group
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -144,7 +145,7 @@ def _mlflow_ui(home: Path):
         yield None
         return
     (home / "ml").mkdir(parents=True, exist_ok=True)
-    port, log = free_port(), home / "mlflow-ui.log"
+    [port], log = free_ports(1), home / "mlflow-ui.log"
     process = ui.start(ui.mlflow_argv(home, port), ui.mlflow_env(), log)
     try:
         yield {"url": f"http://127.0.0.1:{port}", "process": process, "log": log, "wait": ui.wait_for}

@@ -15,19 +15,19 @@ import urllib.error
 import urllib.request
 
 import pytest
-from airflow_stack import free_port
 
+from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from support import REPO
 
 pytestmark = pytest.mark.integration
 
 
 def test_make_ui_starts_airflow_says_where_to_log_in_and_stops_cleanly(tmp_path):
-    port = free_port()
+    port, worker_log_port, trigger_log_port = free_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "AIRFLOW_HOME"}
     env["PATH"] = "/usr/bin:/bin"  # nothing of the venv on PATH: the script must put it there
-    env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] = str(free_port())  # other deployments may hold 8793/8794
-    env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] = str(free_port())
+    env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] = str(worker_log_port)  # other deployments may hold 8793/8794
+    env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] = str(trigger_log_port)
     process = subprocess.Popen(
         [
             sys.executable,
