@@ -10,6 +10,16 @@ from pathlib import Path
 
 import pytest
 from airflow_stack import migrated_database
+from deployments import (  # noqa: F401 (fixtures of every test folder: the UI's and the REST tests')
+    FOLLOWING,
+    dag_files,
+    deployment,
+    deployments,
+    mlflow_ui,
+    serves_mlflow_ui,
+    stack,
+    ui_home,
+)
 
 import support  # (sets AIRFLOW_HOME and the DAG bundles before anything imports Airflow)
 
@@ -25,6 +35,12 @@ def airflow_db() -> None:
         shutil.copyfile(migrated_database(os.environ), database)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The test that runs next, for ``deployments.deployment``'s teardown (which runs within this hook's)."""
+    FOLLOWING["item"] = nextitem
+
+
 # `make test` runs the suite on pytest-xdist workers (`-n`): a file's tests stay on one worker (they share
 # module fixtures), and so do the files of a ONE_UNIT_FOLDERS folder (they share a session fixture). The
 # files are handed out slowest first, so that no long file starts last and leaves the other workers idle
@@ -35,6 +51,7 @@ SLOW_FIRST = (
     "tests/ui/test_model_lifecycle_ui.py",  # a deployment, 4 pipeline runs, 3 scoring runs and a sweep: 40 min at load 20
     "tests/ui/test_pipeline_ui.py",  # ~350 s setup (a deployment, a pipeline run from its form) + calls
     "tests/ui/test_trigger_form.py",  # on test_pipeline_ui's deployment (support.SHARED_DEPLOYMENTS)
+    "tests/security/test_params_through_rest.py",  # the same deployment, after the UI's runs
     "tests/integration/pytorch/test_local_ddp.py",  # ~400 s
     "tests/integration/elastic/test_local_elastic.py",  # ~360 s
     # long, but mostly waiting on a job (a deadline, a full disk, Kueue's queue, a wheel's install): started
@@ -46,7 +63,6 @@ SLOW_FIRST = (
     "tests/integration/storage/test_resume_on_object_storage.py",  # ~190 s
     "tests/integration/restarts/test_triggerer_restart.py",  # ~180 s: a deployment, two triggerer crashes
     "tests/integration/kubernetes/test_sync_task_in_airflow.py",  # ~170 s
-    "tests/security/test_params_through_rest.py",  # ~155 s setup (a deployment) + calls
     "tests/integration/pipeline/test_ml_training_pipeline.py",  # ~150 s
     "tests/integration/elastic/test_preemption_dag.py",  # ~140 s
     "tests/ui/",

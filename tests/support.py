@@ -29,10 +29,11 @@ os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
 os.environ.setdefault("AIRFLOW_ML_LOCAL_IMAGE", str(REPO / ".venv-train"))
 TRAINING_IMAGE = Path(os.environ["AIRFLOW_ML_LOCAL_IMAGE"])
 
-# Test files whose tests share one real deployment (tests/ui/conftest.py), by group: each group is one work
+# Test files whose tests share one real deployment (tests/deployments.py), by group: each group is one work
 # unit of `make test`'s workers (tests/conftest.py), so that its deployment starts once (about 25 CPU s).
 SHARED_DEPLOYMENTS = {"tests/ui/test_pipeline_ui.py": "ml_training_pipeline UI",
-                      "tests/ui/test_trigger_form.py": "ml_training_pipeline UI"}
+                      "tests/ui/test_trigger_form.py": "ml_training_pipeline UI",
+                      "tests/security/test_params_through_rest.py": "ml_training_pipeline UI"}
 
 
 def deployment_group(nodeid: str) -> str | None:

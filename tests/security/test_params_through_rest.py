@@ -1,7 +1,8 @@
 """Hostile trigger conf sent the way the issue's adversary sent it: through the REST API of a real Airflow
-deployment (tests/airflow_stack.py: api-server, scheduler, dag-processor, triggerer) serving the shipped
-ml_training_pipeline. Whatever Airflow lets through at trigger time, the first task, ``prepare_data``,
-refuses with "Params refused: <field>: ..." before any job starts (issue 19 L1, L6, L9).
+deployment (tests/deployments.py: api-server, scheduler, dag-processor, triggerer; the pipeline UI's, see
+support.SHARED_DEPLOYMENTS) serving the shipped ml_training_pipeline. Whatever Airflow lets through at
+trigger time, the first task, ``prepare_data``, refuses with "Params refused: <field>: ..." before any job
+starts (issue 19 L1, L6, L9).
 """
 
 from __future__ import annotations
@@ -9,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import shutil
 
 import pytest
 from airflow_stack import AirflowStack, ApiError
 
-from support import REPO, TRAINING_IMAGE, wait_for
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -25,26 +25,14 @@ FAKE_SECRET = "ghp_FAKE_TOKEN_0123456789abcdef,prod-db-password-hunter2"
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, str]:
-    """The deployment's data root (``[ml_training] data_roots``) and a folder outside it, each holding a CSV
-    whose first line is a secret."""
-    base = tmp_path_factory.mktemp("data")
-    root, outside = base / "data root", base / "outside"
-    root.mkdir()
-    outside.mkdir()
+def folders(ui_home, tmp_path_factory) -> dict[str, str]:
+    """A folder inside the deployment's data roots (its default one, ``$AIRFLOW_HOME/data``) and one outside
+    them, each holding a CSV whose first line is a secret."""
+    root, outside = ui_home / "data" / "a folder", tmp_path_factory.mktemp("outside")
+    root.mkdir(parents=True)
     (outside / "secret.csv").write_text(FAKE_SECRET + ",label\n1,2,0\n")
     (root / "secret-header.csv").write_text(FAKE_SECRET + "\n1,2\n")
     return {"root": str(root), "outside": str(outside)}
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, folders):
-    dags = tmp_path_factory.mktemp("dags")
-    shutil.copy(REPO / "dags" / "ml_training_pipeline.py", dags)
-    env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE), "AIRFLOW__ML_TRAINING__DATA_ROOTS": folders["root"]}
-    with AirflowStack(tmp_path_factory.mktemp("airflow"), dags_folder=dags, env=env) as deployment:
-        deployment.wait_for_dag(DAG_ID)
-        yield deployment
 
 
 def first_task_refusal(stack: AirflowStack, run_id: str) -> str:
