@@ -18,8 +18,9 @@ export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
 TORCH_WHEELS ?= $(if $(wildcard /opt/wheels/torch-*+cpu-*.whl),/opt/wheels,https://download.pytorch.org/whl/cpu/torch/)
 PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist; tests/conftest.py keeps each file on one worker): most tests wait on
-# real processes (Airflow components, training jobs), so three keep two cores busy.
-TEST_WORKERS ?= 3
+# real processes (Airflow components, training jobs), so three keep two cores busy; a fourth runs the files
+# that mostly wait (MOSTLY_WAITING in tests/conftest.py) beside them.
+TEST_WORKERS ?= 4
 
 .PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd bwrap kube-apiserver crds docs docs-env clean
 
