@@ -17,9 +17,9 @@ export AIRFLOW_ML_LOCAL_IMAGE := $(CURDIR)/$(TRAIN_VENV)
 # the machine's wheel folder when it has one, else PyTorch's CPU wheel index (`+cpu` builds are not on PyPI).
 TORCH_WHEELS ?= $(if $(wildcard /opt/wheels/torch-*+cpu-*.whl),/opt/wheels,https://download.pytorch.org/whl/cpu/torch/)
 PYTEST_ARGS ?=
-# Parallel test workers (pytest-xdist; tests/conftest.py keeps each file on one worker): most tests wait on
+# Parallel test workers (pytest-xdist; tests/scheduling.py keeps each file on one worker): most tests wait on
 # real processes (Airflow components, training jobs), so three keep two cores busy; a fourth runs the files
-# that mostly wait (MOSTLY_WAITING in tests/conftest.py) beside them.
+# that mostly wait (MOSTLY_WAITING in tests/scheduling.py) beside them.
 TEST_WORKERS ?= 4
 
 .PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd bwrap kube-apiserver crds docs docs-env clean

@@ -30,7 +30,7 @@ os.environ.setdefault("AIRFLOW_ML_LOCAL_IMAGE", str(REPO / ".venv-train"))
 TRAINING_IMAGE = Path(os.environ["AIRFLOW_ML_LOCAL_IMAGE"])
 
 # Test files whose tests share one real deployment (tests/deployments.py), by group: each group is one work
-# unit of `make test`'s workers (tests/conftest.py), so that its deployment starts once (about 25 CPU s).
+# unit of `make test`'s workers (tests/scheduling.py), so that its deployment starts once (about 25 CPU s).
 SHARED_DEPLOYMENTS = {"tests/ui/test_pipeline_ui.py": "ml_training_pipeline UI",
                       "tests/ui/test_trigger_form.py": "ml_training_pipeline UI",
                       "tests/security/test_params_through_rest.py": "ml_training_pipeline UI"}

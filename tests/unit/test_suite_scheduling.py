@@ -1,18 +1,18 @@
-"""The lists that place test files on `make test`'s workers (tests/conftest.py, tests/support.py) name files
+"""The lists that place test files on `make test`'s workers (tests/scheduling.py, tests/support.py) name files
 and folders that exist: a renamed file would otherwise drop out of its place silently (started last, or on a
 CPU worker, or with a deployment of its own)."""
 
 from __future__ import annotations
 
-import conftest
 import pytest
+import scheduling
 
 import support
 
 PLACES = {
-    "SLOW_FIRST": conftest.SLOW_FIRST,
-    "MOSTLY_WAITING": conftest.MOSTLY_WAITING,
-    "ONE_UNIT_FOLDERS": conftest.ONE_UNIT_FOLDERS,
+    "SLOW_FIRST": scheduling.SLOW_FIRST,
+    "MOSTLY_WAITING": scheduling.MOSTLY_WAITING,
+    "ONE_UNIT_FOLDERS": scheduling.ONE_UNIT_FOLDERS,
     "SHARED_DEPLOYMENTS": tuple(support.SHARED_DEPLOYMENTS),
 }
 
@@ -26,5 +26,5 @@ def test_every_listed_test_file_or_folder_exists(name):
 def test_a_mostly_waiting_file_is_its_own_work_unit():
     """The waiting worker takes whole work units: a file that shares one (a deployment group, a folder that
     shares a cluster) would take the others with it."""
-    shared = [path for path in conftest.MOSTLY_WAITING if conftest._work_unit(path) != path]
+    shared = [path for path in scheduling.MOSTLY_WAITING if scheduling.work_unit(path) != path]
     assert not shared, shared
