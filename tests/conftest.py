@@ -1,4 +1,4 @@
-"""Pytest wiring; the settings themselves live in support.py, imported first."""
+"""Pytest wiring; the settings themselves live in support.py (imported first) and scheduling.py."""
 
 from __future__ import annotations
 
