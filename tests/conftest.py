@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import scheduling
 from airflow_stack import migrated_database
-from deployments import (  # noqa: F401 (fixtures of every test folder: the UI's and the REST tests')
-    FOLLOWING,
+from deployments import (  # noqa: F401 (fixtures and a hook of every test folder: the UI's and the REST tests')
     dag_files,
     deployment,
     deployments,
     mlflow_ui,
+    pytest_runtest_teardown,
     serves_mlflow_ui,
     stack,
     ui_home,
@@ -34,12 +34,6 @@ def airflow_db() -> None:
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     else:
         shutil.copyfile(migrated_database(os.environ), database)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_teardown(item, nextitem):
-    """The test that runs next, for ``deployments.deployment``'s teardown (which runs within this hook's)."""
-    FOLLOWING["item"] = nextitem
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
@@ -68,8 +62,9 @@ def pytest_xdist_make_scheduler(config, log):
             """With a waiting worker, the next unit of the node's kind (MOSTLY_WAITING for it, the rest for the
             others), else the next of the other kind: no unit is left waiting for a busy worker."""
             waits = node.gateway.id == waiter
-            mine = next((scope for scope in self.workqueue if (scope in scheduling.MOSTLY_WAITING) == waits), None)
-            if waiter is not None and mine is not None:
+            if waiter is not None and (
+                mine := next((scope for scope in self.workqueue if (scope in scheduling.MOSTLY_WAITING) == waits), None)
+            ):
                 self.workqueue.move_to_end(mine, last=False)
             super()._assign_work_unit(node)
 

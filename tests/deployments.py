@@ -1,7 +1,8 @@
 """Real Airflow deployments (tests/airflow_stack.py) serving the shipped DAGs on the embedded defaults, with
 the MLflow UI over their registry (scripts/ui.py's server, from .venv-mlflow), for the browser tests and the
 REST tests: a module asks for ``deployment`` (or ``stack``); the files of one ``support.SHARED_DEPLOYMENTS``
-group share one. tests/conftest.py makes these fixtures visible to every test folder."""
+group share one. tests/conftest.py makes these fixtures (and the hook that tells ``deployment`` the next
+test) visible to every test folder."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ from airflow_stack import AirflowStack
 from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from support import REPO, TRAINING_IMAGE, deployment_group
 
-# The test that runs next, set by tests/conftest.py's pytest_runtest_teardown, for ``deployment``'s teardown
-# (which runs within that hook's).
-FOLLOWING: dict = {}
+_following: dict = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The test that runs next, for ``deployment``'s teardown (which runs within this hook's)."""
+    _following["item"] = nextitem
 
 
 def _ui_script():
@@ -123,7 +128,7 @@ def _mlflow_ui(home: Path):
 def deployment(request, deployments, dag_files, serves_mlflow_ui):
     """The module's deployment: stopped after the module, unless the next test's file shares it."""
     yield deployments.get(dag_files, serves_mlflow_ui)
-    following, group = FOLLOWING.get("item"), deployment_group(request.node.nodeid)
+    following, group = _following.get("item"), deployment_group(request.node.nodeid)
     if group is None or following is None or deployment_group(following.nodeid) != group:
         deployments.stop(dag_files, serves_mlflow_ui)
 

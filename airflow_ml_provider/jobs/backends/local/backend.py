@@ -231,8 +231,11 @@ class LocalBackend(Backend):
         while True:
             status = await asyncio.to_thread(self.status, name)
             yield status
+            if status.state.is_terminal:  # nothing left to notice early
+                await asyncio.sleep(interval)
+                continue
             deadline = loop.time() + interval
-            while loop.time() < deadline and (status.state.is_terminal or not _ended(job_dir)):
+            while loop.time() < deadline and not _ended(job_dir):
                 await asyncio.sleep(min(_FAST_POLL_S, max(0.0, deadline - loop.time())))
 
     def heartbeat(self, name: str) -> None:
