@@ -27,9 +27,11 @@ TEST_WORKERS ?= 4
 demo: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
+# PYTHONDONTWRITEBYTECODE emptied: each pytest worker keeps the test modules it rewrote for assertions (and
+# every process this repository's modules) as .pyc under __pycache__/, instead of compiling them again.
 test: crds control-env training-env kube-apiserver mlflow-env docs-env chromium sshd bwrap
 	rm -rf .airflow-test  # every run starts from nothing: no job record or DB row of an earlier run
-	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
+	AIRFLOW_HOME=$(CURDIR)/.airflow-test PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # The documentation (docs/, Markdown through Sphinx + MyST): every warning, a broken internal link
 # included, is an error; the docs test (tests/unit/test_docs.py) builds it the same way.
@@ -65,7 +67,7 @@ training-env: $(TRAIN_VENV)/.installed
 mlflow-env: $(MLFLOW_VENV)/.installed
 docs-env: $(DOCS_VENV)/.installed
 
-# Debian's chromium for the browser tests (tests/ui); does nothing when it is installed.
+# Debian's chromium-headless-shell for the browser tests (tests/ui); does nothing when it is installed.
 chromium:
 	scripts/install_chromium.sh
 

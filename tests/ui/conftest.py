@@ -1,5 +1,5 @@
-"""Debian's chromium driven by playwright, logged in to the module's deployment (tests/deployments.py:
-a real Airflow deployment serving the shipped DAGs, the MLflow UI over its registry)."""
+"""Debian's chromium-headless-shell driven by playwright, logged in to the module's deployment
+(tests/deployments.py: a real Airflow deployment serving the shipped DAGs, the MLflow UI over its registry)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from airflow_stack import AirflowStack
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path("/usr/bin/chromium-headless-shell")
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -26,9 +26,9 @@ CHROMIUM_FLAGS = [
 
 @pytest.fixture(scope="session")
 def chromium() -> Path:
-    """Debian's chromium; the browser tests skip only where it is absent (``make test`` installs it)."""
+    """Debian's headless chromium; the browser tests skip only where it is absent (``make test`` installs it)."""
     if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM} (Debian package `chromium`; `make chromium` installs it)")
+        pytest.skip(f"no chromium at {CHROMIUM} (Debian's chromium-headless-shell; `make chromium` installs it)")
     return CHROMIUM
 
 

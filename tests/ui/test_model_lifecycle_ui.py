@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import pytest
 from airflow_stack import TERMINAL_RUN_STATES
-from pages import visit
+from pages import park, visit
 from playwright.sync_api import expect
 from trigger_form import trigger_from_form
 
@@ -117,6 +117,9 @@ def horovod(served, page, screenshots) -> dict:
     approve.wait_for()
     page.screenshot(path=screenshots / "1-approval-form.png")
     approve.click()
+    stack.wait(lambda: states(stack, PIPELINE, run_id).get("approve") != "awaiting_input", timeout=120,
+               what="the approval to be recorded")
+    park(page)
     state = stack.wait_for_run(PIPELINE, run_id, timeout=600)
     return {"run_id": run_id, "state": state, "deployed": stack.xcom(PIPELINE, run_id, "deploy")}
 
@@ -191,6 +194,7 @@ def test_4_a_cleared_finished_training_task_retrains(rejected, served, page, reg
         task = next(t for t in served.task_instances(PIPELINE, run_id) if t["task_id"] == "train_lightgbm")
         return task["try_number"] >= 2
     served.wait(retried, timeout=300, what="train_lightgbm's second try")
+    park(page)
     assert served.wait_for_run(PIPELINE, run_id, timeout=900) == "success", states(served, PIPELINE, run_id)
     retrain = log_text(served, PIPELINE, run_id, "train_lightgbm", try_number=2)
     assert "already succeeded" in retrain and "retrains from scratch" in retrain, retrain
