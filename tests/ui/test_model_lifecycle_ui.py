@@ -21,7 +21,6 @@ from urllib.parse import quote
 import pytest
 from airflow_stack import TERMINAL_RUN_STATES
 from pages import park, visit
-from playwright.sync_api import expect
 from trigger_form import trigger_from_form
 
 from support import needs_horovod
@@ -186,6 +185,8 @@ def test_4_a_cleared_finished_training_task_retrains(rejected, served, page, reg
     dialog.get_by_role("button", name="Confirm").wait_for()
     # downstream, by default: the new model is evaluated and registered. The list of affected tasks loads
     # after the button shows (a dry run on the API server): waited for, as a person reads it before confirming
+    from playwright.sync_api import expect  # imported by the test that runs, not by every worker's collection
+
     expect(dialog).to_contain_text("deploy", timeout=120_000)
     page.screenshot(path=screenshots / "4-clear-dialog.png")
     dialog.get_by_role("button", name="Confirm").click()

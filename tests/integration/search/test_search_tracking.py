@@ -4,7 +4,6 @@ logs no trial twice; the plot and the trials table are artifacts of the parent r
 from __future__ import annotations
 
 import pytest
-from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from airflow_ml_provider.search.runner import summarize
@@ -16,6 +15,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_restarted_search_reuses_its_parent_run_and_logs_each_trial_once(tmp_path):
+    from mlflow import MlflowClient  # imported by the test that runs, not by every worker's collection
+
     uri, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts"
     space, settings = parse_space({"leaves": [4, 8, 16]}), parse_settings(sampler="grid", seed=0)
     experiment = MlflowClient(uri).create_experiment("searches", artifact_location=str(artifacts))
@@ -62,6 +63,8 @@ def test_a_restarted_search_reuses_its_parent_run_and_logs_each_trial_once(tmp_p
 def test_a_search_recorded_only_when_it_ends_logs_every_trial(tmp_path):
     """What a deferred search does when its trigger fires: the trials ran in the triggerer, unlogged;
     the resumed task opens the parent run and ``finish`` records each of them."""
+    from mlflow import MlflowClient
+
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     space, settings = parse_space({"leaves": [4, 8, 16]}), parse_settings(sampler="grid", seed=0)
     experiment = MlflowClient(uri).create_experiment("deferred", artifact_location=str(tmp_path / "artifacts"))

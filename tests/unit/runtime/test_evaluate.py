@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 
-import lightgbm as lgb
 import numpy as np
-from sklearn.metrics import accuracy_score, roc_auc_score
 
 from airflow_ml_provider.runtime import evaluate
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, write_synthetic
@@ -15,6 +13,9 @@ from airflow_ml_provider.runtime.splits import file_sha256
 
 
 def test_evaluation_reports_the_models_held_out_metrics(tmp_path, capsys):
+    import lightgbm as lgb  # imported by the test that runs, not by every worker's collection
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
     write_synthetic(tmp_path / "train.npz", tmp_path / "test.npz", rows=2000, features=8, seed=3)
     X, y = load_npz_or_csv(tmp_path / "train.npz")
     booster = lgb.train({"objective": "binary", "verbosity": -1, "num_threads": 1}, lgb.Dataset(X, y), 20)
