@@ -229,7 +229,8 @@ def test_max_queue_s_fails_with_kueues_reason_and_deletes_the_job(kueue, namespa
         "no log read while queued"
 
 
-def test_a_job_queued_past_the_tasks_execution_timeout_fails_the_task_and_is_deleted(kueue, namespace, run_dag):
+def test_a_job_queued_past_the_tasks_execution_timeout_fails_the_task_and_is_deleted(
+        kueue, namespace, run_dag, capfd):
     """execution_timeout is the task's wall clock, queue included (max_queue_s is the queue's own, sooner, deadline)."""
     def play() -> None:
         KueueDouble(kueue, namespace).conditions(_condition("QuotaReserved", False, "Pending", NO_QUOTA, "01"))
@@ -239,6 +240,9 @@ def test_a_job_queued_past_the_tasks_execution_timeout_fails_the_task_and_is_del
     result = run_dag("ml_test_kueue_execution_timeout")
     player.join(30)
     assert result.task_states["train"] == "failed"
+    out = capfd.readouterr().out
+    # the job was submitted and waited in Kueue's queue, and the task's own timeout (not another error) ended it
+    assert f"Job is QUEUED: Pending: {NO_QUOTA}" in out and "AirflowTaskTimeout" in out, out[-3000:]
     assert kueue.request("GET", resource_path(*MPIJOB, namespace))["items"] == [], "the job was deleted"
 
 
