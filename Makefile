@@ -27,8 +27,8 @@ TEST_WORKERS ?= 4
 demo: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
-# PYTHONDONTWRITEBYTECODE emptied: each pytest worker keeps the test modules it rewrote for assertions (and
-# every process this repository's modules) as .pyc under __pycache__/, instead of compiling them again.
+# PYTHONDONTWRITEBYTECODE emptied for the run: pytest keeps the test modules it rewrote for assertions, and
+# Python the repository's modules it compiled, as .pyc under __pycache__/; no worker compiles them again.
 test: crds control-env training-env kube-apiserver mlflow-env docs-env chromium sshd bwrap
 	rm -rf .airflow-test  # every run starts from nothing: no job record or DB row of an earlier run
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
