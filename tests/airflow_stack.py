@@ -31,6 +31,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -288,9 +289,23 @@ class AirflowStack:
         return self.wait(parsed, timeout, f"DAG {dag_id} to be parsed")
 
     def trigger_dag(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        """Trigger a manual run; returns its run_id."""
-        body = {"logical_date": None, "conf": dict(conf or {})}
-        return self.api("POST", f"/dags/{dag_id}/dagRuns", body)["dag_run_id"]
+        """Trigger a manual run; returns its run_id. The run's id is chosen here, so that a POST the API
+        server failed with a 5xx is sent again (``wait``) without starting a second run: a 409 says that the
+        first one made it. Airflow 3.3.2's audit log of the POST is written by an async dependency with a
+        blocking commit: on SQLite it waited on the event loop for the write lock of a task's PATCH, whose
+        commit needed that loop, until sqlite3's 30 s timeout failed the POST (a clean-clone run, 10 errors)."""
+        run_id = f"manual__{datetime.now(timezone.utc).isoformat()}"
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": dict(conf or {})}
+
+        def posted() -> str:
+            try:
+                return self.api("POST", f"/dags/{dag_id}/dagRuns", body)["dag_run_id"]
+            except ApiError as exc:
+                if exc.status == 409:  # an earlier try of this very POST created the run
+                    return run_id
+                raise
+
+        return self.wait(posted, 180, f"a run of {dag_id} to be created")
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self.api("GET", f"/dags/{dag_id}/dagRuns/{_quote(run_id)}")["state"]
@@ -399,6 +414,4 @@ def _quote(run_id: str) -> str:
 
 
 def _epoch(timestamp: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
