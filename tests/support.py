@@ -55,11 +55,11 @@ if not runpy.run_path(sys.argv[1])["recorded_gloo"]():
 def horovod_available() -> bool:
     """Probed once per run (``_HOROVOD_PROBE``): the pytest-xdist workers, started after the controller
     imported this module, inherit the answer through the environment."""
-    from airflow_ml_provider.jobs.backends.local import horovodrun_main
-
     known = os.environ.get("AIRFLOW_ML_TEST_HOROVOD")
     if known in ("0", "1"):
         return known == "1"
+    from airflow_ml_provider.jobs.backends.local import horovodrun_main
+
     python = TRAINING_IMAGE / "bin" / "python"
     probe = [python, "-c", _HOROVOD_PROBE, horovodrun_main.__file__]
     found = python.exists() and subprocess.run(probe, capture_output=True).returncode == 0
