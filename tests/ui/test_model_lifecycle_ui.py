@@ -179,14 +179,17 @@ def test_3_a_version_the_gate_rejected_is_not_scored(rejected, served, page, reg
 def test_4_a_cleared_finished_training_task_retrains(rejected, served, page, registry, screenshots):
     run_id = rejected["run_id"]
     before = served.xcom(PIPELINE, run_id, "train_lightgbm")
+    # The move returns before the app has drawn the task: the page still shows test 3's task (another DAG's,
+    # with its own clear button) until the training log is on it, as a person waits for the page they opened
     visit(page, f"{served.url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/train_lightgbm")
+    page.get_by_text("final metrics").first.wait_for()
     page.get_by_role("button", name="Press shift+c to clear").click()
     dialog = page.get_by_role("dialog")
-    dialog.get_by_role("button", name="Confirm").wait_for()
-    # downstream, by default: the new model is evaluated and registered. The list of affected tasks loads
-    # after the button shows (a dry run on the API server): waited for, as a person reads it before confirming
     from playwright.sync_api import expect  # imported by the test that runs, not by every worker's collection
 
+    expect(dialog).to_contain_text("Clear Task Instance: train_lightgbm")
+    # downstream, by default: the new model is evaluated and registered. The list of affected tasks loads
+    # after the button shows (a dry run on the API server): waited for, as a person reads it before confirming
     expect(dialog).to_contain_text("deploy", timeout=120_000)
     page.screenshot(path=screenshots / "4-clear-dialog.png")
     dialog.get_by_role("button", name="Confirm").click()
