@@ -20,6 +20,7 @@ from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, shard
+from airflow_ml_provider.runtime.lean_imports import sklearn_hidden
 from airflow_ml_provider.runtime.metrics_log import emit, emit_epoch_metrics, worker_env
 from airflow_ml_provider.runtime.quiet import quiet_startup
 
@@ -127,7 +128,7 @@ def make_train_step(model, optimizer, loss_fn):
 def start_horovod(seed: int):
     """TensorFlow, one thread per op (the ranks share the machine's cores), and Horovod, initialized and
     seeded: every trainer's start. Returns (tf, hvd)."""
-    with quiet_startup():  # TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them)
+    with quiet_startup(), sklearn_hidden():  # quiet: TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them)
         import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)

@@ -29,6 +29,7 @@ from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import KEEP, Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, save_npz, shard
 from airflow_ml_provider.runtime.evaluate import classification_metrics
+from airflow_ml_provider.runtime.lean_imports import sklearn_hidden
 from airflow_ml_provider.runtime.metrics_log import WorkerEnv, emit, emit_metrics, worker_env
 
 # LightGBM accepts several spellings of a parameter; a user's alias must win over our default.
@@ -160,7 +161,8 @@ def _held_out(booster, X, y) -> dict:
 def _boost(params: dict, data, valid, resumed, args: argparse.Namespace, checkpoints: Checkpoints, env: WorkerEnv):
     """Train the rounds after the ``resumed`` checkpoint's (or all), reporting metrics (rank 0) and
     saving checkpoints and scores on the way; returns the booster."""
-    import lightgbm as lgb
+    with sklearn_hidden():
+        import lightgbm as lgb
 
     (X, y), (checkpoint, location, done) = data, resumed or (None, None, 0)
     scores = _initial_scores(checkpoint, location, done, X, valid, env) if checkpoint else {}
@@ -199,7 +201,8 @@ def _resume_point(checkpoints: Checkpoints, rank: int):
     found = checkpoints.resume_from()
     if found is None:
         return None
-    import lightgbm as lgb
+    with sklearn_hidden():
+        import lightgbm as lgb
 
     with storage.local_copy(found[0]) as local:
         booster = lgb.Booster(model_file=local)
