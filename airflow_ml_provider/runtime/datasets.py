@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import os
 from pathlib import Path, PurePosixPath
@@ -90,15 +91,26 @@ def write_synthetic(
 
 
 def load_digits_split(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Return ``(X_train, y_train, X_test, y_test)`` of scikit-learn's digits, pixels scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    """Return ``(X_train, y_train, X_test, y_test)`` of scikit-learn's digits, pixels scaled to [0, 1], a fifth
+    of each digit held out (drawn from ``seed``). Read from scikit-learn's own file as ``load_digits`` reads it,
+    without importing scikit-learn: that import was a quarter of a one-epoch rank's CPU (docs/testing.md)."""
+    data = np.loadtxt(_sklearn_data_file("digits.csv.gz"), delimiter=",")
+    X, y = (data[:, :-1] / 16.0).astype(np.float32), data[:, -1].astype(np.int32)
+    rng = np.random.default_rng(seed)
+    held_out = [rng.permutation(np.flatnonzero(y == digit)) for digit in np.unique(y)]
+    test = rng.permutation(np.concatenate([rows[: round(len(rows) / 5)] for rows in held_out]))
+    train = rng.permutation(np.setdiff1d(np.arange(len(y)), test))
+    return X[train], y[train], X[test], y[test]
 
-    X, y = load_digits(return_X_y=True)
-    X_train, X_test, y_train, y_test = train_test_split(
-        (X / 16.0).astype(np.float32), y.astype(np.int32), test_size=0.2, random_state=seed, stratify=y
-    )
-    return X_train, y_train, X_test, y_test
+
+def _sklearn_data_file(name: str) -> Path:
+    """A data set file scikit-learn installs (``sklearn/datasets/data``), found without importing it."""
+    spec = importlib.util.find_spec("sklearn")
+    folders = spec.submodule_search_locations if spec else None
+    path = Path(folders[0], "datasets", "data", name) if folders else None
+    if path is None or not path.is_file():
+        raise FileNotFoundError(f"scikit-learn's {name} not found: install scikit-learn in the training image")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:

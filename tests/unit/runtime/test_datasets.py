@@ -89,3 +89,15 @@ def test_digits_split_is_scaled_stratified_and_seeded():
     assert set(y_test.tolist()) == set(range(10))
     np.testing.assert_array_equal(load_digits_split(0)[1], y_train)
     assert not np.array_equal(load_digits_split(1)[1], y_train)
+    for digit in range(10):  # a fifth of each digit held out
+        assert np.sum(y_test == digit) == round((np.sum(y_train == digit) + np.sum(y_test == digit)) / 5)
+
+
+def test_digits_split_is_scikit_learns_digits_every_row_once():
+    from sklearn.datasets import load_digits
+
+    X_train, y_train, X_test, y_test = load_digits_split(0)
+    X, y = load_digits(return_X_y=True)
+    ours = np.column_stack([np.concatenate([X_train, X_test]) * 16, np.concatenate([y_train, y_test])])
+    theirs = np.column_stack([X, y]).astype(np.float32)
+    np.testing.assert_array_equal(ours[np.lexsort(ours.T)], theirs[np.lexsort(theirs.T)])

@@ -1,5 +1,5 @@
-"""The trainers import TensorFlow and LightGBM without scikit-learn (runtime.lean_imports), and a rank that
-computes metrics still imports it. Real trainers in the training environment; what each process had
+"""The trainers import TensorFlow and LightGBM without scikit-learn (runtime.lean_imports) and read the bundled
+digits without it (runtime.datasets), and a rank that computes metrics still imports it. Real trainers in the training environment; what each process had
 imported is read from its own ``sys.modules`` after it trained."""
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def test_a_lightgbm_rank_without_held_out_data_never_imports_sklearn_and_one_wit
 
 
 @needs_horovod
-def test_a_keras_rank_on_given_data_never_imports_sklearn(data):
-    imported, events = _train("horovod_keras", "--epochs", "1", "--train-data", str(data / "train.npz"),
-                              "--test-data", str(data / "valid.npz"), "--model-dir", str(data / "m"),
-                              "--checkpoint-dir", str(data / "c"))
+@pytest.mark.parametrize("given", [True, False], ids=["given data", "bundled digits"])
+def test_a_keras_rank_never_imports_sklearn(data, given):
+    files = ["--train-data", str(data / "train.npz"), "--test-data", str(data / "valid.npz")] if given else []
+    imported, events = _train("horovod_keras", "--epochs", "1", "--steps-per-epoch", "5", *files,
+                              "--model-dir", str(data / "m"), "--checkpoint-dir", str(data / "c"))
     assert imported == {"code": 0, "sklearn": []}
     assert (data / "m" / "model.keras").is_file() and '"result"' in events
