@@ -7,8 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from airflow_ml_provider.runtime.lean_imports import sklearn_hidden
-
 Predictor = Callable[[np.ndarray], np.ndarray]
 
 
@@ -20,14 +18,12 @@ def load_predictor(path: str | Path) -> Predictor:
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
     if path.suffix == ".txt":
-        with sklearn_hidden():
-            import lightgbm as lgb
+        import lightgbm as lgb
 
         booster = lgb.Booster(model_file=str(path))
         return lambda X: _as_class_probabilities(booster.predict(X))
     if path.suffix == ".keras":
-        with sklearn_hidden():
-            import keras
+        import keras
 
         model = keras.saving.load_model(path)
         return lambda X: _softmax(np.asarray(model(X, training=False)))

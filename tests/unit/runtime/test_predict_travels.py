@@ -1,0 +1,37 @@
+"""``runtime/predict.py`` travels inside every registered model (``code_paths``; ``served_model.py`` imports it as
+``predict`` where this package is not installed), so it must load a model with nothing of the package: run here
+from a folder of its own, in the training environment, with the package made unimportable."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from airflow_ml_provider.runtime import predict
+from support import TRAINING_IMAGE
+
+pytestmark = pytest.mark.integration
+
+SERVE = """
+import sys
+sys.modules["airflow_ml_provider"] = None  # as in a serving image without the package
+import lightgbm as lgb
+import numpy as np
+from predict import load_predictor
+
+X = np.random.default_rng(0).normal(size=(200, 4))
+lgb.train({"objective": "binary", "verbose": -1}, lgb.Dataset(X, X[:, 0] > 0), 3).save_model("model.txt")
+print(load_predictor("model.txt")(X).shape)
+"""
+
+
+def test_predict_loads_a_model_without_the_package(tmp_path):
+    python = TRAINING_IMAGE / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no training environment at {TRAINING_IMAGE} (make training-env)")
+    shutil.copy(predict.__file__, tmp_path / "predict.py")
+    done = subprocess.run([python, "-c", SERVE], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "(200, 2)"
