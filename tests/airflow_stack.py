@@ -123,7 +123,6 @@ def airflow_env(home: Path, dags_folder: Path, ports: list[int], extra: Mapping[
             # a deployment's dag-processor 2 of its 3.6 CPU s a minute while idle.
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
         }
     )
