@@ -28,6 +28,10 @@ os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
 ])
 os.environ.setdefault("AIRFLOW_ML_LOCAL_IMAGE", str(REPO / ".venv-train"))
 TRAINING_IMAGE = Path(os.environ["AIRFLOW_ML_LOCAL_IMAGE"])
+TRAINING_PYTHON = TRAINING_IMAGE / "bin" / "python"
+needs_training_env = pytest.mark.skipif(
+    not TRAINING_PYTHON.exists(), reason=f"no training environment at {TRAINING_IMAGE} (make training-env)"
+)
 
 # Test files whose tests share one real deployment (tests/deployments.py), by group: each group is one work
 # unit of `make test`'s workers (tests/scheduling.py), so that its deployment starts once (about 25 CPU s).
@@ -60,9 +64,8 @@ def horovod_available() -> bool:
         return known == "1"
     from airflow_ml_provider.jobs.backends.local import horovodrun_main
 
-    python = TRAINING_IMAGE / "bin" / "python"
-    probe = [python, "-c", _HOROVOD_PROBE, horovodrun_main.__file__]
-    found = python.exists() and subprocess.run(probe, capture_output=True).returncode == 0
+    probe = [TRAINING_PYTHON, "-c", _HOROVOD_PROBE, horovodrun_main.__file__]
+    found = TRAINING_PYTHON.exists() and subprocess.run(probe, capture_output=True).returncode == 0
     os.environ["AIRFLOW_ML_TEST_HOROVOD"] = "1" if found else "0"
     return found
 

@@ -128,7 +128,9 @@ def make_train_step(model, optimizer, loss_fn):
 def start_horovod(seed: int):
     """TensorFlow, one thread per op (the ranks share the machine's cores), and Horovod, initialized and
     seeded: every trainer's start. Returns (tf, hvd)."""
-    with quiet_startup(), sklearn_hidden():  # quiet: TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them)
+    # quiet_startup: TensorFlow's start-up notices (AIRFLOW_ML_TF_STARTUP_LOGS=1 shows them); sklearn_hidden:
+    # Keras's scikit-learn wrappers, unused (runtime.lean_imports)
+    with quiet_startup(), sklearn_hidden():
         import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)

@@ -10,9 +10,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from support import TRAINING_IMAGE, needs_horovod
+from support import TRAINING_PYTHON, needs_horovod, needs_training_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, needs_training_env]
 
 TRAIN = """
 import json, sys
@@ -24,10 +24,7 @@ print(json.dumps({{"code": code, "sklearn": sorted(m for m in sys.modules if m.s
 
 def _train(trainer: str, *args: str) -> tuple[dict, str]:
     """The trainer's exit code and the scikit-learn modules it had imported; its stdout (the events)."""
-    python = TRAINING_IMAGE / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no training environment at {TRAINING_IMAGE} (make training-env)")
-    done = subprocess.run([python, "-c", TRAIN.format(trainer=trainer), *args], capture_output=True, text=True)
+    done = subprocess.run([TRAINING_PYTHON, "-c", TRAIN.format(trainer=trainer), *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     *events, last = done.stdout.splitlines()
     return json.loads(last), "\n".join(events)
@@ -65,11 +62,8 @@ def test_a_keras_rank_on_given_data_never_imports_sklearn(data):
 
 def test_the_bundled_digits_load_without_importing_sklearn():
     """What the Horovod and PyTorch ranks without data files read, before they import their framework."""
-    python = TRAINING_IMAGE / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no training environment at {TRAINING_IMAGE} (make training-env)")
     probe = ("import sys; from airflow_ml_provider.runtime.datasets import load_digits_split; "
              "X_train, *_ = load_digits_split(0); print(len(X_train), 'sklearn' in sys.modules)")
-    done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    done = subprocess.run([TRAINING_PYTHON, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["1438", "False"]

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from airflow_ml_provider.runtime import predict
-from support import TRAINING_IMAGE
+from support import TRAINING_PYTHON, needs_training_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, needs_training_env]
 
 SERVE = """
 import sys
@@ -28,10 +28,7 @@ print(load_predictor("model.txt")(X).shape)
 
 
 def test_predict_loads_a_model_without_the_package(tmp_path):
-    python = TRAINING_IMAGE / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no training environment at {TRAINING_IMAGE} (make training-env)")
     shutil.copy(predict.__file__, tmp_path / "predict.py")
-    done = subprocess.run([python, "-c", SERVE], cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run([TRAINING_PYTHON, "-c", SERVE], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "(200, 2)"

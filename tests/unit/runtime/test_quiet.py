@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from airflow_ml_provider.runtime.quiet import NOISE
-from support import TRAINING_IMAGE
+from support import TRAINING_PYTHON, needs_training_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, needs_training_env]
 
 IMPORT = """
 import sys
@@ -24,14 +24,11 @@ print("imported", tensorflow.__version__)
 
 
 def _run(**env: str) -> subprocess.CompletedProcess:
-    python = TRAINING_IMAGE / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no training environment at {TRAINING_IMAGE} (make training-env)")
     clean = {
         k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "AIRFLOW_ML_TF_STARTUP_LOGS")
     }
     return subprocess.run(
-        [python, "-c", IMPORT], env={**clean, **env}, capture_output=True, text=True, check=True
+        [TRAINING_PYTHON, "-c", IMPORT], env={**clean, **env}, capture_output=True, text=True, check=True
     )
 
 
