@@ -75,6 +75,16 @@ needs_horovod = pytest.mark.skipif(
 )
 
 
+def _sandbox_unavailable() -> str | None:
+    from airflow_ml_provider.jobs.backends.local import sandbox
+
+    return sandbox.unavailable()
+
+
+needs_sandbox = pytest.mark.skipif(_sandbox_unavailable() is not None,
+                                   reason=f"no sandbox here: {_sandbox_unavailable()}")
+
+
 def torch_available() -> bool:
     return (TRAINING_IMAGE / "bin" / "torchrun").exists()
 

@@ -13,10 +13,15 @@ from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 from airflow_ml_provider.artifact_layout import check_root, data_dir, job_artifact_dir
-from airflow_ml_provider.hooks.artifact_store import ArtifactStore, ArtifactStoreError, JobEnvironment
+from airflow_ml_provider.hooks.artifact_store import (
+    S3_ENDPOINT_ENV,
+    ArtifactStore,
+    ArtifactStoreError,
+    JobEnvironment,
+)
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.jobs.backends.local.sandbox import sqlite_files
+from airflow_ml_provider.jobs.backends.local.sandbox import SandboxLimits, sqlite_files
 
 
 class TrainingBackendHook(BaseHook):
@@ -115,6 +120,7 @@ class TrainingBackendHook(BaseHook):
                 max_workers=conf.getint("ml_training", "local_max_workers", fallback=0) or None,
                 **({"sandbox": extras["local_sandbox"]} if extras.get("local_sandbox") else {}),
                 hide=airflow_private_paths(),
+                limits=self._sandbox_limits(extras),
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
@@ -124,6 +130,24 @@ class TrainingBackendHook(BaseHook):
                            async_api_factory=self.async_api_factory(extras), watch_key=self.kubernetes_conn_id(extras),
                            gang_scheduler=extras.get("gang_scheduler") or None,
                            queueing=extras.get("queueing") or None, **_trainjob_options(name, extras))
+
+    def _sandbox_limits(self, extras: dict[str, Any]) -> SandboxLimits:
+        """Each sandboxed local job's bounds (``[ml_training] local_job_*``) and the endpoints it may reach: the
+        configured ones and the artifact store's S3 endpoint, when it has one.
+
+        Raises:
+            AirflowFailException: naming the setting (a bound below 1, an endpoint that is not host:port).
+        """
+        bounds = {name: value for name in ("memory_mb", "max_processes", "tmp_mb")
+                  if (value := conf.getint("ml_training", f"local_job_{name}", fallback=0))}
+        egress = [e.strip() for e in conf.get("ml_training", "local_job_egress", fallback="").split(",") if e.strip()]
+        store = self._artifact_store("local", extras)
+        if store is not None and (endpoint := store.worker_settings().get(S3_ENDPOINT_ENV)):
+            egress.append(endpoint)
+        try:
+            return SandboxLimits(**bounds, egress=tuple(egress))
+        except ValueError as exc:
+            raise AirflowFailException(f"[ml_training] {exc}") from None
 
     def artifact_store(self, backend: str | None = None) -> ArtifactStore | None:
         """Where jobs on ``backend`` keep artifacts. None for a cluster backend with no root configured

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,8 @@ class PreprocessOperator(BaseJobOperator):
         self.data_version = data_version
 
     def job_request(self) -> JobRequest:
-        return JobRequest(Framework.GENERIC, [*self.command, "--input", self.input_path, "--output", self.output_path])
+        return JobRequest(Framework.GENERIC, [*self.command, "--input", self.input_path, "--output", self.output_path],
+                          outputs=[posixpath.dirname(self.output_path)])
 
     def finish(self, context, result: dict[str, Any]) -> dict[str, Any]:
         result = {k: v for k, v in result.items() if k != "model_path"}

@@ -97,6 +97,7 @@ def write_atomic(location: Location, write: Callable[[str], Any], suffix: str = 
         os.close(fd)
         try:
             write(tmp)
+            os.chmod(tmp, 0o644)  # (mkstemp's 0600) what a job publishes, the next job reads as a user of its own
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

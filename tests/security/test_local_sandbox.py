@@ -18,15 +18,12 @@ import psutil
 import pytest
 
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
 from airflow_ml_provider.jobs.backends.local.backend import ForgedJobRecord, LocalBackend, job_processes
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
-from support import TRAINING_IMAGE, final_status, job_log, job_uid, needs_horovod, wait_for
+from support import TRAINING_IMAGE, final_status, job_log, job_uid, needs_horovod, needs_sandbox, wait_for
 
 pytestmark = pytest.mark.integration
-needs_sandbox = pytest.mark.skipif(local_sandbox.unavailable() is not None,
-                                   reason=f"no sandbox here: {local_sandbox.unavailable()}")
 MODES = [pytest.param("auto", marks=needs_sandbox), "off"]
 
 ATTACK = textwrap.dedent("""

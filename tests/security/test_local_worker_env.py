@@ -36,8 +36,11 @@ EXPLICIT = ("OBJECT_STORE_KEY", "explicit-Secr3t")  # handed to submit(secrets=.
 WORKER = r"""
 import json, os
 def environ_of(pid):
-    with open(f"/proc/{pid}/environ", "rb") as handle:
-        items = handle.read().decode(errors="replace").split("\0")
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            items = handle.read().decode(errors="replace").split("\0")
+    except PermissionError:  # a process of another user (the sandbox's spawner, once it became the job's)
+        return {}
     return dict(item.split("=", 1) for item in items if "=" in item)
 def parent_of(pid):
     with open(f"/proc/{pid}/stat") as handle:

@@ -14,11 +14,12 @@ import time
 
 import pytest
 
+from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes
 from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState
-from support import REPO, TRAINING_IMAGE, final_status, job_log, job_uid, wait_for
+from support import REPO, TRAINING_IMAGE, final_status, job_log, job_uid, needs_sandbox, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,6 @@ def assert_stopped(backend: LocalBackend, name: str) -> None:
 @pytest.mark.parametrize(("case", "fields", "error"), [
     ("nul-argv", {"command": ["python", "-c", "print('a\0b')"]}, "command: argument 2 (\"print('a\"...) contains a NUL byte"),
     ("nul-env", {"command": ["python", "-V"], "env": {"TOKEN": "a\0b"}}, "env: variable 'TOKEN' contains a NUL byte"),
-    ("model-dir", {"command": ["python", "-V"], "model_dir": "{tmp}/a-file/model"}, "model_dir: cannot create"),
 ])
 def test_a_job_the_launcher_cannot_run_fails_once_with_the_launchers_error(backend, tmp_path, case, fields, error):
     (tmp_path / "a-file").write_text("not a directory")
@@ -56,6 +56,24 @@ def test_a_job_the_launcher_cannot_run_fails_once_with_the_launchers_error(backe
     assert status.message.startswith("the launcher could not run the job: ") and error in status.message
     assert f"[launcher] job ended: FAILED {status.message}" in job_log(backend, case)
     assert_stopped(backend, case)
+
+
+@pytest.mark.parametrize("sandbox", [pytest.param("auto", marks=needs_sandbox), "off"])
+def test_a_model_dir_that_cannot_be_made_fails_the_job_naming_the_field(tmp_path, sandbox):
+    """Sandboxed, the submitter makes the job's directories for the attempt, so it refuses one it cannot make
+    before anything starts; unsandboxed, the launcher makes them and fails the job with its error."""
+    (tmp_path / "a-file").write_text("not a directory")
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2, sandbox=sandbox)
+    job = unvalidated(command=["python", "-V"], model_dir=f"{tmp_path}/a-file/model")
+    if sandbox == "auto":
+        with pytest.raises(JobSubmissionError, match=rf"model_dir: {tmp_path}/a-file is not a directory"):
+            backend.submit("model-dir", job, {})
+        assert not backend.job_dir("model-dir").exists()
+        return
+    assert backend.submit("model-dir", job, {}) is True
+    status = final_status(backend, "model-dir")
+    assert status.state is JobState.FAILED and "the launcher could not run the job: model_dir: cannot create" in status.message
+    assert_stopped(backend, "model-dir")
 
 
 _SUBMITTER = textwrap.dedent("""

@@ -47,7 +47,9 @@ from airflow_ml_provider.jobs.backends.base import (
     JobNotFound,
     JobSubmissionError,
 )
+from airflow_ml_provider.jobs.backends.local import egress as local_egress
 from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
+from airflow_ml_provider.jobs.backends.local import workdirs as local_workdirs
 from airflow_ml_provider.jobs.backends.local.common import (
     JOB_UID_ENV,
     NEVER_LAUNCHED_STATUS,
@@ -63,7 +65,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
     write_private,
 )
 from airflow_ml_provider.jobs.backends.local.launcher import launch_plan
-from airflow_ml_provider.jobs.backends.local.sandbox import SandboxMode
+from airflow_ml_provider.jobs.backends.local.sandbox import SandboxLimits, SandboxMode
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.logs.files import FileLogSource
@@ -112,6 +114,8 @@ class LocalBackend(Backend):
             an error naming it.
         hide: more paths a sandboxed job must not see, besides ``$AIRFLOW_HOME``, ``$AIRFLOW_CONFIG`` and
             the root (``TrainingBackendHook`` adds Airflow's configured SQLite DB, logs and secrets files).
+        limits: each sandboxed job's memory, processes, ``/tmp`` size and the endpoints it may reach
+            (``SandboxLimits``; the hook reads them from ``[ml_training]`` and the connection).
     """
 
     name = "local"
@@ -119,7 +123,7 @@ class LocalBackend(Backend):
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
                  etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None,
                  sandbox: SandboxMode | str = SandboxMode.AUTO, lock_timeout_s: float = 120.0,
-                 hide: Sequence[str] = ()):
+                 hide: Sequence[str] = (), limits: SandboxLimits | None = None):
         if orphan_grace_s is not None and not orphan_grace_s > 0:
             raise ValueError(f"orphan_grace_s: must be a positive number of seconds (got {orphan_grace_s!r})")
         if max_workers is not None and not max_workers >= 1:
@@ -132,6 +136,7 @@ class LocalBackend(Backend):
         self._warned = False
         self.lock_timeout_s = lock_timeout_s
         self.hide = [str(path) for path in hide if path]
+        self.limits = limits or SandboxLimits()
         self.root = Path(root)
         self.image = image
         self.cancel_grace_s = cancel_grace_s
@@ -150,7 +155,7 @@ class LocalBackend(Backend):
 
     def render(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> str:
         plan = launch_plan(spec, self._image_for(spec), self.job_dir(name), self.etcd)
-        plan["sandbox"] = self._sandbox(name, spec, self._image_for(spec))
+        plan["sandbox"] = self._sandbox(name, spec, self._image_for(spec), "0" * 32)
         return json.dumps({"name": name, "labels": labels, **plan}, indent=2)
 
     def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str],
@@ -164,6 +169,7 @@ class LocalBackend(Backend):
         job_dir = self.job_dir(name)
         for directory in (self.root, job_dir.parent, self.root / "locks"):
             _ensure_private_dir(directory)
+        _ensure_shared_dir(self.root / "data")
         with self._claim(name):
             if job_dir.is_dir():
                 try:
@@ -175,15 +181,17 @@ class LocalBackend(Backend):
                 self._stop_leftovers(job_dir)
                 self._archive(job_dir)
             mkdir_private(job_dir)
+            uid = uuid.uuid4().hex
             try:
                 plan = launch_plan(spec, image, job_dir, self.etcd)
-                plan["sandbox"] = self._sandbox(name, spec, image)
+                plan["sandbox"] = self._sandbox(name, spec, image, uid)
+                if plan["sandbox"]:
+                    self._prepare_directories(spec, plan["sandbox"])
                 if _is_elastic_horovod(spec):
                     self._write_slots(name, spec)
-            except (ValueError, JobSubmissionError) as exc:
+            except (ValueError, OSError, JobSubmissionError) as exc:
                 shutil.rmtree(job_dir, ignore_errors=True)
                 raise JobSubmissionError(str(exc)) from None
-            uid = uuid.uuid4().hex
             record = {"name": name, "uid": uid, "owner": owner_token(self.root, name, uid), "labels": labels, "image": image, "submitted_at": time.time(),
                       "etcd": self.etcd, "cancel_grace_s": self.cancel_grace_s,
                       "orphan_grace_s": self.orphan_grace_s, "spec": spec.model_dump(mode="json"), "plan": plan}
@@ -395,8 +403,8 @@ class LocalBackend(Backend):
                 f"{WORKERS_PER_CPU} x the CPU count)"
             )
 
-    def _sandbox(self, name: str, spec: TrainingJobSpec, image: str) -> dict | None:
-        """The job's sandbox mounts, or None to run it unsandboxed (see ``sandbox``)."""
+    def _sandbox(self, name: str, spec: TrainingJobSpec, image: str, attempt: str) -> dict | None:
+        """The job's sandbox (mounts, user, bounds, egress), or None to run it unsandboxed (see ``sandbox``)."""
         if self.sandbox is SandboxMode.OFF:
             return None
         if (why := local_sandbox.unavailable()) is not None:
@@ -408,27 +416,56 @@ class LocalBackend(Backend):
                              "and files as the Airflow worker does (the local backend is then single-tenant: recipe "
                              "authors and jobs must be as trusted as DAG authors).", why)
             return None
+        uid = local_sandbox.job_uid(attempt)
         hidden = local_sandbox.hidden_paths(self.root, extra=self.hide)
+        data = os.path.realpath(self.root / "data")
         writable = [(field, path) for field in ("model_dir", "checkpoint_dir")
                     if (path := getattr(spec, field)) and "://" not in path]
-        unseen = [*hidden, local_sandbox.PRIVATE_TMP]  # e.g. a training environment installed under /tmp
-        inputs = [path for path in (image, sys.prefix, _PACKAGE_ROOT, spec.working_dir)
-                  if path and local_sandbox.inside(path, unseen)]
+        for path in (path for path in spec.outputs if "://" not in path):
+            if local_sandbox.inside(path, hidden) and not local_sandbox.inside(path, [data]):
+                raise JobSubmissionError(f"outputs: {path!r} is in a place jobs may not write; a job's outputs lie "
+                                         f"under {data} or outside the backend's and Airflow's directories")
+            writable.append(("outputs", path))
+        needed = [path for path in (image, _interpreter_prefix(image), sys.prefix, sys.base_prefix, _PACKAGE_ROOT,
+                                    spec.working_dir) if path]
+        closed = local_sandbox.closed_ancestors(needed) if uid is not None else []
+        unseen = [*hidden, local_sandbox.PRIVATE_TMP, *closed]  # e.g. a training environment installed under /tmp
+        inputs = [path for path in needed if local_sandbox.inside(path, unseen)] + [data]
         artifacts = [os.path.realpath(self.root / "artifacts")]
-        for path in (path for path in spec.inputs if "://" not in path and local_sandbox.inside(path, unseen)):
-            if local_sandbox.inside(path, hidden) and not local_sandbox.inside(path, artifacts):
-                raise JobSubmissionError(f"inputs: {path!r} is in a place jobs may not see; a job reads other "
-                                         f"jobs' files only under {artifacts[0]}")  # never a record or a secret
-            inputs.append(path)
         try:
-            sandbox = local_sandbox.mounts(name, hidden, [*writable, ("data", str(self.root / "data"))], inputs)
+            for path in (path for path in spec.inputs if "://" not in path and local_sandbox.inside(path, unseen)):
+                if local_sandbox.inside(path, hidden) and not local_sandbox.inside(path, [*artifacts, data]):
+                    raise ValueError(f"inputs: {path!r} is in a place jobs may not see; a job reads other jobs' "
+                                     f"files only under {artifacts[0]}")  # never a record or a secret
+                if local_sandbox.inside(path, [self.root]):  # written by another job: shown as it is, no link
+                    path = local_workdirs.linkless(path, str(self.root), "inputs")
+                inputs.append(path)
+            sandbox = local_sandbox.mounts(name, hidden, writable, inputs, uid)
+            egress = [*self.limits.egress, *([self.etcd] if _is_elastic_horovod(spec) and self.etcd else [])]
+            for value in egress:
+                local_egress.endpoint(value)
         except ValueError as exc:
             raise JobSubmissionError(str(exc)) from None
         if unseen := local_sandbox.unseen_arguments(spec.command, sandbox):
             _log.warning("Job %s names %s under /tmp, which it will not see: each local job has a /tmp of its "
                          "own. Put such files under %s, or name them in the job's inputs.",
                          name, ", ".join(unseen), self.root / "data")
-        return sandbox
+        return {**sandbox, "tmp_bytes": self.limits.tmp_mb * 2**20, "egress": egress,
+                "bounds": {"memory_bytes": self.limits.memory_mb * 2**20, "max_processes": self.limits.max_processes}}
+
+    def _prepare_directories(self, spec: TrainingJobSpec, sandbox: dict) -> None:
+        """Each writable directory of a sandboxed job made for this attempt and handed to its user (under the
+        name's lock, the previous attempt stopped): its own directory anew, its checkpoints carried over."""
+        uid = sandbox["uid"]
+        carry = [spec.checkpoint_dir] if spec.checkpoint_dir and "://" not in spec.checkpoint_dir else []
+        for job_dir in sandbox["job_dirs"]:
+            local_workdirs.fresh_attempt_dir(job_dir, uid, carry)
+        for field in ("model_dir", "checkpoint_dir"):
+            if (path := getattr(spec, field)) and "://" not in path:
+                local_workdirs.own_directory(path, field, uid)
+        for path in sandbox["writable"]:
+            if path not in sandbox["job_dirs"]:
+                local_workdirs.own_directory(path, "outputs", uid)
 
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix
@@ -482,6 +519,12 @@ def _mark_cancelled(job_dir: Path, reason: str) -> None:
         os.close(open_private(job_dir / "cancelled"))
 
 
+def _ensure_shared_dir(path: Path) -> None:
+    """``<root>/data``: every job reads the runs' shards there, as a user of its own (0755; no job writes it)."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o755)
+
+
 def _ensure_private_dir(path: Path) -> None:
     """Create ``path`` 0700 (its parents normally) if missing; an existing directory is left as is."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -525,6 +568,12 @@ def _check_image(spec: TrainingJobSpec, image: str) -> None:
             f"image: no torchrun in {bin_dir}; the local backend needs a training environment with "
             "PyTorch installed (run `make training-env`, then point the image at .venv-train)"
         )
+
+
+def _interpreter_prefix(image: str) -> str | None:
+    """Where the image's Python really lives (a virtual environment's ``bin/python`` links to its base)."""
+    python = Path(image) / "bin" / "python"
+    return str(Path(os.path.realpath(python)).parent.parent) if python.exists() else None
 
 
 def _create_time(pid: int) -> float | None:

@@ -72,6 +72,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
 )
 from airflow_ml_provider.jobs.backends.local.output import lines
 from airflow_ml_provider.jobs.backends.local.ports import free_ports
+from airflow_ml_provider.jobs.backends.local.sandboxed import JobSandbox
 from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.runtime import quiet
@@ -94,6 +95,8 @@ class _Interrupted(Exception):
 _TRACEBACK = "Traceback (most recent call last):"
 # horovodrun, run by the image's interpreter, without its per-run build probe where the image recorded its build
 HOROVODRUN_MAIN = Path(__file__).with_name("horovodrun_main.py")
+# Starts a job's workers, ``(argv, env, cwd)`` each, as Popen-like processes: in one sandbox, or unsandboxed
+Start = Callable[[list[tuple[list[str], dict[str, str], str]]], list]
 _STOPPING = threading.Event()  # set when the launcher stops the job (a SIGTERM: a cancel; its watchdog)
 
 
@@ -260,28 +263,39 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
     plan, spec = record["plan"], record["spec"]
     env = allowed_env(os.environ) | plan["env"] | {JOB_UID_ENV: record["uid"]} | secrets
     _check_nul(plan["argv"], env)
+    sandbox = None
+    if plan.get("sandbox"):  # every worker starts inside the job's sandbox, whose directories the submitter made
+        sandbox = JobSandbox(job_dir.parent.parent, record, writer.write)
+        plan = {**plan, "cwd": plan["cwd"] if spec.get("working_dir") else local_sandbox.PRIVATE_TMP}
+    else:
+        _make_directories(spec)
+    start = sandbox.start if sandbox is not None else _popen_all
+    watchdog = _Watchdog(job_dir, record, writer)
+    runner = {"horovod": _run_horovod, "pytorch": _run_torchrun}.get(plan["framework"], _run_ranks)
+    try:
+        timing["workers_started_at"] = time.time()
+        status = runner(spec, plan, env, writer, start)
+        timing["workers_ended_at"] = time.time()
+    finally:
+        watchdog.finish()
+        exceeded = sandbox.exceeded() if sandbox is not None else None
+        if sandbox is not None:
+            sandbox.close()
+    if exceeded is not None and status.state is not JobState.SUCCEEDED:
+        return JobStatus(JobState.FAILED, exceeded, status.exit_codes)
+    if watchdog.reason is not None and status.state is not JobState.SUCCEEDED:
+        return JobStatus(watchdog.reason.state, watchdog.reason.message, status.exit_codes)
+    return status
+
+
+def _make_directories(spec: dict) -> None:
+    """An unsandboxed job's model and checkpoint directories (a sandboxed job's are its submitter's)."""
     for field in ("model_dir", "checkpoint_dir"):
         if (directory := spec.get(field)) and "://" not in directory:  # object storage has no directories
             try:
                 Path(directory).mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise OSError(f"{field}: cannot create {directory!r}: {exc.strerror or exc}") from None
-    if plan.get("sandbox"):  # every worker process starts inside the job's sandbox
-        for directory in plan["sandbox"]["writable"]:  # what is bound must exist
-            Path(directory).mkdir(parents=True, exist_ok=True)
-        cwd = plan["cwd"] if spec.get("working_dir") else None
-        plan = {**plan, "argv": local_sandbox.argv(plan["sandbox"], cwd) + plan["argv"], "cwd": "/"}
-    watchdog = _Watchdog(job_dir, record, writer)
-    runner = {"horovod": _run_horovod, "pytorch": _run_torchrun}.get(plan["framework"], _run_ranks)
-    try:
-        timing["workers_started_at"] = time.time()
-        status = runner(spec, plan, env, writer)
-        timing["workers_ended_at"] = time.time()
-    finally:
-        watchdog.finish()
-    if watchdog.reason is not None and status.state is not JobState.SUCCEEDED:
-        return JobStatus(watchdog.reason.state, watchdog.reason.message, status.exit_codes)
-    return status
 
 
 def _check_nul(argv: list[str], env: dict[str, str]) -> None:
@@ -393,9 +407,22 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
                             stderr=subprocess.STDOUT)
 
 
-def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
+def _popen_all(workers: list[tuple[list[str], dict[str, str], str]]) -> list[subprocess.Popen]:
+    """Unsandboxed workers, each a process of its own; if one cannot start, none runs (OSError)."""
+    procs = []
     try:
-        proc = _popen(plan["argv"], env, plan["cwd"])
+        for argv, env, cwd in workers:
+            procs.append(_popen(argv, env, cwd))
+    except OSError:
+        for proc in procs:
+            proc.kill()
+        raise
+    return procs
+
+
+def _run_horovod(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter, start: Start) -> JobStatus:
+    try:
+        [proc] = start([(plan["argv"], env, plan["cwd"])])
     except OSError as exc:
         return _not_started(plan, exc, writer)
     _forward_sigterm(env[JOB_UID_ENV])
@@ -442,19 +469,15 @@ def horovod_output(line: str) -> list[tuple[str, str, tuple[int, int] | None]]:
     return parts
 
 
-def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
+def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter, start: Start) -> JobStatus:
     """One process per rank; each is told every rank's address (LightGBM's ``machines``)."""
-    ports = free_ports(spec["num_workers"])
+    ports = free_ports(spec["num_workers"])  # (a sandboxed job's network is its own: any port is free there)
     machines = ",".join(f"127.0.0.1:{port}" for port in ports)
-    procs = []
+    ranks = [env | {"AIRFLOW_ML_RANK": str(rank), "AIRFLOW_ML_LOCAL_PORT": str(port), "AIRFLOW_ML_MACHINES": machines}
+             for rank, port in enumerate(ports)]
     try:
-        for rank, port in enumerate(ports):
-            rank_env = env | {"AIRFLOW_ML_RANK": str(rank), "AIRFLOW_ML_LOCAL_PORT": str(port),
-                              "AIRFLOW_ML_MACHINES": machines}
-            procs.append(_popen(plan["argv"], rank_env, plan["cwd"]))
+        procs = start([(plan["argv"], rank_env, plan["cwd"]) for rank_env in ranks])
     except OSError as exc:
-        for proc in procs:
-            proc.kill()
         return _not_started(plan, exc, writer)
     _forward_sigterm(env[JOB_UID_ENV])
     readers = [threading.Thread(target=_pump, args=(p.stdout, f"rank {r}", writer)) for r, p in enumerate(procs)]
@@ -478,21 +501,18 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter)
     return _verdict(codes, failures, max(codes.values(), key=abs), "the workers")
 
 
-def _run_torchrun(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter) -> JobStatus:
+def _run_torchrun(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter, start: Start) -> JobStatus:
     """One torchrun agent per worker, meeting at one loopback port (``PET_RDZV_ENDPOINT``), each on a
     loopback address of its own (``PET_LOCAL_ADDR``), as each would be on a host of its own: the
     rendezvous tells agents apart by address and PID, and every sandboxed agent has the same PID. A non-elastic
     job ends at its first failed agent (the others are stopped if they have not ended ``_PEER_GRACE_S``
     later); an elastic one succeeds when an agent finishes the training, the group having re-formed."""
     endpoint = f"127.0.0.1:{free_ports(1)[0]}"
-    procs = []
+    agents = [env | {"PET_RDZV_ENDPOINT": endpoint, "PET_LOCAL_ADDR": _loopback(worker)}
+              for worker in range(spec["num_workers"])]
     try:
-        for worker in range(spec["num_workers"]):
-            agent_env = {"PET_RDZV_ENDPOINT": endpoint, "PET_LOCAL_ADDR": _loopback(worker)}
-            procs.append(_popen(plan["argv"], env | agent_env, plan["cwd"]))
+        procs = start([(plan["argv"], agent_env, plan["cwd"]) for agent_env in agents])
     except OSError as exc:
-        for proc in procs:
-            proc.kill()
         return _not_started(plan, exc, writer)
     _forward_sigterm(env[JOB_UID_ENV])
     summaries = [torchrun.FailureSummary() for _ in procs]

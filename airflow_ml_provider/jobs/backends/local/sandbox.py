@@ -1,36 +1,84 @@
 """Each local job's sandbox, made with Debian's bubblewrap (``bwrap``): Linux namespaces, no daemon, no root.
 
-Inside it a job's processes have their own PID namespace (they see no other process: not Airflow's, not
-another job's, so no ``/proc/<pid>/environ`` of theirs) and IPC namespace, no capabilities, the whole
-filesystem read-only, a private ``/tmp``, and nothing of what ``hidden`` names: ``$AIRFLOW_HOME``
-(``airflow.cfg``, the metadata DB, logs), ``$AIRFLOW_CONFIG``, a SQLite metadata DB named by
-``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``, what the backend's ``hide`` adds (the hook: Airflow's configured
-SQLite DB, log folder and local secrets files), and the local backend's root (the job records, locks and owner
-key, every job's artifacts). Bound back into that view, writable: the job's own directories (its
-``model_dir`` and ``checkpoint_dir``, widened to the job's own directory, ``.../<job name>``, whose
-parent is hidden so that no other job's directory shows) and ``<root>/data``, the runs' data shards,
-which every job shares (preprocessing jobs write their shards there); read-only: the training
-environment and this package, should they lie under a hidden path. The network is the host's (Horovod and LightGBM meet on loopback). When the sandbox's bwrap
-process dies, the kernel ends every process left in its PID namespace: nothing of a job outlives it.
+One sandbox holds all the workers of a job (its ``spawner`` starts them). Inside it they run:
+- **as an unprivileged user**: in a user namespace of their own, with no capabilities and no way to make
+  another user namespace; where the launcher runs as root, also as a user of their own on the host (a uid
+  per attempt, ``job_uid``), so that root-owned files and kernel settings are out of reach even where a
+  mount rule slips;
+- **in namespaces of their own**: PID (no other process is seen: not Airflow's, not another job's, so no
+  ``/proc/<pid>/environ`` of theirs), IPC, UTS and network: the job's workers share a loopback of their
+  own, where their rendezvous meets; they reach no host service and no other job, only the endpoints the
+  deployment allows (``egress``, relayed by the launcher);
+- **with read-only kernel interfaces**: ``/proc/sys`` and ``/sys`` read-only, a seccomp filter refusing
+  mounts, namespaces, keyrings, modules, ``ptrace`` and the like (``local_seccomp``);
+- **within bounds**: memory and process limits in cgroups of their own (``local_bounds``), a ``/tmp`` and
+  ``/dev/shm`` of bounded size;
+- **on a read-only filesystem** that shows nothing of what ``hidden`` names: ``$AIRFLOW_HOME`` (``airflow.cfg``,
+  the metadata DB, logs), ``$AIRFLOW_CONFIG``, a SQLite metadata DB named by ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``,
+  what the backend's ``hide`` adds (the hook: Airflow's configured SQLite DB, log folder and local secrets
+  files), and the local backend's root (the job records, locks and owner key, every job's artifacts).
+  Bound back into that view, writable: the job's own directory (``<artifacts>/<job>``, made anew for each
+  attempt by the submitter: ``local_workdirs``) and the ``outputs`` it declares; read-only: ``<root>/data``
+  (the runs' data shards), its declared ``inputs``, and the training environment and this package should
+  they lie under a hidden path or a directory the job's user cannot enter.
 
-The submitter computes the mounts (``mounts``, stored in the job's plan); the launcher turns them into
-``bwrap`` argv (``argv``) once the job's directories exist.
+When the sandbox's bwrap process dies, the kernel ends every process left in its PID namespace: nothing of
+a job outlives it. The submitter computes the mounts (``mounts``, stored in the job's plan); the launcher
+turns them into ``bwrap`` argv (``argv``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from airflow_ml_provider.jobs.backends.local import egress, workdirs
+from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV
+
 PRIVATE_TMP = "/tmp"  # each job gets its own, empty: what lies under the machine's /tmp is shown only when bound
-_BASE = ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-         "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", PRIVATE_TMP]
+_NAMESPACES = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",
+               "--new-session", "--cap-drop", "ALL"]
+# Made by an unprivileged user: in a user namespace of the sandbox's own, which may not nest another
+_UNPRIVILEGED = ["--unshare-user", "--disable-userns"]
+# Made by root: no user namespace (its mount sources are then read as root, the job's never), and the spawner
+# keeps just what it needs to become the job's own user (seccomp refuses a new user namespace there)
+_PRIVILEGED = ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+_FILESYSTEM = ["--ro-bind", "/", "/", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+# A uid per attempt where the launcher is root: from a range no login or container user is given by default
+# (Debian's subordinate ids start at 100000 in blocks of 65536; these lie far above, below 2**31).
+JOB_UID_BASE, JOB_UID_SPAN = 1_500_000_000, 1 << 24
 _SQLITE = "sqlite:///"
+
+
+def _machine_memory_mb() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What bounds each sandboxed job: its memory (all its processes and its ``/tmp`` and ``/dev/shm`` together;
+    default three quarters of the machine's), its processes, the size of each of its tmpfs, and the endpoints
+    (``host:port``) it may reach outside its own network."""
+
+    memory_mb: int = dataclasses.field(default_factory=lambda: _machine_memory_mb() * 3 // 4)
+    max_processes: int = 4096
+    tmp_mb: int = 1024
+    egress: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("memory_mb", "max_processes", "tmp_mb"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"local_job_{name}: must be a whole number of at least 1 (got {value!r})")
+        for value in self.egress:
+            egress.endpoint(value, "local_job_egress")
 
 
 class SandboxMode(str, Enum):
@@ -49,7 +97,8 @@ def unavailable() -> str | None:
     if bwrap is None:
         return "bubblewrap is not installed (no bwrap on PATH; `make bwrap` installs it)"
     try:
-        probe = subprocess.run([bwrap, *_BASE, "--", "/bin/true"], capture_output=True, text=True, timeout=30)
+        probe = subprocess.run([bwrap, *_NAMESPACES, *_mode(os.geteuid() == 0), *_FILESYSTEM, "--", "/bin/true"], capture_output=True,
+                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be run: {exc}"
     if probe.returncode != 0:
@@ -75,39 +124,69 @@ def sqlite_files(url: str) -> list[str]:
     return [database + suffix for suffix in ("", "-wal", "-shm", "-journal")] if database else []
 
 
-def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readable: list[str]) -> dict:
+def job_uid(attempt: str) -> int | None:
+    """The host user an attempt's workers run as: one of its own (from the attempt's id) where the launcher is
+    root (the spawner becomes it), else None (the submitter's own, unprivileged, in a user namespace)."""
+    if os.geteuid() != 0:
+        return None
+    return JOB_UID_BASE + int(attempt[:8], 16) % JOB_UID_SPAN
+
+
+def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readable: list[str],
+           uid: int | None) -> dict:
     """The sandbox of job ``name`` as data (for ``job.json``): paths to hide, the job's own writable
-    directories (``(field, path)`` pairs, each widened to the job's own directory when one of its ancestors is named after the
-    job; that directory's parent is then hidden too) and read-only inputs to show again.
+    directories (``(field, path)`` pairs, each widened to the job's own directory when one of its ancestors is
+    named after the job; that directory's parent is then hidden too) and read-only inputs to show again.
+    For a job of its own ``uid``, a directory on the way to one of them that others may not enter is hidden
+    too, so that what is bound inside it is reached through the sandbox's own directories.
 
     Raises:
-        ValueError: a writable directory would show what must stay hidden (it contains a hidden path).
+        ValueError: a writable directory would show what must stay hidden (it contains a hidden path, or it
+            lies in one and is not the job's own), or goes through a symbolic link.
     """
-    own, parents = [], []
+    own, parents, job_dirs = [], [], []
     for field, directory in writable:
-        path = Path(os.path.realpath(directory))
+        path = Path(os.path.abspath(directory))
         job_dir = next((p for p in (path, *path.parents) if p.name == name), None)
         if job_dir is not None and len(job_dir.parent.parts) >= 3:  # never hides / or a top-level directory
-            path = job_dir
+            path = job_dir  # made anew for the attempt, whatever an earlier one left there
+            workdirs.real_directory(str(job_dir.parent), field)
             parents.append(str(job_dir.parent))
+            job_dirs.append(str(job_dir))
+        else:
+            path = workdirs.real_directory(directory, field)
         for secret in hidden:
             if Path(secret) == path or Path(secret).is_relative_to(path):
                 raise ValueError(f"{field}: {directory!r} contains {secret}, which a job must not see; give the "
                                  "job a directory of its own")
         own.append(str(path))
-    return {"hide": sorted(set(hidden + parents)), "writable": sorted(set(own)),
-            "readable": sorted({os.path.realpath(p) for p in readable} - set(own))}
+    readable = sorted({os.path.realpath(p) for p in readable} - set(own))
+    veiled = closed_ancestors([*own, *readable]) if uid is not None else []
+    return {"hide": sorted(set(hidden + parents + veiled)), "writable": sorted(set(own)), "readable": readable,
+            "job_dirs": sorted(set(job_dirs)), "uid": uid}
 
 
-def argv(sandbox: dict, cwd: str | None) -> list[str]:
+def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str | None = None, hosts: str | None = None,
+         low_ports: bool = False) -> list[str]:
     """``bwrap`` and its options for a job's ``mounts`` (paths that do not exist are left out: nothing
-    to hide or to show). The command starts in ``cwd``, by default ``/tmp`` (its private one)."""
-    args = [shutil.which("bwrap") or "bwrap", *_BASE]
+    to hide or to show), up to ``--``. Its command starts in ``/tmp`` (its private one). ``egress_dir``: the
+    launcher's relay sockets, shown read-only; ``hosts``: a file shown as ``/etc/hosts``; ``low_ports``: the
+    job may listen below port 1024 (in its own network only: a relayed endpoint there)."""
+    tmp = sandbox.get("tmp_bytes")
+    tmpfs = ["--size", str(tmp), "--perms", "1777"] if tmp else ["--perms", "1777"]  # open to all, as the machine's
+    args = [shutil.which("bwrap") or "bwrap", *_NAMESPACES, *_mode(sandbox.get("uid") is not None), *_FILESYSTEM,
+            *tmpfs, "--tmpfs", PRIVATE_TMP, *tmpfs, "--tmpfs", "/dev/shm"]
+    if low_ports:
+        args += ["--cap-add", "CAP_NET_BIND_SERVICE"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    shown = [(p, "--ro-bind") for p in sandbox["readable"]] + [(p, "--bind") for p in sandbox["writable"]]
+    if egress_dir:
+        shown.append((egress_dir, "--ro-bind"))
     emptied = [path for path in sorted(sandbox["hide"], key=_depth) if os.path.isdir(path)]  # outer ones first
     # Outer paths first, hiding before binding at one depth: a bind shown again (an environment under /tmp)
     # never uncovers a hidden path inside it, and what is bound inside a hidden directory stays bound.
-    steps = ([(p, "hide") for p in sandbox["hide"]] + [(p, "--ro-bind") for p in sandbox["readable"]]
-             + [(p, "--bind") for p in sandbox["writable"]])
+    steps = [(p, "hide") for p in sandbox["hide"]] + shown
     for path, option in sorted(steps, key=lambda step: (_depth(step[0]), step[1] != "hide")):
         if option == "hide" and os.path.isdir(path):
             args += ["--tmpfs", path]
@@ -115,9 +194,14 @@ def argv(sandbox: dict, cwd: str | None) -> list[str]:
             args += ["--ro-bind", "/dev/null", path]
         elif option != "hide" and os.path.exists(path):
             args += [option, path, path]
+    for path in _made_on_the_way([p for p, _ in shown if os.path.exists(p)], emptied):
+        args += ["--chmod", "0755", path]  # bwrap makes them 0700: the job's own user could not pass them
     for path in emptied:  # the empty directories that hide things are read-only too (binds in them stay as bound)
         args += ["--remount-ro", path]
-    return [*args, "--setenv", "TMPDIR", "/tmp", "--chdir", cwd or "/tmp", "--"]
+    if hosts:
+        args += ["--ro-bind", hosts, "/etc/hosts"]
+    return [*args, "--setenv", "TMPDIR", "/tmp", "--unsetenv", JOB_UID_ENV,  # the spawner: a stop's SIGTERM is for the workers
+             "--chdir", "/tmp", "--"]
 
 
 def unseen_arguments(command: list[str], sandbox: dict) -> list[str]:
@@ -133,6 +217,31 @@ def inside(path: str, roots: list[str]) -> bool:
     """Whether ``path`` is one of ``roots`` or below one."""
     real = Path(os.path.realpath(path))
     return any(real == Path(root) or real.is_relative_to(root) for root in roots)
+
+
+def _made_on_the_way(shown: list[str], emptied: list[str]) -> list[str]:
+    """The directories bwrap makes inside an emptied one to reach what is shown there, outer ones first."""
+    made = {str(ancestor) for path in shown for ancestor in Path(path).parents
+            if any(ancestor != Path(empty) and ancestor.is_relative_to(empty) for empty in emptied)
+            and not any(ancestor.is_relative_to(bound) for bound in shown)}  # (inside a bind: the real one)
+    return sorted(made - set(emptied), key=_depth)
+
+
+def _mode(privileged: bool) -> list[str]:
+    return _PRIVILEGED if privileged else _UNPRIVILEGED
+
+
+def closed_ancestors(paths: list[str]) -> list[str]:
+    """The directories on the way to ``paths`` that others may not enter (no execute bit for them)."""
+    closed = set()
+    for path in paths:
+        for ancestor in Path(path).parents:
+            try:
+                if not os.stat(ancestor).st_mode & 0o001:
+                    closed.add(str(ancestor))
+            except OSError:
+                continue
+    return sorted(closed)
 
 
 def _depth(path: str) -> int:

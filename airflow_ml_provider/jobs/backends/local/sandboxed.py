@@ -1,0 +1,179 @@
+"""The launcher's side of a job's sandbox: one bubblewrap sandbox for all the job's workers, started within
+the job's bounds and as its user (``local_enter``), its egress relayed, its workers' ends reported.
+
+``JobSandbox.start`` hands the workers to the sandbox's ``spawner`` and returns one ``SandboxedWorker`` per
+worker, which the launcher's runners use as they use a ``Popen``: ``stdout`` (the worker's output pipe),
+``poll``, ``wait``, ``terminate``, ``kill``. A worker whose end the spawner never reported (the sandbox was
+killed: a stop, the OOM killer) ended by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from airflow_ml_provider.jobs.backends.local import bounds as local_bounds
+from airflow_ml_provider.jobs.backends.local import egress as local_egress
+from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
+from airflow_ml_provider.jobs.backends.local import seccomp as local_seccomp
+from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV, allowed_env, write_private
+
+SPAWNER = str(Path(__file__).with_name("spawner.py"))
+_ENTER = "airflow_ml_provider.jobs.backends.local.enter"
+
+
+class SandboxedWorker:
+    """One worker inside the sandbox, shaped like the part of ``Popen`` the runners use."""
+
+    def __init__(self, sandbox: JobSandbox, index: int, stdout):
+        self.sandbox, self.index, self.stdout = sandbox, index, stdout
+
+    def poll(self) -> int | None:
+        return self.sandbox.codes.get(self.index)
+
+    def wait(self) -> int:
+        self.sandbox.ended.wait_for(self.index)
+        return self.sandbox.codes[self.index]
+
+    def send_signal(self, signum: int) -> None:
+        self.sandbox.signal(self.index, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class _Ends:
+    """The workers' exit codes as the spawner reports them, and a wait for each."""
+
+    def __init__(self) -> None:
+        self.codes: dict[int, int] = {}
+        self._changed = threading.Condition()
+
+    def wait_for(self, index: int) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: index in self.codes)
+
+    def record(self, index: int, code: int) -> None:
+        with self._changed:
+            self.codes.setdefault(index, code)
+            self._changed.notify_all()
+
+
+class JobSandbox:
+    """Everything one job's sandbox holds outside it: its cgroups, egress relays and the bwrap process.
+
+    Args:
+        root: the local backend's root (the relays' sockets live in ``<root>/egress/<attempt>``).
+        record: the job's ``job.json`` (its ``uid`` and ``plan["sandbox"]``).
+        log: where the sandbox's own messages go (``(source, text)``), e.g. the job's ``[launcher]`` lines.
+    """
+
+    def __init__(self, root: Path, record: dict, log):
+        self.config = record["plan"]["sandbox"]
+        self.attempt = f"{record['name']}-{record['uid'][:8]}"
+        self.log = log
+        self.ended = _Ends()
+        self.codes = self.ended.codes
+        self._proc: subprocess.Popen | None = None
+        self._control_lock = threading.Lock()
+        self.bounds = local_bounds.create(self.attempt, **self.config["bounds"])
+        if self.bounds.unbounded:
+            log("launcher", self.bounds.unbounded)
+        plan = local_egress.listen_plan(self.config.get("egress", []))
+        self._egress_dir = root / "egress" / self.attempt
+        self.relays = local_egress.Relays(plan, self._egress_dir) if plan else None
+        self._hosts = None
+        if (hosts := local_egress.hosts_file(plan)) is not None:
+            self._hosts = self._egress_dir / "hosts"
+            write_private(self._hosts, hosts)
+            os.chmod(self._hosts, 0o644)
+        self._low_ports = any(entry["listen"][1] < 1024 for entry in plan)
+
+    def start(self, workers: list[tuple[list[str], dict[str, str], str]]) -> list[SandboxedWorker]:
+        """Start ``(argv, env, cwd)`` workers in one sandbox; OSError (as Popen raises it) if one cannot start."""
+        pipes = [os.pipe() for _ in workers]
+        seccomp_fd = local_seccomp.program_fd()
+        inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else [])
+        bwrap = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir) if self.relays else None,
+                                   str(self._hosts) if self._hosts else None, self._low_ports)
+        command = [sys.executable, "-m", _ENTER, json.dumps(self.bounds.to_dict()), "--", *bwrap,
+                   sys.executable, "-I", "-S", SPAWNER]
+        env = allowed_env(os.environ) | {JOB_UID_ENV: workers[0][1][JOB_UID_ENV]}
+        if "PYTHONPATH" in os.environ:  # how the launcher found this package, for the enter step
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        try:
+            self._proc = subprocess.Popen(command, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, pass_fds=inherited)
+        finally:
+            for fd in inherited:
+                os.close(fd)
+        threading.Thread(target=self._relay_stderr, daemon=True).start()
+        plan = {"workers": [{"argv": argv, "env": worker_env, "cwd": cwd, "fd": write}
+                            for (argv, worker_env, cwd), (_, write) in zip(workers, pipes)],
+                "relays": self.relays.sockets if self.relays else [], "user": self.config.get("uid")}
+        try:
+            self._proc.stdin.write((json.dumps(plan) + "\n").encode())
+            self._proc.stdin.flush()
+            first = json.loads(self._proc.stdout.readline() or b'{"failed": -1}')
+        except (OSError, ValueError):
+            first = {"failed": -1}
+        if "started" not in first:
+            for read, _ in pipes:
+                os.close(read)
+            self._proc.wait()
+            raise OSError(first.get("error") or f"the job's sandbox could not start (exit {self._proc.returncode}; "
+                                                "its reason is in the job's [launcher] lines)")
+        threading.Thread(target=self._read_ends, args=(len(workers),), daemon=True).start()
+        return [SandboxedWorker(self, index, os.fdopen(read, "rb"))
+                for index, (read, _) in enumerate(pipes)]
+
+    def signal(self, index: int, signum: int) -> None:
+        """Send ``signum`` to worker ``index`` (nothing once the sandbox is gone)."""
+        with self._control_lock:
+            try:
+                self._proc.stdin.write((json.dumps({"worker": index, "signal": signum}) + "\n").encode())
+                self._proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
+
+    def exceeded(self) -> str | None:
+        """The bound the job hit, in words (see ``local_bounds.exceeded``)."""
+        return local_bounds.exceeded(self.bounds.to_dict())
+
+    def close(self) -> None:
+        """Once the job ended: the sandbox reaped, the relays stopped, the cgroups and sockets removed."""
+        if self._proc is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+            self._proc.wait()
+        if self.relays is not None:
+            self.relays.close()
+        local_bounds.remove(self.bounds)
+        for path in (self._egress_dir.glob("*") if self._egress_dir.is_dir() else []):
+            path.unlink(missing_ok=True)
+        if self._egress_dir.is_dir():
+            self._egress_dir.rmdir()
+
+    def _read_ends(self, count: int) -> None:
+        for line in self._proc.stdout:
+            try:
+                message = json.loads(line)
+                self.ended.record(int(message["worker"]), int(message["code"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        for index in range(count):  # the sandbox ended without saying: it was killed, and with it its workers
+            self.ended.record(index, -signal.SIGKILL)
+
+    def _relay_stderr(self) -> None:
+        for line in self._proc.stderr:
+            self.log("launcher", "sandbox: " + line.decode(errors="replace").rstrip())
