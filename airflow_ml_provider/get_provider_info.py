@@ -246,6 +246,12 @@ CONFIG = {
                 "The most worker processes one local job may start (num_workers, or an elastic job's "
                 "max_workers); a job asking for more is refused at submit. Unset: 4 x the machine's CPU count.",
                 None, "8"),
+            "task_log_max_lines": _bound(
+                "The most lines of a job's log one task shows in its task log (each trial's, in a search); "
+                "past it, one line says where the job's whole log is (a local job's output.log in its job "
+                "directory, the Elasticsearch index, the pods' logs), and metrics, log rules and verdicts still "
+                "read every line. A task's own follow option task_log_lines may only lower it.",
+                10000, "2000"),
             "max_conf_keys": _bound(
                 "The most keys a pipeline run's trigger conf may have; more is refused by its first task.",
                 64, "32"),

@@ -27,6 +27,7 @@ from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_ml_provider.hooks.mlflow_s3 import s3_client_settings
+from airflow_ml_provider.hooks.model_check import MODEL_SHA256, verify_model_file
 from airflow_ml_provider.patterns import MODEL_NAME
 
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -225,13 +226,17 @@ class ModelRegistryHook(BaseHook):
 
     def model_file(self, name: str, version: int, directory: str) -> Path:
         """Download the trained model file that ``register`` stored in the version (``model.txt``,
-        ``model.keras`` or ``model.pt``) into ``directory``; returns its path."""
+        ``model.keras`` or ``model.pt``) into ``directory``, checked against the version's
+        ``airflow.model_sha256`` tag (raises ``ModelTampered`` otherwise); returns its path."""
         with self.mlflow() as mlflow:
-            uri = mlflow.MlflowClient().get_model_version_download_uri(name, str(version))
-            local = Path(mlflow.artifacts.download_artifacts(f"{uri.rstrip('/')}/artifacts", dst_path=directory))
+            client = mlflow.MlflowClient()
+            uri = client.get_model_version_download_uri(name, str(version)).rstrip("/") + "/artifacts"
+            expected = client.get_model_version(name, str(version)).tags.get(MODEL_SHA256)
+            local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=directory))
         files = sorted(p for p in local.iterdir() if p.suffix in MODEL_FILES)
         if not files:
             raise LookupError(f"model {name!r} version {version}: no {' or '.join(MODEL_FILES)} file in its artifacts")
+        verify_model_file(str(files[0]), expected, f"model {name!r} version {version}", f"{uri}/{files[0].name}")
         return files[0]
 
     def place_model_file(self, name: str, version: int, store: Any, directory: str) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.logs.controls import visible_lines
 from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogLine, LogSource, LogSourceUnavailable
 
@@ -35,10 +36,10 @@ def job_options(base: FollowOptions, backend: Backend, name: str, spec: Training
                 source: LogSource) -> FollowOptions:
     """``base`` for one job just submitted (a training task's, a search trial's): the directories it may
     report its model and checkpoints in (a path elsewhere, from a pod, is not trusted), how long its
-    log settles after it ends, and its deadline, ``spec.timeout_s`` from now."""
+    log settles after it ends, where the whole log is, and its deadline, ``spec.timeout_s`` from now."""
     roots = tuple(path for path in (backend.default_artifact_dir(name), spec.model_dir, spec.checkpoint_dir) if path)
     deadline = time.time() + spec.timeout_s if spec.timeout_s else None
-    return replace(base, artifact_roots=roots, settle_s=source.settle_s, deadline=deadline)
+    return replace(base, artifact_roots=roots, settle_s=source.settle_s, deadline=deadline, full_log=source.location())
 
 
 class SyncDriver:
@@ -174,8 +175,11 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
 
 def _showing(lines: list, follower: Follower, before: Any) -> dict[str, Any]:
     """The mark of a batch being shown: its length, and where it starts only if the saved tail cannot
-    show it again (a log cursor, such as Elasticsearch's, can be the largest part of the state)."""
-    return {"lines": len(lines)} if len(lines) <= len(follower.tail) else {"lines": len(lines), "cursor": before}
+    show it again (a log cursor, such as Elasticsearch's, can be the largest part of the state; the tail
+    ends with the batch's last line unless the task log cap withheld some of it)."""
+    if len(lines) <= len(follower.tail) and not follower.withheld:
+        return {"lines": len(lines)}
+    return {"lines": len(lines), "cursor": before}
 
 
 async def _round(follower: Follower, backend: Backend | None, name: str | None, source: LogSource | None,
@@ -224,7 +228,7 @@ async def _batch_shown(state: dict[str, Any], showing: dict[str, Any], source: L
         return [LogLine(name, text) for name, text in tail[-count:]]
     if source is None or "cursor" not in showing:
         raise LogSourceUnavailable("the state's tail is shorter than the batch, and there is no log to read it from")
-    return (await asyncio.to_thread(source.read, showing["cursor"], count)).lines[:count]
+    return visible_lines((await asyncio.to_thread(source.read, showing["cursor"], count)).lines[:count])
 
 
 def replay(source: LogSource, options: FollowOptions | None = None) -> Follower:

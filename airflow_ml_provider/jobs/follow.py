@@ -22,6 +22,7 @@ from typing import Any
 from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound
 from airflow_ml_provider.jobs.follow_options import FollowOptions
 from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
+from airflow_ml_provider.logs.controls import visible_lines
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.logs.rules import LogRules, RuleMatch, Verdict
 from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSourceUnavailable
@@ -106,13 +107,16 @@ class Follower:
         self.seq: int = state.get("seq", 0)  # grows with every observed batch: newer state wins
         self.shown: list[str] | None = state.get("shown")  # the job's state (and reason) last logged
         self.waiting_since: float | None = state.get("waiting_since")  # waiting for admission since
+        self.logged: int = state.get("logged", 0)  # job lines shown in the task log
+        self.withheld: int = state.get("withheld", 0)  # job lines past ``task_log_lines``, not shown
 
     @property
     def state(self) -> dict[str, Any]:
         return {"cursor": self.cursor, "metrics": self.tracker.state(), "preemptions": self.preemptions,
                 "tail": [list(entry) for entry in self.tail], "ended_at": self.ended_at,
                 "outage_since": self.outage_since, "outage_failures": self.outage_failures, "seq": self.seq,
-                "shown": self.shown, "waiting_since": self.waiting_since}
+                "shown": self.shown, "waiting_since": self.waiting_since, "logged": self.logged,
+                "withheld": self.withheld}
 
     # -- rounds -----------------------------------------------------------------------------------------
 
@@ -134,20 +138,23 @@ class Follower:
     def observe(self, status: JobStatus | None, batch: LogBatch | None, now: float) -> Step:
         """One round: ``status`` read first (None when following a log alone), then ``batch`` (None
         when following a status alone). A terminal status followed by an empty read, at least
-        ``settle_s`` after the job ended, means every line has been seen."""
+        ``settle_s`` after the job ended, means every line has been seen. Lines enter here, their control
+        characters made visible (``logs.controls``) before rules, metrics, the tail or the task log see them."""
         warnings = self._recovered(now)
         events = self._transition(status, now)
-        lines, points, match = [], [], None
+        lines, shown, points, match = [], [], [], None
         if batch is not None:
             self.seq += 1
             self.cursor = batch.cursor
-            taken, match = self.rules.first_match(batch.lines)
-            lines = batch.lines[:taken]
+            read = visible_lines(batch.lines)
+            taken, match = self.rules.first_match(read)
+            lines = read[:taken]
             points = self.tracker.feed_lines(lines, self.rules)
             warnings += self.tracker.warnings
             self.tracker.warnings.clear()
             self._keep_tail(lines)
-        progress = {"lines": lines, "status": status, "points": points, "warnings": warnings, "events": events}
+            shown = self._to_show(lines, warnings)
+        progress = {"lines": shown, "status": status, "points": points, "warnings": warnings, "events": events}
         if match is not None:
             return self._verdict(match, progress)
         if (limit := self.options.max_queue_s) is not None and status is not None and self.waiting_since is not None \
@@ -235,6 +242,22 @@ class Follower:
         tail = self.tail + [[_cut(line.source, TAIL_SOURCE_CHARS), _cut(line.text, TAIL_LINE_CHARS)]
                             for line in lines[max(len(lines) - keep, 0):]]
         self.tail = tail[max(len(tail) - keep, 0):]
+
+    def _to_show(self, lines: list[LogLine], warnings: list[str]) -> list[LogLine]:
+        """The lines the task log still has room for (``task_log_lines``); the first time one is withheld, a
+        warning says where the whole log is."""
+        cap = self.options.task_log_lines
+        if cap is None or self.logged + len(lines) <= cap:
+            self.logged += len(lines)
+            return lines
+        room = max(cap - self.logged, 0)
+        if self.withheld == 0:
+            warnings.append(f"The task log shows the first {cap} lines of the job's log (task_log_lines); the "
+                            f"rest are in {self.options.full_log or 'the job log source'}. Metrics and log rules "
+                            "still read every line")
+        self.logged += room
+        self.withheld += len(lines) - room
+        return lines[:room]
 
     def _outside(self) -> str:
         if not self.options.artifact_roots:

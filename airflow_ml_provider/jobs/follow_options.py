@@ -31,6 +31,9 @@ class FollowOptions:
         metric_goals: ``{"auc": "max"}`` where the default direction is wrong.
         tail_lines: last lines kept for failure messages (each cut to TAIL_LINE_CHARS characters).
         max_lines: lines per read; a full batch means more are ready.
+        task_log_lines: the most of the job's lines shown in the task log (None: all); past it, one line
+            says where ``full_log`` is, and metrics and rules still read every line.
+        full_log: where the job's whole log is (``LogSource.location``), named once the task log is capped.
     """
 
     rules: dict[str, list[str]] = field(default_factory=dict)
@@ -44,13 +47,16 @@ class FollowOptions:
     metric_goals: dict[str, str] = field(default_factory=dict)
     tail_lines: int = 20
     max_lines: int = 5000
+    task_log_lines: int | None = None
+    full_log: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"rules": self.rules, "max_preemptions": self.max_preemptions,
                 "max_queue_s": self.max_queue_s, "poll_interval": self.poll_interval,
                 "settle_s": self.settle_s, "outage_grace_s": self.outage_grace_s, "deadline": self.deadline,
                 "artifact_roots": list(self.artifact_roots), "metric_goals": self.metric_goals,
-                "tail_lines": self.tail_lines, "max_lines": self.max_lines}
+                "tail_lines": self.tail_lines, "max_lines": self.max_lines, "task_log_lines": self.task_log_lines,
+                "full_log": self.full_log}
 
     def __post_init__(self) -> None:
         """Refuse what cannot work, naming the field: a bad regex, a negative budget or interval."""
@@ -64,6 +70,8 @@ class FollowOptions:
             raise ValueError(f"poll_interval: {self.poll_interval!r} is not a number of seconds > 0")
         if self.max_queue_s is not None and (not isinstance(self.max_queue_s, int | float) or not self.max_queue_s > 0):
             raise ValueError(f"max_queue_s: {self.max_queue_s!r} is not a positive number of seconds")
+        if self.task_log_lines is not None and (not isinstance(self.task_log_lines, int) or self.task_log_lines < 0):
+            raise ValueError(f"task_log_lines: {self.task_log_lines!r} is not a whole number >= 0")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FollowOptions:

@@ -72,6 +72,10 @@ class ElasticsearchLogSource(LogSource):
         self.max_seen = int(max_seen)
         self._sources_of, self._messages_of = column(fields.source), column(fields.message)
 
+    def location(self) -> str:
+        where = f" in namespace {self.namespace}" if self.namespace else ""
+        return f"Elasticsearch index {self.index}: the documents of job {self.job}{where}"
+
     def read(self, cursor: dict[str, Any] | None = None, max_lines: int = 5000) -> LogBatch:
         cursor = cursor or {}
         after, read_at, floor = cursor.get("after"), cursor.get("read_at"), cursor.get("floor")

@@ -18,6 +18,9 @@ class FileLogSource(LogSource):
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
+    def location(self) -> str:
+        return str(self.path)
+
     def read(self, cursor: int | None = None, max_lines: int = 5000) -> LogBatch:
         offset = int(cursor or 0)
         try:

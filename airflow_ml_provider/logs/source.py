@@ -38,6 +38,10 @@ class LogSource(ABC):
     # (a local job's new output file, new pods); False where all attempts share one ordered log.
     restarts_with_job: bool = True
 
+    def location(self) -> str:
+        """Where the job's whole log can be read (the task log names it once it is capped)."""
+        return "the job's log source"
+
     @abstractmethod
     def read(self, cursor: Any = None, max_lines: int = 5000) -> LogBatch:
         """Return the next complete lines after ``cursor`` (None: from the beginning)."""

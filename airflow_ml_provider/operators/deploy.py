@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
@@ -12,6 +13,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider import assets
+from airflow_ml_provider.hooks.model_check import verify_model_file
 from airflow_ml_provider.hooks.model_registry import (
     CHALLENGER,
     CHAMPION,
@@ -179,14 +181,22 @@ class DeployModelOperator(BaseOperator):
 
     @contextmanager
     def _model_file(self, evaluation: dict[str, Any]) -> Iterator[str]:
-        """The trained model as a local file: read from the artifact root (object storage included)
-        with the training connection's artifact connection."""
+        """A private copy of the trained model, read from the artifact root (object storage included) with
+        the training connection's artifact connection and checked against the sha256 its evaluation
+        measured (``ModelTampered`` otherwise): what is registered is what was evaluated."""
+        import shutil
+        import tempfile
+
         from airflow_ml_provider.runtime import storage
 
         location = evaluation["model_path"]
         store = TrainingBackendHook(self.ml_conn_id).artifact_store(evaluation.get("backend"))
-        with storage.local_copy(store.locate(location) if store else location) as local:
-            yield local
+        with tempfile.TemporaryDirectory(prefix="deploy-") as tmp, \
+                storage.local_copy(store.locate(location) if store else location) as local:
+            copy = shutil.copyfile(local, os.path.join(tmp, os.path.basename(local)))
+            verify_model_file(copy, evaluation["lineage"].get("model_sha256"),
+                              f"model {self.model_name!r} (evaluation run {evaluation['mlflow_run_id']})", location)
+            yield copy
 
     def _why_not_promoted(self) -> str | None:
         """None if the gate passed and, where a person had to approve (``ChampionApprovalOperator``),

@@ -33,6 +33,7 @@ from airflow_ml_provider.operators.config import (
     TrainingOutputs,
     parse,
 )
+from airflow_ml_provider.operators.task_log import task_log_capped
 from airflow_ml_provider.triggers.durable import task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
@@ -143,7 +144,7 @@ class JobRunner:
                       "Submitted" if started else "Attached to the already running",
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
         source = self.source(backend, identity.name)
-        follower = Follower(job_options(self.follow, backend, identity.name, spec, source))
+        follower = Follower(job_options(task_log_capped(self.follow), backend, identity.name, spec, source))
         return self._follow(context, backend, identity.name, follower, source)
 
     def resume(self, context, event: dict[str, Any]) -> dict[str, Any]:

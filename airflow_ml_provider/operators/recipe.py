@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,30 @@ def checked_params(context) -> dict[str, Any]:
     refuse(conf_problems(context["dag_run"].conf, declared) + number_problems(values, declared)
            + text_problems(values, declared))
     return values
+
+
+def check_image(task_id: str, image: str | None, backend: str | None, ml_conn_id: str) -> None:
+    """A recipe's ``image`` is one of the deployment's images, checked when the task runs (the list comes from
+    the training connection, which a DAG's parse never reads): on the local backend its environments
+    (``TrainingBackendHook.local_images``, compared resolved), on the Kubernetes backends the connection's
+    ``image``/``image_<framework>`` extras. A refusal names the recipe field (a task id is its experiment's
+    name), never the value."""
+    if not image:
+        return
+    hook = TrainingBackendHook(ml_conn_id)
+    name = hook.backend_name(backend)
+    if name == "local":
+        allowed = hook.local_images()
+        found = os.path.realpath(image) in {os.path.realpath(path) for path in allowed}
+        more = "the connection's local_image, $AIRFLOW_ML_LOCAL_IMAGE and [ml_training] local_images"
+    else:
+        extras = hook.extras()
+        allowed = sorted({str(v) for k, v in extras.items() if (k == "image" or k.startswith("image_")) and v})
+        found = image in allowed
+        more = f"the {ml_conn_id} connection's image and image_<framework> extras"
+    if not found:
+        raise AirflowFailException(f"{task_id}: experiments.{task_id}.image: not one of the images this deployment "
+                                   f"allows on backend {name} ({', '.join(allowed) or 'none'}: {more})")
 
 
 def fill_at_run(argv: Sequence[str], run_dir: str | None, params: Mapping[str, Any]) -> list[str]:
@@ -79,6 +104,7 @@ class RecipeTrialOperator(TrainingJobOperator):
         self._param_values: dict[str, Any] = {}
 
     def execute(self, context) -> dict[str, Any]:
+        check_image(self.task_id, self.job.get("image"), self.job.get("backend"), self.ml_conn_id)
         self._fill(context, checked_params(context))
         return super().execute(context)
 

@@ -18,6 +18,7 @@ from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackend
 from airflow_ml_provider.jobs.follow_options import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.operators.task_log import task_log_capped
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.search.space import (
     MAX_PARALLEL,
@@ -270,8 +271,9 @@ def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]
 
 
 def _follow_options(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any]) -> FollowOptions:
-    """A trial operator's own log rules and preemption budget apply to every trial's job."""
-    return trial.follow if isinstance(trial, BaseTrainingOperator) else FollowOptions()
+    """A trial operator's own log rules and preemption budget apply to every trial's job, and the
+    deployment's task log cap to each trial's lines."""
+    return task_log_capped(trial.follow if isinstance(trial, BaseTrainingOperator) else FollowOptions())
 
 
 def _check_trial(trial: Any, task_id: str, ml_conn_id: str) -> BaseTrainingOperator | TrainingJobSpec | dict[str, Any]:

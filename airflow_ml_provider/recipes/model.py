@@ -28,6 +28,7 @@ from airflow_ml_provider.jobs.backends import BACKENDS
 from airflow_ml_provider.jobs.spec import Framework, Placement, Resources
 from airflow_ml_provider.patterns import CONTROL_CHARACTER
 from airflow_ml_provider.recipes.argv import ArgvTemplate, placeholders
+from airflow_ml_provider.recipes.env import env_name_problem
 from airflow_ml_provider.recipes.experiment_space import Range, Scalar, product_size, sample_space
 
 MAX_SAMPLES = 10_000
@@ -82,7 +83,13 @@ def _unique(values: list) -> list:
 ExperimentName = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}", "experiment name")]
 ParameterName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]{0,62}", "parameter name")]
 DagId = Annotated[str, _matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}", "recipe name (the DAG id is recipe_<name>)")]
-EnvName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*", "environment variable name")]
+def _settable(name: str) -> str:
+    if problem := env_name_problem(name):
+        raise ValueError(problem)
+    return name
+
+
+EnvName = Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*", "environment variable name"), AfterValidator(_settable)]
 Number = Annotated[float, BeforeValidator(_number)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
 Values = Annotated[

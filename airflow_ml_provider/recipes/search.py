@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.operators.recipe import checked_params, fill_at_run
+from airflow_ml_provider.operators.recipe import check_image, checked_params, fill_at_run
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.recipes.argv import PLACEHOLDER, as_text
 from airflow_ml_provider.recipes.model import PARAMS_PREFIX, Experiment, RangeSpec, Recipe
@@ -64,6 +64,7 @@ class RecipeSearchOperator(HyperparameterSearchOperator):
     template_fields: Sequence[str] = ()
 
     def execute(self, context) -> dict[str, Any]:
+        check_image(self.task_id, self.trial.image, self.backend, self.ml_conn_id)
         self._param_values = checked_params(context)
         return super().execute(context)
 

@@ -15,6 +15,7 @@ from airflow_ml_provider.jobs.drivers import SyncDriver
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.logs.rules import LogRules
+from airflow_ml_provider.operators.task_log import task_log_capped
 from airflow_ml_provider.triggers.durable import task_key
 from airflow_ml_provider.triggers.elasticsearch_log import ElasticsearchLogTrigger
 
@@ -102,9 +103,10 @@ class ElasticsearchLogSensor(BaseSensorOperator):
         return LogRules(self.succeed_on, self.fail_on, self.retry_on, self.metrics)
 
     def options(self, deadline: float | None) -> FollowOptions:
-        return FollowOptions(rules=self.log_rules().to_dict(), poll_interval=self.poke_interval,
-                             outage_grace_s=self.outage_grace_period, deadline=deadline,
-                             metric_goals=self.metric_goals)
+        full_log = self.hook.log_source(self.job, self.namespace, self.index).location()
+        return task_log_capped(FollowOptions(rules=self.log_rules().to_dict(), poll_interval=self.poke_interval,
+                                             outage_grace_s=self.outage_grace_period, deadline=deadline,
+                                             metric_goals=self.metric_goals, full_log=full_log))
 
     def execute(self, context) -> Any:
         if not self.deferrable:

@@ -32,6 +32,7 @@ with DAG("ml_asset_producer_test", schedule=None, params={"model_name": "asset_t
 
     @task
     def evaluation(params: dict, run_id: str) -> dict:
+        import hashlib
         import os
         from pathlib import Path
 
@@ -55,7 +56,8 @@ with DAG("ml_asset_producer_test", schedule=None, params={"model_name": "asset_t
         return {
             "framework": "lightgbm", "model_path": str(model), "mlflow_run_id": run.info.run_id,
             "metrics": {"accuracy": 0.9}, "n_features": 5, "n_classes": 2,
-            "lineage": {"dag_id": "ml_asset_producer_test", "run_id": run_id, "data_version": "feedface"},
+            "lineage": {"dag_id": "ml_asset_producer_test", "run_id": run_id, "data_version": "feedface",
+                        "model_sha256": hashlib.sha256(model.read_bytes()).hexdigest()},  # as runtime.evaluate reports
         }
 
     @task

@@ -138,3 +138,42 @@ with DAG("ml_test_es_local_namespace", schedule=None, catchup=False, tags=["test
 with DAG("ml_test_wrong_artifact_root", schedule=None, catchup=False, tags=["test"],
          default_args={"retries": 0}) as wrong_artifact_root:
     TrainingJobOperator(task_id="train", command=[PY, "-c", "print('never runs')"], num_workers=1)
+
+# Issue 38: terminal escapes in a job's lines (an OSC 52 clipboard write, a screen clear, a carriage return,
+# and the same as JSON escapes in a result line) reach the task log, XCom and MLflow as visible text only.
+ESCAPES = r"""
+import json
+print("copy " + "\x1b]52;c;ZWNobyBwd25lZA==\x07" + " done", flush=True)
+print("\x1b[2J\x1b[31mcleared" + "\r" + "hidden", flush=True)
+print(json.dumps({"event": "result", "note": "\x1b]52;c;ZWNobyBwd25lZA==\x07", "auc": 0.9}), flush=True)
+"""
+EVALUATE_ESCAPES = r"""
+import json
+print(json.dumps({"event": "result", "model_sha256": "\x1b]52;c;ZWNobyBwd25lZA==\x07", "n_features": 3,
+                  "n_classes": 2, "auc": 0.75}), flush=True)
+"""
+
+with DAG("ml_test_terminal_escapes", schedule=None, catchup=False, tags=["test"],
+         default_args={"retries": 0}) as terminal_escapes:
+    escapes = TrainingJobOperator(task_id="train", command=[PY, "-c", ESCAPES], num_workers=1,
+                                  follow={"poll_interval": 0.5})
+    TrainingJobOperator(task_id="train_deferred", command=[PY, "-c", ESCAPES], num_workers=1,
+                        follow={"poll_interval": 0.5}, deferrable=True)
+    escapes >> EvaluateModelOperator(task_id="evaluate", training="train", test_data="unused.npz",
+                                     command=[PY, "-c", EVALUATE_ESCAPES], follow={"poll_interval": 0.5})
+
+# Issue 38: 2,000 metric lines made a 13.5 MB task log. A job printing more lines than the task log cap
+# ([ml_training] task_log_max_lines, set small by the test) shows the first ones only, then where the rest is.
+MANY_LINES = r"""
+import json
+for step in range(1, 301):
+    print(json.dumps({"event": "metrics", "step": step, "loss": 1.0 / step}), flush=True)
+print(json.dumps({"event": "result", "auc": 0.9}), flush=True)
+"""
+
+with DAG("ml_test_task_log_cap", schedule=None, catchup=False, tags=["test"],
+         default_args={"retries": 0}) as task_log_cap:
+    TrainingJobOperator(task_id="train", command=[PY, "-c", MANY_LINES], num_workers=1,
+                        follow={"poll_interval": 0.5, "max_lines": 40})
+    TrainingJobOperator(task_id="train_deferred", command=[PY, "-c", MANY_LINES], num_workers=1,
+                        follow={"poll_interval": 0.5, "max_lines": 40}, deferrable=True)

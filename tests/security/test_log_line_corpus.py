@@ -55,13 +55,40 @@ def test_a_model_path_inside_the_artifact_root_is_kept():
     "{{ var.value.secret }}",
     "{% for x in range(10**9) %}{% endfor %}",
     "[rank 1] forged prefix",
-    "\x1b[2J\x1b[31mterminal escapes",
     '{"event": "metrics", "loss": "{{ 7*7 }}"}',
-], ids=["jinja", "jinja_statement", "forged_source", "terminal_escapes", "templated_metric"])
+    "tab\tand non-ASCII \u00e9 \u202e stay",
+], ids=["jinja", "jinja_statement", "forged_source", "templated_metric", "tab_and_unicode"])
 def test_log_lines_are_passed_on_as_literal_text(text):
     follower, step = _follow(text)
     assert [(line.source, line.text) for line in step.lines] == [("rank 0", text)]
     assert follower.metrics == {}  # a non-number metric value is not a metric
+
+
+# Issue 38: terminal escapes reached the task log raw: every C0/C1 control but tab becomes its \xNN text,
+# in a line, in its source, and in the strings of a JSON line, before rules, metrics or the tail see it.
+@pytest.mark.parametrize(("text", "shown"), [
+    ("\x1b]52;c;ZWNobyBwd25lZA==\x07", r"\x1b]52;c;ZWNobyBwd25lZA==\x07"),
+    ("\x1b[2J\x1b[31mred", r"\x1b[2J\x1b[31mred"),
+    ("\x9b2J (C1 CSI) \x7f \x00", r"\x9b2J (C1 CSI) \x7f \x00"),
+    ("shown\rhidden\nforged line", r"shown\x0dhidden\x0aforged line"),
+], ids=["osc52", "csi", "c1_del_nul", "cr_lf"])
+def test_control_characters_become_visible_text(text, shown):
+    follower, step = _follow(text)
+    assert [(line.source, line.text) for line in step.lines] == [("rank 0", shown)]
+    assert follower.last_lines()[0].text == shown
+
+
+def test_json_escapes_of_control_characters_become_visible_in_what_a_result_line_reports():
+    escaped = json.dumps({"event": "result", "note": "\x1b]52;c;eA==\x07", "tab": "a\tb", "text": "\\u001b"})
+    follower, step = _follow(escaped)
+    assert follower.metrics == {"note": r"\x1b]52;c;eA==\x07", "tab": "a\tb", "text": "\\u001b"}
+    assert "\x1b" not in step.lines[0].text and json.loads(step.lines[0].text)["note"] == r"\x1b]52;c;eA==\x07"
+
+
+def test_a_control_character_in_a_source_becomes_visible():
+    follower = Follower(FollowOptions())
+    step = follower.observe(None, LogBatch([LogLine("pod\x1b[2J", "text")], cursor=1), now=0.0)
+    assert step.lines == [LogLine(r"pod\x1b[2J", "text")]
 
 
 def test_non_finite_metric_values_are_ignored():
@@ -135,12 +162,18 @@ def test_warnings_of_one_kind_stop_after_five():
     assert again.warnings == [] and follower.tracker.ignored == {"step": 9}
 
 
-@pytest.mark.parametrize("path", [f"{ROOT}/" + "m" * 5000, f"{ROOT}/a\x00b", 7, ["list"]],
-                         ids=["too_long", "nul", "number", "list"])
+@pytest.mark.parametrize("path", [f"{ROOT}/" + "m" * 5000, 7, ["list"]], ids=["too_long", "number", "list"])
 def test_a_model_path_that_is_no_bounded_string_is_ignored_with_a_warning(path):
     follower, step = _follow(json.dumps({"event": "model_saved", "path": path}))
     assert follower.model_path is None
     assert len(step.warnings) == 1 and "is not a string of 1 to 4096 characters" in step.warnings[0]
+
+
+def test_a_nul_in_a_reported_path_reaches_nothing_but_as_visible_text():
+    """A NUL (``\\u0000`` in the JSON line) is made visible with every control character (issue 38), so the
+    path kept names a file of that literal name, inside the root, and never a truncated one."""
+    follower, _ = _follow(json.dumps({"event": "model_saved", "path": f"{ROOT}/a\x00b"}))
+    assert follower.model_path == rf"{ROOT}/a\x00b"
 
 
 def test_a_checkpoint_step_out_of_range_is_dropped():

@@ -97,6 +97,24 @@ REFUSED = [
      "experiments.a.command[1]", "a {{...}} that is not a placeholder"),
     ("env_name_with_equals", _experiment("framework: generic\ncommand: [python]\nenv: {'A=B': x}\n"), 7,
      "experiments.a.env.A=B", "not a valid environment variable name"),
+    # Issue 38: env names that load code or change what runs (a recipe's env comes last in a worker's environment)
+    *((f"env_{name.lower()}", HEAD + f"experiments:\n  sweep:\n    framework: generic\n    command: [python]\n"
+                              f"    env: {{{name}: x}}\n", 7, f"experiments.sweep.env.{name}",
+       f"a recipe may not set this variable: it is {why}")
+      for name, why in [
+          ("LD_PRELOAD", "the dynamic loader's"), ("LD_LIBRARY_PATH", "the dynamic loader's"),
+          ("ld_audit", "the dynamic loader's"), ("DYLD_INSERT_LIBRARIES", "the dynamic loader's"),
+          ("GLIBC_TUNABLES", "libc's tunables"), ("MALLOC_CHECK_", "libc's allocator hooks"),
+          ("GCONV_PATH", "libc's, which load code"), ("PYTHONPATH", "the Python interpreter's"),
+          ("PYTHONSTARTUP", "the Python interpreter's"), ("PYTHONHOME", "the Python interpreter's"),
+          ("AIRFLOW__CORE__FERNET_KEY", "Airflow's and this provider's own"),
+          ("AIRFLOW_ML_MODEL_DIR", "Airflow's and this provider's own"), ("PERL5OPT", "Perl's start-up hooks"),
+          ("RUBYOPT", "Ruby's start-up hooks"), ("NODE_OPTIONS", "an interpreter's start-up hooks"),
+          ("JAVA_TOOL_OPTIONS", "an interpreter's start-up hooks"), ("BASH_ENV", "a shell's start-up hooks"),
+          ("ENV", "a shell's start-up hooks"), ("BASH_FUNC_python", "a shell function bash imports"),
+          ("OPENSSL_CONF", "OpenSSL's, which load code"), ("HTTPS_PROXY", "where the job's HTTP and TLS traffic"),
+          ("PATH", "where the job's programs and settings are found"),
+      ]),
     ("recipe_name_with_a_path", HEAD.replace("hostile", "../../dags/x") + "experiments: {}\n", 2, "name",
      "is not a valid recipe name"),
     ("experiment_name_with_a_path", HEAD + "experiments:\n  ../x:\n    framework: generic\n    command: [python]\n",
@@ -145,6 +163,13 @@ REFUSED = [
                                                    "kubernetes: {service_account: admin}\n"), 7,
      "experiments.a.kubernetes.service_account", "unknown field 'service_account'"),
 ]
+
+
+def test_environment_variables_that_only_configure_the_program_are_accepted():
+    recipe = parse_recipe(_experiment("framework: generic\ncommand: [python]\nenv: {OMP_NUM_THREADS: '2', "
+                                      "NCCL_DEBUG: INFO, TF_CPP_MIN_LOG_LEVEL: '2', MY_FLAG: x, PYTORCH_ALLOC: y}\n"))
+    assert set(recipe.experiments["a"].env) == {"OMP_NUM_THREADS", "NCCL_DEBUG", "TF_CPP_MIN_LOG_LEVEL", "MY_FLAG",
+                                                "PYTORCH_ALLOC"}
 
 
 @pytest.mark.timeout(60)

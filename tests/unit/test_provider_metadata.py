@@ -123,11 +123,13 @@ def test_declared_default_is_what_the_code_falls_back_to(option):
 def _code_defaults() -> dict[str, object]:
     """What the code falls back to when an option is not set (None: a value computed at run time)."""
     from airflow_ml_provider.operators.params import MAX_CONF_BYTES, MAX_CONF_KEYS
+    from airflow_ml_provider.operators.task_log import TASK_LOG_LINES
     from airflow_ml_provider.search.space import MAX_PARALLEL, MAX_TRIALS
 
     budgets = {Budgets.option(field.name): field.default for field in dataclasses.fields(Budgets)}
     return {**budgets, "max_conf_keys": MAX_CONF_KEYS, "max_conf_bytes": MAX_CONF_BYTES,
             "search_max_parallel": MAX_PARALLEL, "search_max_trials": MAX_TRIALS, "local_max_workers": None,
+            "task_log_max_lines": TASK_LOG_LINES,
             "data_roots": None, "local_images": None, "recipe_cache_dir": None}
 
 

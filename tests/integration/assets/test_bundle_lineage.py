@@ -39,6 +39,7 @@ def _dag_source(mark: str) -> str:
 
             @task
             def evaluation(params: dict, run_id: str) -> dict:
+                import hashlib
                 import os
                 from pathlib import Path
 
@@ -62,7 +63,8 @@ def _dag_source(mark: str) -> str:
                 return {{
                     "framework": "lightgbm", "model_path": str(model), "mlflow_run_id": run.info.run_id,
                     "metrics": {{"accuracy": 0.9}}, "n_features": 3, "n_classes": 2,
-                    "lineage": {{"dag_id": {DAG_ID!r}, "run_id": run_id, "data_version": MARK}},
+                    "lineage": {{"dag_id": {DAG_ID!r}, "run_id": run_id, "data_version": MARK,
+                                "model_sha256": hashlib.sha256(model.read_bytes()).hexdigest()}},
                 }}
 
             DeployModelOperator(

@@ -4,6 +4,7 @@ the local backend, run through the training operators with dag.test(), printing 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -96,3 +97,46 @@ def test_a_symlinked_model_path_pointing_outside_is_never_sent_to_evaluation(air
             in log)
     assert re.findall(r"evaluating model (\S+)", log) == [job_dir]  # what the evaluation job was given
     assert result.value("evaluate")["model_path"] == job_dir
+
+
+def test_terminal_escapes_of_a_job_reach_the_task_log_xcom_and_mlflow_as_visible_text(airflow_db, capfd):
+    """Issue 38: an OSC 52 clipboard write and a screen clear from a job's lines reached the task log raw (and
+    its result line's JSON escapes decoded to them in XCom and MLflow); now each control character is its
+    ``\\xNN`` text, in the synchronous and the deferred task alike."""
+    from mlflow import MlflowClient
+
+    from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
+
+    result = run(load_dag(DAGS, "terminal_escapes"))
+    assert result.state == "success", result.states
+    log = capfd.readouterr().out
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", log), "a control character reached the task log"
+    for task in ("train", "train_deferred"):
+        assert result.value(task)["metrics"] == {"note": r"\x1b]52;c;ZWNobyBwd25lZA==\x07", "auc": 0.9}
+    assert log.count(r"[rank 0] copy \x1b]52;c;ZWNobyBwd25lZA==\x07 done") == 2
+    assert log.count(r"[rank 0] \x1b[2J\x1b[31mcleared") == 2
+    recorded = MlflowClient(ModelRegistryHook().settings().tracking_uri).get_run(result.value("evaluate")["mlflow_run_id"])
+    assert recorded.data.tags["airflow.model_sha256"] == r"\x1b]52;c;ZWNobyBwd25lZA==\x07"
+
+
+def test_a_job_printing_past_the_task_log_cap_shows_its_first_lines_and_where_the_rest_is(airflow_db, capfd,
+                                                                                          monkeypatch):
+    """Issue 38: 2,000 metric lines made a 13.5 MB task log. With ``[ml_training] task_log_max_lines`` at 50, a
+    job's 301 lines show 50 in the task log, then one line naming its full log (output.log, which keeps every
+    line), while the metrics still see all of them; the deferred task's trigger keeps the count."""
+    from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__TASK_LOG_MAX_LINES", "50")
+    result = run(load_dag(DAGS, "task_log_cap"))
+    assert result.state == "success", result.states
+    log = capfd.readouterr().out
+    backend = LocalBackend(Path(os.environ["AIRFLOW_HOME"]) / "ml")
+    for task in ("train", "train_deferred"):
+        trained = result.value(task)
+        assert trained["metrics"] == {"loss": pytest.approx(1 / 300), "auc": 0.9}, "metrics read every line"
+        full = backend.job_dir(trained["job_name"]) / "output.log"
+        assert len(full.read_text().splitlines()) >= 301
+        assert log.count(f"The task log shows the first 50 lines of the job's log (task_log_lines); the rest are "
+                         f"in {full}. Metrics and log rules still read every line") == 1
+    shown = re.findall(r"\[rank 0\] step (\d+)  loss=", log)
+    assert shown == [str(step) for step in range(1, 51)] * 2, "each task shows its job's first 50 lines"

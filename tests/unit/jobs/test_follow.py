@@ -146,3 +146,23 @@ def test_a_vanished_job_fails_retryably_and_a_refusal_fails_for_good():
     assert Follower().vanished("gone").retryable
     step = Follower().refused("mpijobs.kubeflow.org is forbidden")
     assert step.action is Action.FAIL and not step.retryable and "forbidden" in step.message
+
+
+def test_the_task_log_cap_shows_the_first_lines_once_says_where_the_rest_is_and_metrics_see_all():
+    """Issue 38: ``task_log_lines`` bounds the lines shown, across batches and a rebuilt follower (a trigger's
+    saved state); one warning names the full log; metrics, the tail and the end of the job see every line."""
+    options = FollowOptions(task_log_lines=3, full_log="/ml/jobs/j/output.log")
+    follower = Follower(options)
+    first = follower.observe(RUNNING, batch(event(event="metrics", step=1, loss=1.0), "b", cursor=2), now=0)
+    assert [line.text for line in first.lines][1:] == ["b"] and first.warnings == []
+    rebuilt = Follower(options, follower.state)
+    second = rebuilt.observe(SUCCEEDED, batch("c", "d", event(event="metrics", step=4, loss=0.25), cursor=5), now=0)
+    assert [line.text for line in second.lines] == ["c"]
+    assert second.warnings == ["The task log shows the first 3 lines of the job's log (task_log_lines); the rest "
+                               "are in /ml/jobs/j/output.log. Metrics and log rules still read every line"]
+    assert second.action is Action.WAIT and second.delay == 0.0, "lines came, withheld or not: read once more"
+    third = rebuilt.observe(SUCCEEDED, batch("e", cursor=6), now=0)
+    assert (third.lines, third.warnings) == ([], [])
+    assert rebuilt.metrics == {"loss": 0.25} and rebuilt.last_lines()[-1].text == "e"
+    assert (rebuilt.logged, rebuilt.withheld) == (3, 3)
+    assert rebuilt.observe(SUCCEEDED, batch(cursor=6), now=0).action is Action.FINISH

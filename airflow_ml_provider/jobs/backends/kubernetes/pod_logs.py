@@ -36,6 +36,9 @@ class PodLogSource(LogSource):
         self.namespace = dns_label("namespace", namespace)
         self.selector = selector
 
+    def location(self) -> str:
+        return f"the logs of the pods {self.selector} in namespace {self.namespace}, while the pods exist"
+
     def read(self, cursor: dict[str, Any] | None = None, max_lines: int = 5000) -> LogBatch:
         """Raises LogSourceUnavailable when the API server is overloaded, failing or unreachable,
         BackendAccessError when it refuses (401/403)."""
