@@ -6,6 +6,7 @@ The root is a local path, a mounted volume (PVC) path, or an object-store URL (`
     <root>/artifacts/<job>/model/          what the trainer saves (model.txt, model.keras)
     <root>/artifacts/<job>/checkpoints/    ckpt-* files a restarted job resumes from
     <root>/artifacts/<job>/evaluation/     evaluation report and metrics
+    <root>/artifacts/<job>.inputs/         files a task hands its job to read (a registered model)
     <root>/data/<dag_id>/<run key>/        the pipeline's raw and preprocessed shards
     <root>/mlartifacts/                    the embedded MLflow registry's artifacts
 
@@ -74,6 +75,12 @@ def job_dirs(job_dir: str | None) -> dict[str, str]:
     """The ``model_dir`` and ``checkpoint_dir`` a job gets in its own directory (none without one): the
     one place that lays them out, for training tasks, search trials and recipes alike."""
     return {"model_dir": join(job_dir, "model"), "checkpoint_dir": join(job_dir, "checkpoints")} if job_dir else {}
+
+
+def inputs_dir(job_dir: str) -> str:
+    """Where a task puts files for its job to read (a registered model): beside the job's own directory, never
+    in it, since each attempt's own directory is made anew; the job names them in its ``inputs``."""
+    return f"{job_dir.rstrip('/')}.inputs"
 
 
 def evaluation_dir(job_dir: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import literal
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.artifact_layout import evaluation_dir, join
+from airflow_ml_provider.artifact_layout import evaluation_dir, inputs_dir, join
 from airflow_ml_provider.hooks.model_registry import (
     CHAMPION,
     LINEAGE_KEY,
@@ -115,13 +115,16 @@ class EvaluateModelOperator(BaseJobOperator):
         command = self.command or ["python", "-m", "airflow_ml_provider.runtime.evaluate"]
         command = [*command, "--model", self.training["model_path"], "--test-data", self.test_data]
         champion = self._place_champion()
+        inputs = [self.training["model_path"]]
         if champion and "location" in champion:
             command += ["--champion-model", champion["location"]]
-        return JobRequest(Framework.GENERIC, command, inputs=[self.training["model_path"]])
+            inputs.append(champion["location"])
+        return JobRequest(Framework.GENERIC, command, inputs=inputs)
 
     def _place_champion(self) -> dict[str, Any] | None:
-        """During a task run with ``model_name``: copy the champion's model file next to this job's
-        artifacts (where the job can read it), once. None: no champion, or it is this very model."""
+        """During a task run with ``model_name``: copy the champion's model file, checked against its recorded
+        sha256, beside this job's directory (``inputs_dir``, where the job reads it), once. None: no champion,
+        or it is this very model."""
         if self._identity is None or not self.model_name or self._champion is not None:
             return self._champion or None
         ti = self._identity
@@ -143,7 +146,7 @@ class EvaluateModelOperator(BaseJobOperator):
             return self._champion
         with mlflow_output_to_task_log():
             self._champion["location"] = registry.place_model_file(name, held["version"], store,
-                                                                   join(job_dir, "champion"))
+                                                                   join(inputs_dir(job_dir), "champion"))
         self.log.info("The champion, %s version %d, is scored on the same held-out rows", name, held["version"])
         return self._champion
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.artifact_layout import join
+from airflow_ml_provider.artifact_layout import inputs_dir, join
 from airflow_ml_provider.hooks.model_registry import CHAMPION, TRAINED_BY, ModelRegistryHook
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
@@ -61,11 +61,11 @@ class BatchScoringOperator(BaseJobOperator):
         placed = self._place()
         command = ["python", "-m", "airflow_ml_provider.runtime.score", "--model", placed["location"],
                    "--features", str(placed["features"]), "--rows", str(int(self.rows))]
-        return JobRequest(Framework.GENERIC, command, image_of=placed["image_of"])
+        return JobRequest(Framework.GENERIC, command, image_of=placed["image_of"], inputs=[placed["location"]])
 
     def _place(self) -> dict[str, Any]:
-        """Once per try: the version (the champion's number when none is named), copied next to this job's
-        artifacts where the job can read it."""
+        """Once per try: the version (the champion's number when none is named), checked against its recorded
+        sha256 and copied beside this job's directory (``inputs_dir``), where the job reads it."""
         if self._placed is not None:
             return self._placed
         if self._identity is None:
@@ -81,7 +81,7 @@ class BatchScoringOperator(BaseJobOperator):
                 if held is None:
                     raise AirflowFailException(f"{self.task_id}: model {name!r} has no champion to score with")
                 version = held["version"]
-            location = registry.place_model_file(name, version, store, join(job_dir, "scored-model"))
+            location = registry.place_model_file(name, version, store, join(inputs_dir(job_dir), "scored-model"))
             features = registry.input_width(name, version)
         image_of = TRAINED_BY[PurePosixPath(location).suffix]
         self.log.info("Model %s version %s (%s) is scored in a job on the %s environment: %s", name, version,
