@@ -55,8 +55,9 @@ _TRAINING_FIELDS = {
     ),
     "local_sandbox": _field(
         "Local: job sandbox",
-        "Each local job in a bubblewrap sandbox (own PID namespace, read-only root, only its own artifact "
-        "dirs writable, nothing of $AIRFLOW_HOME or the job records). Empty: auto.",
+        "Each local job in a bubblewrap sandbox (its own user, PID and network namespaces, read-only root and "
+        "kernel settings, bounded memory and processes, only its own artifact dirs writable, nothing of "
+        "$AIRFLOW_HOME or the job records). Empty: required.",
         enum=["auto", "required", "off"],
         values_display={
             "auto": "auto: sandboxed where bubblewrap works, else unsandboxed with a warning",
@@ -246,6 +247,22 @@ CONFIG = {
                 "The most worker processes one local job may start (num_workers, or an elastic job's "
                 "max_workers); a job asking for more is refused at submit. Unset: 4 x the machine's CPU count.",
                 None, "8"),
+            "local_job_memory_mb": _bound(
+                "The memory one sandboxed local job may use, all its processes and its /tmp and /dev/shm together "
+                "(a cgroup of its own); past it the kernel kills a process and the job fails naming this limit. "
+                "Unset: three quarters of the machine's memory.", None, "16384"),
+            "local_job_max_processes": _bound(
+                "The most processes and threads one sandboxed local job may have at once (a cgroup of its own, and "
+                "RLIMIT_NPROC where no cgroup can be made); a job that reaches it fails naming this limit.",
+                4096, "8192"),
+            "local_job_tmp_mb": _bound(
+                "The size of each sandboxed local job's private /tmp and /dev/shm (tmpfs, charged to its memory).",
+                1024, "4096"),
+            "local_job_egress": _option(
+                "The endpoints (host:port, comma-separated) sandboxed local jobs may reach besides their artifact "
+                "store and their elastic discovery store: each job has a network of its own, with only its "
+                "loopback; the launcher relays these. A host name is given to the job by its /etc/hosts.",
+                example="registry.example.com:443,127.0.0.1:8080"),
             "task_log_max_lines": _bound(
                 "The most lines of a job's log one task shows in its task log (each trial's, in a search); "
                 "past it, one line says where the job's whole log is (a local job's output.log in its job "

@@ -26,10 +26,22 @@ LOG = Path(os.environ["AIRFLOW_HOME"]) / "demo-airflow.log"
 say = terminal()
 
 
+def _opt_out_where_no_sandbox() -> None:
+    """The demo's machine is its user's own: where no sandbox can be made (no bubblewrap, which needs root or
+    sudo to install) it says so and runs its jobs unsandboxed, an opt-out a deployment must make itself."""
+    from airflow_ml_provider.jobs.backends.local.sandbox import unavailable
+
+    if (why := unavailable()) is not None:
+        say(f"no sandbox for local jobs here ({why}): the demo runs them unsandboxed (local_sandbox=auto)")
+        os.environ["AIRFLOW_CONN_ML_TRAINING_DEFAULT"] = json.dumps(
+            {"conn_type": "ml_training", "extra": {"local_sandbox": "auto"}})
+
+
 def main() -> int:
     LOG.parent.mkdir(parents=True, exist_ok=True)
     LOG.write_text("")
     say(f"Airflow's own logging (task logs included) goes to {LOG}")
+    _opt_out_where_no_sandbox()
     with LOG.open("a") as log:
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=log, stderr=log)
     from airflow.models.xcom import XComModel

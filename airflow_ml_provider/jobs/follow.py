@@ -313,10 +313,11 @@ def _cut(text: str, chars: int) -> str:
 
 
 def confined(path: str, roots: tuple[str, ...] | list[str]) -> str | None:
-    """``path`` resolved, if it lies inside one of ``roots`` (resolved the same way), else None.
+    """``path`` resolved, if it lies inside one of ``roots`` (resolved the same way, bar their last component), else None.
 
     A local path is resolved by ``os.path.realpath`` (every symlink and ``..``, as the OS would open it:
-    a symlink inside the root pointing at ``/etc/passwd`` resolves outside); a URL (``s3://``, ``gs://``)
+    a symlink inside the root pointing at ``/etc/passwd`` resolves outside, and so does everything under a
+    root that is itself a link); a URL (``s3://``, ``gs://``)
     keeps its scheme and bucket and has its key normalized (``..`` cannot leave the bucket). The
     resolved path is what the caller keeps and passes on, so what was checked is what is opened.
     """
@@ -324,19 +325,25 @@ def confined(path: str, roots: tuple[str, ...] | list[str]) -> str | None:
     if resolved is None:
         return None
     for root in roots:
-        base = _resolve(root)
+        base = _resolve(root, root=True)
         if base is not None and (resolved == base or resolved.startswith(base.rstrip("/") + "/")):
             return resolved
     return None
 
 
-def _resolve(path: str) -> str | None:
+def _resolve(path: str, root: bool = False) -> str | None:
     """An absolute local path's real path, or a URL with its scheme lower-cased and its key normalized;
-    None for a relative path or a URL without a bucket."""
+    None for a relative path or a URL without a bucket. A ``root``'s own last component is not followed: a
+    job may have made its directory a link (to ``$AIRFLOW_HOME``), and what lies there is not the job's."""
     scheme, sep, rest = path.partition("://")
     if sep:
         bucket, _, key = rest.partition("/")
         if not scheme or not bucket:
             return None
         return f"{scheme.lower()}://{bucket}/{posixpath.normpath('/' + key).lstrip('/')}"
-    return os.path.realpath(path) if path.startswith("/") else None
+    if not path.startswith("/"):
+        return None
+    if root:
+        path = os.path.normpath(path)
+        return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    return os.path.realpath(path)

@@ -1,4 +1,5 @@
-"""How every backend starts a PyTorch job: one ``torchrun`` agent per worker, c10d rendezvous.
+"""How every backend starts a PyTorch job: one ``torchrun`` agent per worker, c10d rendezvous (on one machine,
+a fixed-size job's workers are one agent's: ``one_machine_args``).
 
 A worker (a local process group, a pod) runs ``torchrun`` with ``--nproc-per-node`` ranks; the agents
 meet at one rendezvous endpoint (the local launcher's loopback port, pod 0's stable DNS name) and
@@ -55,6 +56,16 @@ def torchrun_args(spec, rdzv_id: str, endpoint: str | None = None, local_addr: s
     if local_addr:
         args += ["--local-addr", local_addr]
     return [*args, *_run(spec, prefixed)]
+
+
+def one_machine_args(spec) -> list[str]:
+    """torchrun's options for a fixed-size job whose workers share one machine (the local backend): one agent,
+    every worker's ranks its own (``--standalone``: its store on a free loopback port), as torchrun runs a
+    node. Rank lines prefixed by global rank, as ``torchrun_args`` has them."""
+    if spec.elastic:
+        raise ValueError("min_workers/max_workers: an elastic job needs an agent per worker (torchrun_args)")
+    return ["--standalone", "--nnodes", "1", "--nproc-per-node", str(spec.num_workers * spec.nproc_per_node),
+            *_run(spec, prefixed=True)]
 
 
 def static_args(spec, rendezvous: dict[str, str]) -> list[str]:

@@ -229,16 +229,16 @@ def test_a_job_touching_its_own_heartbeat_cannot_keep_itself_alive_as_an_orphan(
     assert status.state is JobState.CANCELLED and status.message.startswith("no follower for 3 s")
 
 
-def test_without_a_sandbox_the_backend_says_so_once_and_runs_the_job(tmp_path):
-    """No bwrap on the submitter's PATH: a warning, once for two jobs, and the jobs run unsandboxed;
-    with ``required`` the job is refused."""
+def test_without_a_sandbox_a_job_is_refused_unless_the_deployment_opts_out(tmp_path):
+    """No bwrap on the submitter's PATH: by default (``required``) the job is refused, saying how to opt out;
+    with ``auto`` a warning, once for two jobs, and the jobs run unsandboxed."""
     script = textwrap.dedent(f"""
         import logging, time
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
         from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
         from airflow_ml_provider.jobs.backends.base import JobSubmissionError
         from airflow_ml_provider.jobs.spec import TrainingJobSpec
-        backend = LocalBackend({str(tmp_path / "ml")!r}, image={str(TRAINING_IMAGE)!r})
+        backend = LocalBackend({str(tmp_path / "ml")!r}, image={str(TRAINING_IMAGE)!r}, sandbox="auto")
         spec = TrainingJobSpec(framework="generic", command=["python", "-c", "print(1)"], num_workers=1)
         for name in ("one", "two"):
             backend.submit(name, spec, {{}})
@@ -246,8 +246,7 @@ def test_without_a_sandbox_the_backend_says_so_once_and_runs_the_job(tmp_path):
                 time.sleep(0.1)
             print(name, backend.status(name).state.value, flush=True)
         try:
-            LocalBackend({str(tmp_path / "ml2")!r}, image={str(TRAINING_IMAGE)!r}, sandbox="required").submit(
-                "three", spec, {{}})
+            LocalBackend({str(tmp_path / "ml2")!r}, image={str(TRAINING_IMAGE)!r}).submit("three", spec, {{}})
         except JobSubmissionError as exc:
             print("refused:", exc, flush=True)
     """)
@@ -257,6 +256,8 @@ def test_without_a_sandbox_the_backend_says_so_once_and_runs_the_job(tmp_path):
     assert result.stderr.count("WARNING Local jobs run unsandboxed: bubblewrap is not installed") == 1, result.stderr
     assert "one SUCCEEDED" in result.stdout and "two SUCCEEDED" in result.stdout
     assert "refused: sandbox: required, but bubblewrap is not installed" in result.stdout
+    assert "set the ml_training connection's local_sandbox extra to 'auto'" in result.stdout
+    assert not (tmp_path / "ml2" / "jobs" / "three").exists()
 
 
 @needs_sandbox

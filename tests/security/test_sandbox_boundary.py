@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -23,7 +27,7 @@ from airflow_ml_provider.jobs.backends.local.sandbox import SandboxLimits
 from airflow_ml_provider.jobs.follow import confined
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
-from support import TRAINING_IMAGE, final_status, job_log, needs_sandbox, wait_for
+from support import REPO, TRAINING_IMAGE, final_status, job_log, needs_sandbox, wait_for
 
 pytestmark = [pytest.mark.integration, needs_sandbox]
 
@@ -323,3 +327,64 @@ def test_the_sandbox_refuses_user_namespaces_ptrace_and_mounts(tmp_path):
     assert final_status(backend, "calls").state is JobState.SUCCEEDED, job_log(backend, "calls")
     found = report(backend, "calls")
     assert not (found["ptrace_init"] or found["unshare_user"] or found["mount"] or found["keyctl"]), found
+
+
+_UNPRIVILEGED_SUBMITTER = """
+import json, sys, time
+from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+root, image, port = sys.argv[1:4]
+backend = LocalBackend(root, image=image, cancel_grace_s=2)
+probe = '''
+import json, os, socket
+found = {"uid": os.getuid()}
+try:
+    open("/proc/sys/kernel/domainname", "w").write("attacker")
+    found["domainname"] = "written"
+except OSError as exc:
+    found["domainname"] = type(exc).__name__
+try:
+    socket.create_connection(("127.0.0.1", int(os.environ["HOST_PORT"])), timeout=5)
+    found["host"] = "connected"
+except OSError as exc:
+    found["host"] = type(exc).__name__
+print("REPORT " + json.dumps(found), flush=True)
+'''
+backend.submit("unprivileged", TrainingJobSpec(framework="generic", command=["python", "-c", probe], num_workers=1,
+                                               env={"HOST_PORT": port}), {})
+while not backend.status("unprivileged").state.is_terminal:
+    time.sleep(0.1)
+print(json.dumps({"state": backend.status("unprivileged").state.value,
+                  "log": (backend.job_dir("unprivileged") / "output.log").read_text()}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="needs root, to become nobody")
+def test_a_sandbox_made_by_an_unprivileged_user_holds_the_same_boundary(tmp_path):
+    """Where Airflow runs as an unprivileged user, its jobs run as that user in a user namespace of their own
+    (it cannot give them a uid of their own): the network, the kernel settings and the bounds' refusal hold
+    the same. The submitter here is the system's Python as ``nobody``, with this package on its path."""
+    site = next(Path(sys.prefix, "lib").glob("python3*/site-packages"))
+    if any(not os.stat(path).st_mode & 0o001 for path in (REPO, *REPO.parents, site)):
+        pytest.skip(f"{REPO} is not reachable by other users")
+    work = Path(tempfile.mkdtemp(dir="/var/tmp"))  # not under /tmp: pytest's folders there are root's alone
+    try:
+        os.chmod(work, 0o755)
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(work / "image")], check=True)
+        (work / "ml").mkdir()
+        os.chown(work / "ml", 65534, 65534)
+        server, port = _listener()
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+             _UNPRIVILEGED_SUBMITTER, str(work / "ml"), str(work / "image"), str(port)],
+            env={"PATH": os.defpath, "HOME": "/nonexistent", "PYTHONPATH": f"{REPO}{os.pathsep}{site}"},
+            capture_output=True, text=True, timeout=120)
+        server.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["state"] == "SUCCEEDED", outcome["log"]
+    found = json.loads(outcome["log"].split("REPORT ", 1)[1].splitlines()[0])
+    assert found == {"uid": 65534, "domainname": "OSError", "host": "ConnectionRefusedError"}, found
+    assert "no cgroup for the job" in outcome["log"], "a user without cgroup delegation is told memory is unbounded"

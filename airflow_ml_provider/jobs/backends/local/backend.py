@@ -1,9 +1,10 @@
 """The embedded default backend: a job is a group of processes on this machine, needing no cluster.
 
-Each job's workers run in a sandbox of their own (``local_sandbox``: bubblewrap; ``sandbox=auto`` by
-default) that shows them neither the records below, nor ``$AIRFLOW_HOME``, nor any other process or job:
-only the launcher (outside the sandbox) and the submitter write a job's records. Where no sandbox can
-be made the backend warns once and runs jobs unsandboxed: the machine is then single-tenant.
+Each job's workers run in a sandbox of their own (``local_sandbox``: bubblewrap) that shows them neither the
+records below, nor ``$AIRFLOW_HOME``, nor any other process or job: only the launcher (outside the sandbox)
+and the submitter write a job's records. Where no sandbox can be made a job is refused, naming why, unless
+the deployment opts out (``sandbox=auto``: warn once and run unsandboxed; ``off``): the machine is then
+single-tenant.
 
 Each job lives in ``<root>/jobs/<name>/`` (0700, every record in it 0600): ``job.json`` (the spec, the
 launch plan and the owner token, an HMAC of the name and attempt with the key in ``<root>/owner.key``:
@@ -107,9 +108,9 @@ class LocalBackend(Backend):
         max_workers: the most worker processes one job may start on this machine (an elastic job: its
             ``max_workers``); default ``WORKERS_PER_CPU`` x the CPU count. A job asking for more is refused
             before any process starts.
-        sandbox: ``auto`` (default): each job in its own sandbox (``local_sandbox``) where bubblewrap
-            works, else unsandboxed with a warning (once per backend, i.e. per task); ``required``:
-            refuse to run a job unsandboxed; ``off``: never sandbox (a single-tenant machine).
+        sandbox: ``required`` (default): each job in its own sandbox (``local_sandbox``), a job that cannot
+            have one refused at submit naming why; ``auto``: sandboxed where bubblewrap works, else unsandboxed
+            with a warning (once per backend, i.e. per task); ``off``: never (a single-tenant machine).
         lock_timeout_s: how long ``submit``/``delete`` wait for a job name's lock before giving up with
             an error naming it.
         hide: more paths a sandboxed job must not see, besides ``$AIRFLOW_HOME``, ``$AIRFLOW_CONFIG`` and
@@ -122,7 +123,7 @@ class LocalBackend(Backend):
 
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
                  etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None,
-                 sandbox: SandboxMode | str = SandboxMode.AUTO, lock_timeout_s: float = 120.0,
+                 sandbox: SandboxMode | str = SandboxMode.REQUIRED, lock_timeout_s: float = 120.0,
                  hide: Sequence[str] = (), limits: SandboxLimits | None = None):
         if orphan_grace_s is not None and not orphan_grace_s > 0:
             raise ValueError(f"orphan_grace_s: must be a positive number of seconds (got {orphan_grace_s!r})")
@@ -409,7 +410,9 @@ class LocalBackend(Backend):
             return None
         if (why := local_sandbox.unavailable()) is not None:
             if self.sandbox is SandboxMode.REQUIRED:
-                raise JobSubmissionError(f"sandbox: required, but {why}")
+                raise JobSubmissionError(
+                    f"sandbox: required, but {why}. On a machine where every job is as trusted as the DAG authors, "
+                    "set the ml_training connection's local_sandbox extra to 'auto' (warn and run unsandboxed) or 'off'")
             if not self._warned:
                 self._warned = True
                 _log.warning("Local jobs run unsandboxed: %s. Their processes see this machine's other processes "

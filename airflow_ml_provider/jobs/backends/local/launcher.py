@@ -82,9 +82,6 @@ _HOROVOD_LINE = re.compile(r"^\[(?P<rank>\d+)\]<(?:stdout|stderr)>:(?P<text>.*)$
 # between ("Process 1 exit with status code 7.[0]<stdout>:...") and only the start of a line is certain.
 _HOROVOD_EXIT = re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.")
 _RESERVE_BYTES = 64 * 1024  # held back so that status.json can be written on a full disk
-# How long the other torchrun agents of a non-elastic job get to end on their own (their ranks see the
-# lost peer) after one failed, before they are stopped: what they report tells a kill from a crash.
-_PEER_GRACE_S = 15.0
 _KILL_SIGNALS = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM}
 
 
@@ -134,9 +131,10 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         # nothing to save, and in a job's sandbox the home directory is read-only: creating it failed the job
         argv = [os.path.join(bin_dir, "python"), str(HOROVODRUN_MAIN), "-np", n, *hosts, "--gloo",
                 "--network-interface", "lo", "--disable-cache", *rank_shim(), *spec.command]
-    elif spec.framework is Framework.PYTORCH:  # one agent per worker; the launcher picks the rendezvous port
+    elif spec.framework is Framework.PYTORCH:  # elastic: an agent per worker, at the rendezvous port the launcher picks
         env.update(torchrun.LINE_PREFIX_ENV | torchrun.FRESH_STORE_ENV, GLOO_SOCKET_IFNAME="lo")
-        argv = [os.path.join(bin_dir, "torchrun"), *torchrun.torchrun_args(spec, rdzv_id=job_dir.name)]
+        options = torchrun.torchrun_args(spec, rdzv_id=job_dir.name) if spec.elastic else torchrun.one_machine_args(spec)
+        argv = [os.path.join(bin_dir, "torchrun"), *options]
     else:
         argv = list(spec.command)
     return {"framework": spec.framework.value, "argv": argv, "env": env,
@@ -502,14 +500,15 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter,
 
 
 def _run_torchrun(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter, start: Start) -> JobStatus:
-    """One torchrun agent per worker, meeting at one loopback port (``PET_RDZV_ENDPOINT``), each on a
-    loopback address of its own (``PET_LOCAL_ADDR``), as each would be on a host of its own: the
-    rendezvous tells agents apart by address and PID, and every sandboxed agent has the same PID. A non-elastic
-    job ends at its first failed agent (the others are stopped if they have not ended ``_PEER_GRACE_S``
-    later); an elastic one succeeds when an agent finishes the training, the group having re-formed."""
+    """A fixed-size job: one torchrun agent running every worker's ranks, as torchrun runs one machine; it ends
+    as its agent does. An elastic job: one agent per worker (a lost worker is a lost node), meeting at one
+    loopback port (``PET_RDZV_ENDPOINT``), each on a loopback address of its own (``PET_LOCAL_ADDR``), as
+    each would be on a host of its own; it succeeds when an agent finishes the training, the group having
+    re-formed."""
+    elastic = spec.get("min_workers") is not None or spec.get("max_workers") is not None
     endpoint = f"127.0.0.1:{free_ports(1)[0]}"
     agents = [env | {"PET_RDZV_ENDPOINT": endpoint, "PET_LOCAL_ADDR": _loopback(worker)}
-              for worker in range(spec["num_workers"])]
+              for worker in range(spec["num_workers"])] if elastic else [env]  # fixed size: one agent runs all
     try:
         procs = start([(plan["argv"], agent_env, plan["cwd"]) for agent_env in agents])
     except OSError as exc:
@@ -520,28 +519,14 @@ def _run_torchrun(spec: dict, plan: dict, env: dict[str, str], writer: _LineWrit
                for i, p in enumerate(procs)]
     for reader in readers:
         reader.start()
-    elastic = spec.get("min_workers") is not None or spec.get("max_workers") is not None
-    codes: dict[int, int] = {}
-    failed_at, stopped, told = None, False, set()
-    while len(codes) < len(procs):
-        for worker, proc in enumerate(procs):
-            if worker not in codes and (code := proc.poll()) is not None:
-                codes[worker] = code
-                failed_at = failed_at or (time.monotonic() if code else None)
-        if not elastic and failed_at and not stopped and time.monotonic() - failed_at > _PEER_GRACE_S:
-            for worker, proc in enumerate(procs):  # still waiting on the missing peer: stopped, not telling
-                if worker not in codes and proc.poll() is None:
-                    proc.terminate()
-            stopped, told = True, set(codes)
-        time.sleep(0.05)
+    codes = {worker: proc.wait() for worker, proc in enumerate(procs)}
     for reader in readers:
         reader.join()
-    told = told if stopped else set(codes)  # the agents that ended on their own: their reports count
-    failures = [failure for worker in sorted(told) for failure in summaries[worker].failures]
+    failures = [failure for summary in summaries for failure in summary.failures]
     if elastic and 0 in codes.values():
         lost = ", ".join(f"rank {rank} (exit {code})" for rank, code in failures)
         return JobStatus(JobState.SUCCEEDED, f"elastic: lost {lost}; the group re-formed" if lost else "", codes)
-    failures += [(worker, codes[worker]) for worker in sorted(told) if codes[worker] in _KILL_SIGNALS]
+    failures += [(worker, code) for worker, code in codes.items() if code in _KILL_SIGNALS]
     failures.sort(key=lambda failure: failure[1] not in _KILL_SIGNALS)  # a rank killed from outside: preempted
     return _verdict(codes, failures, max(codes.values(), key=abs), "the torchrun agents")
 

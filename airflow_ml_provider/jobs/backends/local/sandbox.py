@@ -82,8 +82,8 @@ class SandboxLimits:
 
 
 class SandboxMode(str, Enum):
-    """``auto``: sandbox every job where bubblewrap works, else warn once and run unsandboxed;
-    ``required``: refuse to run a job without one; ``off``: never (a single-tenant machine)."""
+    """``required`` (the default): refuse to run a job without a sandbox; ``auto``: sandbox every job where
+    bubblewrap works, else warn once and run unsandboxed; ``off``: never (a single-tenant machine)."""
 
     AUTO = "auto"
     REQUIRED = "required"
