@@ -203,7 +203,7 @@ class TrainingJobSpec(BaseModel):
         default_factory=list)
     # Directories the job writes besides its own (a preprocessing shard's output folder): the local backend's
     # sandbox makes them writable (under its root's data/, or outside its and Airflow's directories).
-    outputs: list[Annotated[str, AfterValidator(_no_nul), Field(pattern=r"^(/|[a-z][a-z0-9+.-]*://)")]] = Field(
+    output_dirs: list[Annotated[str, AfterValidator(_no_nul), Field(pattern=r"^(/|[a-z][a-z0-9+.-]*://)")]] = Field(
         default_factory=list)
     # PyTorch only: processes (ranks) torchrun starts on each worker, e.g. one per GPU of a node.
     nproc_per_node: Annotated[int, Field(ge=1, le=256)] = 1

@@ -99,7 +99,7 @@ class JobRequest:
         command: the worker argv (None: the framework's default, where it has one).
         num_workers: workers (elastic: the initial count); ``min_workers``/``max_workers`` the elastic bounds.
         inputs: what the job reads from other jobs' directories (see ``TrainingJobSpec.inputs``).
-        outputs: directories it writes besides its own (see ``TrainingJobSpec.outputs``).
+        output_dirs: directories it writes besides its own (see ``TrainingJobSpec.output_dirs``).
         nproc_per_node: ranks per worker (PyTorch only).
         image_of: the framework whose default image (local: environment) runs the job, when not its own:
             a generic job that loads a model runs where that model's trainer ran.
@@ -111,6 +111,6 @@ class JobRequest:
     min_workers: int | None = None
     max_workers: int | None = None
     inputs: list[str] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
+    output_dirs: list[str] = field(default_factory=list)
     nproc_per_node: int = 1
     image_of: str | None = None

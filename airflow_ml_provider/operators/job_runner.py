@@ -109,7 +109,7 @@ class JobRunner:
             return TrainingJobSpec(
                 framework=request.framework, command=request.command, num_workers=request.num_workers,
                 min_workers=request.min_workers, max_workers=request.max_workers, inputs=request.inputs,
-                outputs=request.outputs,
+                output_dirs=request.output_dirs,
                 nproc_per_node=request.nproc_per_node,
                 image=config.image or setup.image(request.image_of or request.framework.value),
                 resources=config.resources, scheduling=config.scheduling,

@@ -47,7 +47,7 @@ class PreprocessOperator(BaseJobOperator):
 
     def job_request(self) -> JobRequest:
         return JobRequest(Framework.GENERIC, [*self.command, "--input", self.input_path, "--output", self.output_path],
-                          outputs=[posixpath.dirname(self.output_path)])
+                          output_dirs=[posixpath.dirname(self.output_path)])
 
     def finish(self, context, result: dict[str, Any]) -> dict[str, Any]:
         result = {k: v for k, v in result.items() if k != "model_path"}

@@ -3,6 +3,7 @@ recipe or, checked, from the run's Params), and the report of a mapped experimen
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -18,6 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_ml_provider.artifact_layout import RUN_DIR
 from airflow_ml_provider.hooks.model_registry import LINEAGE_KEY, ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.operators.config import JobRequest
 from airflow_ml_provider.operators.links import MLflowBestTrialLink
 from airflow_ml_provider.operators.params import conf_problems, number_problems, refuse, text_problems
 from airflow_ml_provider.operators.training import TrainingJobOperator
@@ -125,6 +127,11 @@ class RecipeTrialOperator(TrainingJobOperator):
     def build_command(self) -> list[str]:
         """The trial's argv with the run's data folder and Param values filled in."""
         return fill_at_run(self.command, self._run_dir, self._param_values)
+
+    def job_request(self) -> JobRequest:
+        """A trial that names ``{{run_dir}}`` writes there (the run's data for its next experiments)."""
+        request = super().job_request()
+        return dataclasses.replace(request, output_dirs=[self._run_dir]) if self._run_dir else request
 
     @property
     def trial_label(self) -> str:

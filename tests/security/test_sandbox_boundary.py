@@ -216,7 +216,7 @@ def test_a_job_reaches_no_other_jobs_rendezvous_nor_a_host_service_only_what_egr
 
 def test_a_job_writes_no_data_a_ui_user_may_name_only_its_declared_outputs(tmp_path):
     """M1': any job could write a file into the shared ``<root>/data`` for a UI user's ``data_path`` to name.
-    Now every job reads ``<root>/data`` and writes only its own directory and the outputs it declares (a
+    Now every job reads ``<root>/data`` and writes only its own directory and the output directories it declares (a
     preprocessing shard's folder), made for it by the submitter."""
     backend = backend_at(tmp_path)
     data = backend.root / "data"
@@ -237,12 +237,12 @@ def test_a_job_writes_no_data_a_ui_user_may_name_only_its_declared_outputs(tmp_p
     assert backend.submit("writer", job(writer, planted, output), {})
     assert final_status(backend, "writer").state is JobState.SUCCEEDED
     assert set(report(backend, "writer").values()) <= {"PermissionError", "OSError"}
-    assert backend.submit("preprocess", job(writer, planted, output, outputs=[str(shard)]), {})
+    assert backend.submit("preprocess", job(writer, planted, output, output_dirs=[str(shard)]), {})
     assert final_status(backend, "preprocess").state is JobState.SUCCEEDED
     assert report(backend, "preprocess")[output] == "written" and report(backend, "preprocess")[planted] != "written"
     assert not Path(planted).exists() and Path(output).read_text() == "x"
-    with pytest.raises(JobSubmissionError, match=r"outputs: '.*/jobs' is in a place jobs may not write"):
-        backend.submit("records", job(writer, outputs=[str(backend.root / "jobs")]), {})
+    with pytest.raises(JobSubmissionError, match=r"output_dirs: '.*/jobs' is in a place jobs may not write"):
+        backend.submit("records", job(writer, output_dirs=[str(backend.root / "jobs")]), {})
 
 
 def test_a_reported_path_under_a_job_directory_that_became_a_link_is_not_accepted(tmp_path):

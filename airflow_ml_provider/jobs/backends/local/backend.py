@@ -424,11 +424,11 @@ class LocalBackend(Backend):
         data = os.path.realpath(self.root / "data")
         writable = [(field, path) for field in ("model_dir", "checkpoint_dir")
                     if (path := getattr(spec, field)) and "://" not in path]
-        for path in (path for path in spec.outputs if "://" not in path):
+        for path in (path for path in spec.output_dirs if "://" not in path):
             if local_sandbox.inside(path, hidden) and not local_sandbox.inside(path, [data]):
-                raise JobSubmissionError(f"outputs: {path!r} is in a place jobs may not write; a job's outputs lie "
+                raise JobSubmissionError(f"output_dirs: {path!r} is in a place jobs may not write; a job's outputs lie "
                                          f"under {data} or outside the backend's and Airflow's directories")
-            writable.append(("outputs", path))
+            writable.append(("output_dirs", path))
         needed = [path for path in (image, _interpreter_prefix(image), sys.prefix, sys.base_prefix, _PACKAGE_ROOT,
                                     spec.working_dir) if path]
         closed = local_sandbox.closed_ancestors(needed) if uid is not None else []
@@ -468,7 +468,7 @@ class LocalBackend(Backend):
                 local_workdirs.own_directory(path, field, uid)
         for path in sandbox["writable"]:
             if path not in sandbox["job_dirs"]:
-                local_workdirs.own_directory(path, "outputs", uid)
+                local_workdirs.own_directory(path, "output_dirs", uid)
 
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix

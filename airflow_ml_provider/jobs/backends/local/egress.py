@@ -62,11 +62,10 @@ def listen_plan(endpoints: list[str]) -> list[dict]:
     return plan
 
 
-def hosts_file(plan: list[dict]) -> str | None:
-    """The job's ``/etc/hosts`` when an endpoint is named (None: the machine's own is shown)."""
+def hosts_file(plan: list[dict]) -> str:
+    """The job's ``/etc/hosts``: its host name on its loopback (no name server answers in its network, and
+    c10d, Gloo and MPI look their host up), and each named endpoint at the address relaying it."""
     names = [f"{entry['listen'][0]} {entry['name']}" for entry in plan if entry["name"]]
-    if not names:
-        return None
     return "\n".join(["127.0.0.1 localhost", "::1 localhost", f"127.0.0.1 {socket.gethostname()}", *names]) + "\n"
 
 

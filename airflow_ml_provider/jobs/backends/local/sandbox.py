@@ -18,7 +18,7 @@ One sandbox holds all the workers of a job (its ``spawner`` starts them). Inside
   what the backend's ``hide`` adds (the hook: Airflow's configured SQLite DB, log folder and local secrets
   files), and the local backend's root (the job records, locks and owner key, every job's artifacts).
   Bound back into that view, writable: the job's own directory (``<artifacts>/<job>``, made anew for each
-  attempt by the submitter: ``local_workdirs``) and the ``outputs`` it declares; read-only: ``<root>/data``
+  attempt by the submitter: ``local_workdirs``) and the ``output_dirs`` it declares; read-only: ``<root>/data``
   (the runs' data shards), its declared ``inputs``, and the training environment and this package should
   they lie under a hidden path or a directory the job's user cannot enter.
 

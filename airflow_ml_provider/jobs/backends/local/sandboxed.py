@@ -89,12 +89,10 @@ class JobSandbox:
             log("launcher", self.bounds.unbounded)
         plan = local_egress.listen_plan(self.config.get("egress", []))
         self._egress_dir = root / "egress" / self.attempt
-        self.relays = local_egress.Relays(plan, self._egress_dir) if plan else None
-        self._hosts = None
-        if (hosts := local_egress.hosts_file(plan)) is not None:
-            self._hosts = self._egress_dir / "hosts"
-            write_private(self._hosts, hosts)
-            os.chmod(self._hosts, 0o644)
+        self.relays = local_egress.Relays(plan, self._egress_dir)
+        self._hosts = self._egress_dir / "hosts"
+        write_private(self._hosts, local_egress.hosts_file(plan))
+        os.chmod(self._hosts, 0o644)
         self._low_ports = any(entry["listen"][1] < 1024 for entry in plan)
 
     def start(self, workers: list[tuple[list[str], dict[str, str], str]]) -> list[SandboxedWorker]:
@@ -102,8 +100,7 @@ class JobSandbox:
         pipes = [os.pipe() for _ in workers]
         seccomp_fd = local_seccomp.program_fd()
         inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else [])
-        bwrap = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir) if self.relays else None,
-                                   str(self._hosts) if self._hosts else None, self._low_ports)
+        bwrap = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir), str(self._hosts), self._low_ports)
         command = [sys.executable, "-m", _ENTER, json.dumps(self.bounds.to_dict()), "--", *bwrap,
                    sys.executable, "-I", "-S", SPAWNER]
         env = allowed_env(os.environ) | {JOB_UID_ENV: workers[0][1][JOB_UID_ENV]}
@@ -118,7 +115,7 @@ class JobSandbox:
         threading.Thread(target=self._relay_stderr, daemon=True).start()
         plan = {"workers": [{"argv": argv, "env": worker_env, "cwd": cwd, "fd": write}
                             for (argv, worker_env, cwd), (_, write) in zip(workers, pipes)],
-                "relays": self.relays.sockets if self.relays else [], "user": self.config.get("uid")}
+                "relays": self.relays.sockets, "user": self.config.get("uid")}
         try:
             self._proc.stdin.write((json.dumps(plan) + "\n").encode())
             self._proc.stdin.flush()
@@ -156,8 +153,7 @@ class JobSandbox:
             except OSError:
                 pass
             self._proc.wait()
-        if self.relays is not None:
-            self.relays.close()
+        self.relays.close()
         local_bounds.remove(self.bounds)
         for path in (self._egress_dir.glob("*") if self._egress_dir.is_dir() else []):
             path.unlink(missing_ok=True)

@@ -93,12 +93,30 @@ def test_horovodruns_report_of_a_ranks_end_is_read_even_with_another_line_on_it(
 def test_the_sandbox_hides_the_parent_of_the_jobs_own_directory_and_refuses_a_dir_that_would_show_a_secret():
     from airflow_ml_provider.jobs.backends.local.sandbox import mounts
 
-    got = mounts("job-1", ["/srv/airflow"], [("model_dir", "/data/ml/artifacts/job-1/model")], ["/data/ml/data"])
+    got = mounts("job-1", ["/srv/airflow"], [("model_dir", "/data/ml/artifacts/job-1/model")], ["/data/ml/data"],
+                 uid=None)
     assert got == {"hide": ["/data/ml/artifacts", "/srv/airflow"], "writable": ["/data/ml/artifacts/job-1"],
-                   "readable": ["/data/ml/data"]}
-    assert mounts("tmp", [], [("model_dir", "/tmp/m")], [])["hide"] == [], "never / or a top-level directory"
+                   "readable": ["/data/ml/data"], "job_dirs": ["/data/ml/artifacts/job-1"], "uid": None}
+    assert mounts("tmp", [], [("model_dir", "/tmp/m")], [], uid=None)["hide"] == [], "never / or a top-level directory"
     with pytest.raises(ValueError, match=r"model_dir: '/srv' contains /srv/airflow, which a job must not see"):
-        mounts("job-1", ["/srv/airflow"], [("model_dir", "/srv")], [])
+        mounts("job-1", ["/srv/airflow"], [("model_dir", "/srv")], [], uid=None)
+
+
+def test_a_job_of_its_own_user_gets_the_directories_it_cannot_enter_on_the_way_to_its_inputs_hidden(tmp_path):
+    """A job's own uid cannot pass a 0700 directory (a Python under /root): it is hidden, and what the job needs
+    inside is bound back; a writable directory reached through a link is refused naming the field."""
+    from airflow_ml_provider.jobs.backends.local.sandbox import mounts
+
+    closed = tmp_path / "closed"
+    (closed / "python").mkdir(parents=True)
+    closed.chmod(0o700)
+    tmp_path.chmod(0o755)
+    got = mounts("job-1", [], [], [str(closed / "python")], uid=1_500_000_001)
+    assert str(closed) in got["hide"] and got["readable"] == [str(closed / "python")] and got["uid"] == 1_500_000_001
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ValueError, match=r"model_dir: '.*/link/model' goes through the symbolic link .*/link"):
+        mounts("job-1", [], [("model_dir", str(tmp_path / "link" / "model"))], [], uid=None)
 
 
 @needs_horovod
