@@ -1,6 +1,6 @@
 """Overhead of the local backend on a PyTorch DDP job: wall time through the operator's path vs bare torchrun.
 
-(a) ``LocalBackend.submit()`` of a 2-worker pytorch TrainingJobSpec (two torchrun agents in the job's
+(a) ``LocalBackend.submit()`` of a 2-worker pytorch TrainingJobSpec (one torchrun agent for both, in the job's
     sandbox), followed to its end by the driver a sync training task uses (``local_overhead.follow_job``);
 (b) the same trainer under one bare ``torchrun --standalone --nproc-per-node 2`` from the training
     environment, output read to EOF.

@@ -35,6 +35,7 @@ FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _RANK_LINE = re.compile(r"^\[(?P<rank>\d+)\]:(?P<text>.*)$")
 _SUMMARY_RANK = re.compile(r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: \d+\)\s*$")
 _SUMMARY_EXIT = re.compile(r"^\s+exitcode\s+: (?P<code>-?\d+) ")
+_ROOT_CAUSE = "Root Cause (first observed failure):"
 
 
 def nnodes(spec) -> str:
@@ -98,15 +99,19 @@ def output(line: str) -> tuple[int | None, str]:
 
 
 class FailureSummary:
-    """Reads an agent's own lines for its failure summary: ``failures`` is ``[(rank, exit code)]``."""
+    """Reads an agent's own lines for its failure summary: ``failures`` is ``[(rank, exit code)]``, the root
+    cause first (torchrun lists the ranks it stopped itself, SIGTERM'd after the first failure, above it)."""
 
     def __init__(self) -> None:
         self.failures: list[tuple[int, int]] = []
         self._rank: int | None = None
+        self._root = False
 
     def feed(self, agent_line: str) -> None:
-        if match := _SUMMARY_RANK.match(agent_line):
+        if _ROOT_CAUSE in agent_line:
+            self._root = True
+        elif match := _SUMMARY_RANK.match(agent_line):
             self._rank = int(match["rank"])
         elif self._rank is not None and (match := _SUMMARY_EXIT.match(agent_line)):
-            self.failures.append((self._rank, int(match["code"])))
-            self._rank = None
+            self.failures.insert(0 if self._root else len(self.failures), (self._rank, int(match["code"])))
+            self._rank, self._root = None, False

@@ -61,12 +61,19 @@ def test_nproc_per_node_is_refused_for_other_frameworks():
 
 
 def test_the_local_plan_runs_the_images_torchrun_on_loopback_with_ranks_prefixed():
-    plan = launch_plan(_spec(), sys.prefix, Path("/jobs/job-a"))
+    plan = launch_plan(_spec(min_workers=1, max_workers=2), sys.prefix, Path("/jobs/job-a"))
     assert plan["argv"][0] == str(Path(sys.prefix, "bin", "torchrun"))
-    assert _option(plan["argv"], "--rdzv-id") == "job-a"
+    assert _option(plan["argv"], "--rdzv-id") == "job-a" and _option(plan["argv"], "--nnodes") == "1:2"
     assert "--local-addr" not in plan["argv"]  # each agent gets its own loopback address (PET_LOCAL_ADDR)
     assert plan["env"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[${rank}]:"
     assert plan["env"]["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+def test_a_fixed_size_local_job_is_one_agent_running_every_workers_ranks():
+    """As torchrun runs one machine: no rendezvous between agents of one host (issue 38's 1.185x overhead)."""
+    plan = launch_plan(_spec(num_workers=2, nproc_per_node=2), sys.prefix, Path("/jobs/job-a"))
+    assert "--standalone" in plan["argv"] and _option(plan["argv"], "--nnodes") == "1"
+    assert _option(plan["argv"], "--nproc-per-node") == "4" and "--rdzv-id" not in plan["argv"]
 
 
 def test_rank_lines_and_the_agents_failure_summary_are_told_apart():
@@ -80,3 +87,19 @@ def test_rank_lines_and_the_agents_failure_summary_are_told_apart():
         if rank is None:
             summary.feed(text)
     assert summary.failures == [(3, -9)]
+
+
+def test_the_root_cause_comes_first_though_the_agent_lists_the_ranks_it_stopped_above_it():
+    """One agent for a fixed-size job: a killed rank 1 (SIGKILL) made torchrun stop rank 0 (SIGTERM), listed
+    first under "Failures:"; the job was reported as "rank 0 was killed (exit -15)". (The summary as torchrun
+    2.13 printed it on the local backend.)"""
+    summary = torchrun.FailureSummary()
+    for line in ["Failures:", "[1]:", "  time      : 2026-12-01_22:44:22", "  host      : localhost",
+                 "  rank      : 0 (local_rank: 0)", "  exitcode  : -15 (pid: 9)  (SIGTERM)",
+                 "  error_file: <N/A>", "---------------------------------------------------",
+                 "Root Cause (first observed failure):", "[0]:", "  time      : 2026-12-01_22:44:22",
+                 "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 10)  (SIGKILL)"]:
+        rank, text = torchrun.output(line)
+        if rank is None:
+            summary.feed(text)
+    assert summary.failures == [(1, -9), (0, -15)]
