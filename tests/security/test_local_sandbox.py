@@ -314,15 +314,14 @@ def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path
 
 @needs_sandbox
 @needs_horovod
-def test_a_horovod_job_runs_in_its_sandbox_whose_home_directory_it_cannot_write(tmp_path, monkeypatch):
+def test_a_horovod_job_runs_in_its_sandbox_whose_home_directory_it_cannot_write(tmp_path):
     """A fresh machine has no ``~/.horovod``: horovodrun created it (its cache of remote-host checks) and,
     the sandbox's filesystem being read-only, the first Horovod job of every new machine failed. Here
     the home directory does not exist and cannot be made; the job still trains nothing but succeeds."""
-    home = Path("/") / f"no-home-{secrets.token_hex(6)}"
-    monkeypatch.setenv("HOME", str(home))
+    home = Path("/") / f"no-home-{secrets.token_hex(6)}"  # (the job's own: a sandboxed job's default is its /tmp)
     backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2)
     job = TrainingJobSpec(framework="horovod", command=["python", "-c", "print('rank up', flush=True)"],
-                          num_workers=2)
+                          num_workers=2, env={"HOME": str(home)})
     assert backend.submit("hvd-home", job, {})
     assert final_status(backend, "hvd-home").state is JobState.SUCCEEDED, job_log(backend, "hvd-home")
     assert sandboxed(backend, "hvd-home") and job_log(backend, "hvd-home").count("rank up") == 2

@@ -259,7 +259,9 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
     the launcher's own cost apart from the job's."""
     record = read_json(job_dir / "job.json")
     plan, spec = record["plan"], record["spec"]
-    env = allowed_env(os.environ) | plan["env"] | {JOB_UID_ENV: record["uid"]} | secrets
+    # A sandboxed job's user has no home of its own on the host: its private /tmp is (the job's env may say else)
+    home = {"HOME": local_sandbox.PRIVATE_TMP} if plan.get("sandbox") else {}
+    env = allowed_env(os.environ) | home | plan["env"] | {JOB_UID_ENV: record["uid"]} | secrets
     _check_nul(plan["argv"], env)
     sandbox = None
     if plan.get("sandbox"):  # every worker starts inside the job's sandbox, whose directories the submitter made
