@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_ml_provider.hooks.mlflow_s3 import s3_client_settings
 from airflow_ml_provider.hooks.model_check import MODEL_SHA256, verify_model_file
+from airflow_ml_provider.hooks.registry_lock import promotion_lock, sqlite_file, store_created
 from airflow_ml_provider.patterns import MODEL_NAME
 
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -49,6 +50,21 @@ class RegistrySettings:
     ui_url: str
     authorization: str | None = field(default=None, repr=False)  # the Authorization header's value
     s3: dict[str, str] | None = field(default=None, repr=False)  # artifacts on S3: see hooks.mlflow_s3
+    promotion_lock: str | None = None  # a tracking server's promotion lock: see hooks.registry_lock
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """What a compare-and-set of ``champion`` found: whether it moved, the champion it found (``alias_version``'s
+    dict, or None) and the lock it held (for the task log)."""
+
+    moved: bool
+    champion: dict[str, Any] | None
+    lock: str
+
+    @property
+    def previous(self) -> int | None:
+        return self.champion["version"] if self.champion else None
 
 
 class ModelRegistryHook(BaseHook):
@@ -59,7 +75,8 @@ class ModelRegistryHook(BaseHook):
 
     Connection (type ``ml_registry``): host = tracking URI (``http://mlflow:5000``, ``databricks``,
     ``sqlite:///...``); login/password = basic auth; extras ``registry_uri``, ``artifact_root``
-    (for new experiments), ``token``, ``ui_url`` (for links; default: an http tracking URI itself).
+    (for new experiments), ``token``, ``ui_url`` (for links; default: an http tracking URI itself),
+    ``promotion_lock`` (a tracking server's: see ``hooks.registry_lock``).
     """
 
     conn_name_attr = "registry_conn_id"
@@ -75,7 +92,7 @@ class ModelRegistryHook(BaseHook):
         try:
             connection = self.get_connection(self.registry_conn_id)
         except AirflowNotFoundException:
-            home = Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "ml"
+            home = _home()
             home.mkdir(parents=True, exist_ok=True)
             uri = f"sqlite:///{home / 'mlflow.db'}"
             ui = conf.get("ml_training", "mlflow_ui_url", fallback="http://127.0.0.1:5000")
@@ -103,6 +120,7 @@ class ModelRegistryHook(BaseHook):
             ui_url=extras.get("ui_url") or (tracking if tracking.startswith("http") else ""),
             authorization=_authorization(connection.login, connection.password, extras.get("token")),
             s3=_artifact_store().mlflow_s3(extras.get("artifact_root")),
+            promotion_lock=extras.get("promotion_lock") or None,
         )
 
     @contextmanager
@@ -119,6 +137,7 @@ class ModelRegistryHook(BaseHook):
         token = _AUTHORIZATION.set(settings.authorization)
         try:
             with s3_client_settings(settings.s3):
+                _create_stores(settings.tracking_uri, settings.registry_uri)
                 yield mlflow
         finally:
             _AUTHORIZATION.reset(token)
@@ -257,24 +276,34 @@ class ModelRegistryHook(BaseHook):
             signature = mlflow.models.get_model_info(f"models:/{name}/{version}").signature
         return int(signature.inputs.inputs[0].shape[-1])
 
-    def promote(self, name: str, version: int) -> int | None:
-        """Move ``champion`` to ``version``, noting the version it replaces (for rollback); returns that."""
-        current = self.alias_version(name, CHAMPION)
-        previous = current["version"] if current else None
-        with self.mlflow() as mlflow:
-            client = mlflow.MlflowClient()
-            if previous is not None and previous != version:
-                client.set_model_version_tag(name, str(version), PREVIOUS_CHAMPION, str(previous))
-            client.set_registered_model_alias(name, CHAMPION, str(version))
-        return previous
+    def promote(self, name: str, version: int, expected: int | None) -> Promotion:
+        """Compare-and-set ``champion``: move it to ``version`` only if it still is ``expected`` (the version the
+        gate compared with; None: no champion), or already is ``version``. The check and the move run under the
+        model's promotion lock (``hooks.registry_lock``), so two runs cannot both replace the same champion.
+        The version replaced is noted on the new one (for rollback)."""
+        settings = self.settings()
+        with promotion_lock(settings.registry_uri, settings.promotion_lock, name, _home() / "locks") as lock:
+            current = self.alias_version(name, CHAMPION)
+            previous = current["version"] if current else None
+            if previous not in (expected, version):
+                return Promotion(False, current, lock)
+            with self.mlflow() as mlflow:
+                client = mlflow.MlflowClient()
+                if previous is not None and previous != version:
+                    client.set_model_version_tag(name, str(version), PREVIOUS_CHAMPION, str(previous))
+                client.set_registered_model_alias(name, CHAMPION, str(version))
+        return Promotion(True, current, lock)
 
     def rollback(self, name: str) -> int:
-        """Move ``champion`` back to the version it replaced. Raises LookupError if there is none."""
-        current = self.alias_version(name, CHAMPION)
-        previous = current and current["tags"].get(PREVIOUS_CHAMPION)
-        if not previous:
-            raise LookupError(f"model {name!r}: the champion has no previous champion to roll back to")
-        self.set_alias(name, CHAMPION, int(previous))
+        """Move ``champion`` back to the version it replaced (under the promotion lock). Raises LookupError if
+        there is none."""
+        settings = self.settings()
+        with promotion_lock(settings.registry_uri, settings.promotion_lock, name, _home() / "locks"):
+            current = self.alias_version(name, CHAMPION)
+            previous = current and current["tags"].get(PREVIOUS_CHAMPION)
+            if not previous:
+                raise LookupError(f"model {name!r}: the champion has no previous champion to roll back to")
+            self.set_alias(name, CHAMPION, int(previous))
         return int(previous)
 
     def download_uri(self, name: str, version: int) -> str:
@@ -324,6 +353,25 @@ def check_model_name(name: str, allowed: Sequence[str] | None, dag_id: str) -> s
             f"({', '.join(patterns)})"
         )
     return name
+
+
+def _home() -> Path:
+    """The provider's folder under ``$AIRFLOW_HOME``: the embedded registry and machine-local locks."""
+    return Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "ml"
+
+
+@cache
+def _create_stores(*uris: str) -> None:
+    """Create (or check) each SQLite store once per process, under its creation lock, before MLflow's first
+    use of it: MLflow creates a fresh store's tables on first use, and two tasks doing that at once both fail.
+    Other stores are created by their server or by ``mlflow db upgrade``."""
+    from mlflow import MlflowClient
+
+    for uri in dict.fromkeys(uri for uri in uris if sqlite_file(uri)):
+        with store_created(uri):
+            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+            client.search_experiments(max_results=1)  # the tracking store's tables
+            client.search_registered_models(max_results=1)  # the registry's (the same database)
 
 
 def _artifact_store():

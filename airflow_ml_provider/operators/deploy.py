@@ -22,6 +22,7 @@ from airflow_ml_provider.hooks.model_registry import (
     check_model_name,
 )
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.operators import promotion
 from airflow_ml_provider.operators.links import MLflowModelVersionLink
 from airflow_ml_provider.reporting import lineage
 from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
@@ -44,7 +45,10 @@ class DeployModelOperator(BaseOperator):
     GitDagBundle; ``airflow.dag_id``, ``airflow.run_id``, ``airflow.task_id``, ``airflow.data_version``,
     ``airflow.training_job``, ``airflow.training_backend``, ``airflow.image``; see ``reporting.lineage``)
     and ``description``.
-    Registering is idempotent: the version made from the same evaluation run is reused.
+    Registering is idempotent: the version made from the same evaluation run is reused. Promoting is a
+    compare-and-set (``operators.promotion``): ``champion`` moves only while it is the version the gate compared
+    with; if another run promoted meanwhile, the gate's comparison runs again against that version, and a model
+    that does not beat it (or cannot be compared with it) is ``superseded``: it stays challenger.
 
     Args:
         model_name: the registered model (one of ``model_names``); templated.
@@ -60,8 +64,9 @@ class DeployModelOperator(BaseOperator):
         ml_conn_id: the training connection (its Kubernetes connection applies a KServe service).
         model_names: the model names this DAG may write (names or fnmatch patterns; default: the DAG id).
 
-    Returns (XCom): ``{"model_name", "version", "aliases", "promoted", "previous_champion", "url",
-    "model_uri", "kserve", "lineage"}``. Every Asset in ``outlets`` gets an event whose ``extra`` holds ``name``,
+    Returns (XCom): ``{"model_name", "version", "aliases", "promoted", "previous_champion", "superseded",
+    "gate_again", "url", "model_uri", "kserve", "lineage"}`` (``superseded``: None, or why another run's champion
+    stays; ``gate_again``: the gate's comparisons run again at promotion). Every Asset in ``outlets`` gets an event whose ``extra`` holds ``name``,
     ``version``, ``model_uri``, ``aliases``, ``gate_passed``, ``promoted``, ``metrics``, ``run_id``,
     ``mlflow_run_id``, ``data_version`` and ``bundle_version`` (see ``airflow_ml_provider.assets``).
     """
@@ -145,12 +150,13 @@ class DeployModelOperator(BaseOperator):
         passed = bool(self.gate and self.gate.get("passed"))
         if passed:
             self.registry.set_alias(self.model_name, CHALLENGER, number)
-        previous, why_not = None, self._why_not_promoted()
-        promoted = why_not is None
-        if promoted:
-            previous = self.registry.promote(self.model_name, number)
-            self.log.info("Model %s version %d is the champion (was: %s)", self.model_name, number, previous)
-        else:
+        why_not = self._why_not_promoted()
+        outcome = {"promoted": False, "previous_champion": None, "superseded": None, "gate_again": []}
+        if why_not is None:
+            outcome = promotion.promote(self.registry, self.model_name, number, self.gate, evaluation, self.log)
+            why_not = outcome["superseded"]
+        promoted = outcome["promoted"]
+        if not promoted:
             self.log.info(
                 "Model %s version %d is %s; the champion stays: %s",
                 self.model_name,
@@ -163,8 +169,7 @@ class DeployModelOperator(BaseOperator):
             "model_name": self.model_name,
             "version": number,
             "aliases": aliases,
-            "promoted": promoted,
-            "previous_champion": previous,
+            **outcome,
             "url": self.registry.version_url(self.model_name, number),
             "model_uri": f"models:/{self.model_name}/{number}",
             "kserve": self._kserve(number, evaluation) if self.kserve else None,

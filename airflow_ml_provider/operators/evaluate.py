@@ -180,6 +180,8 @@ class EvaluateModelOperator(BaseJobOperator):
             "data_version": self.data_version or "unknown",
             "model_sha256": result["model_sha256"],
         }
+        if isinstance(result.get("rows_sha256"), str):  # which rows: another run's metrics on them compare
+            lineage["test_rows_sha256"] = result["rows_sha256"]
         key = _lineage_key(ti, trained)
         champion = self._measured_champion(result)
         registry = ModelRegistryHook(self.registry_conn_id)

@@ -18,6 +18,8 @@ from airflow_ml_provider.hooks.model_registry import (
 )
 from airflow_ml_provider.reporting.notify import notify_all
 
+ROWS_TAG = "airflow.test_rows_sha256"  # a version's held-out rows (reporting.lineage tags the evaluation's lineage)
+
 
 def decide(
     metrics: Mapping[str, float],
@@ -95,7 +97,20 @@ def decide(
         "champion_version": champion and champion["version"],
         "champion_metrics": dict(measured.get("metrics", {})) if measured else None,
         "improvement": improvement,
+        "min_improvement": min_improvement,
     }
+
+
+def compare_again(gate: Mapping[str, Any], evaluation: Mapping[str, Any], champion: Mapping[str, Any]) -> dict[str, Any]:
+    """The gate's comparison run again, against ``champion`` (``alias_version``'s dict): a version that became
+    champion after the gate compared with another. Its metrics compare only where it was evaluated on the very
+    rows this model was (its ``airflow.test_rows_sha256`` tag is this evaluation's); else the decision says the
+    two are not comparable. The thresholds were met already: they do not depend on the champion."""
+    rows = evaluation.get("lineage", {}).get("test_rows_sha256")
+    same_rows = bool(rows) and champion["tags"].get(ROWS_TAG) == rows
+    measured = {"version": champion["version"], "metrics": champion["metrics"]} if same_rows else None
+    return decide(evaluation["metrics"], {}, gate["metric"], float(gate.get("min_improvement", 0.0)), champion,
+                  evaluation.get("lineage_key"), measured)
 
 
 class ModelGateOperator(BaseOperator):

@@ -24,6 +24,7 @@ def run_summary(evaluation: dict[str, Any], gate: dict[str, Any], deploy: dict[s
             "aliases": list(deploy.get("aliases", [])),
             "model_uri": deploy.get("model_uri"),
             "url": deploy.get("url") or None,
+            "superseded": deploy.get("superseded"),
         },
         "lineage": dict(deploy.get("lineage") or {}),
         "evaluation": {
@@ -55,6 +56,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"model       {model['name']} version {model['version']} ({', '.join(model['aliases'])}), "
         f"load it as {model['model_uri']}"
     )
+    if model.get("superseded"):
+        lines.append(f"            not champion: {model['superseded']}")
     if model["url"]:
         lines.append(f"            MLflow model version: {model['url']}")
     if lineage := summary.get("lineage"):

@@ -10,6 +10,7 @@ metrics, or ``{"error": ...}`` when it cannot score this data).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 
 import numpy as np
@@ -43,8 +44,18 @@ def classification_metrics(y: np.ndarray, probabilities: np.ndarray) -> dict[str
     return {name: round(float(value), 6) for name, value in metrics.items()}
 
 
+def rows_sha256(X: np.ndarray, y: np.ndarray) -> str:
+    """The held-out rows' identity, from their values (an .npz file's bytes also hold when it was written):
+    two evaluations with the same digest scored the same rows, so their metrics compare."""
+    digest = hashlib.sha256()
+    for array in (np.ascontiguousarray(X, dtype=np.float32), np.ascontiguousarray(y, dtype=np.float64)):
+        digest.update(repr(array.shape).encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Evaluate and emit metrics, shapes (for the model signature) and the model's content hash."""
+    """Evaluate and emit metrics, shapes (for the model signature), the model's content hash and the rows'."""
     parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.evaluate")
     parser.add_argument("--model", required=True, help="model.txt (LightGBM), model.keras or model.pt (path or URL)")
     parser.add_argument("--test-data", required=True, help="held-out .npz (X, y) or .csv with a label column")
@@ -70,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         n_features=int(X.shape[1]),
         n_classes=len(labels),
         model_sha256=model_sha256,
+        rows_sha256=rows_sha256(X, y),
         confusion_matrix=confusion_matrix(
             y.astype(int), probabilities.argmax(axis=1), labels=labels
         ).tolist(),

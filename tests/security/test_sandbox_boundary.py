@@ -52,10 +52,11 @@ def report(backend: LocalBackend, name: str) -> dict:
 def test_links_an_attempt_leaves_in_its_directories_are_never_the_next_attempts_mounts(tmp_path):
     """S1: a first attempt replaced its model and checkpoint directories with links to a DAGs folder and to the
     job records, then killed itself (PREEMPTED); the resubmission bound the links' targets read-write and wrote
-    a DAG file and a forged status. Now the submitter makes the attempt's directory anew: the second attempt
-    writes only there, its regular checkpoint carried over, the planted link not."""
+    a DAG file and a forged status. Now only the writable directories themselves are bound, mount points that
+    no job can replace, and a writable directory reached through a link is refused at submit: the second
+    attempt writes only into its own directories, where its first attempt's checkpoint waits."""
     dags = Path(os.environ["AIRFLOW_HOME"]) / f"dags-{secrets.token_hex(4)}"
-    dags.mkdir()
+    dags.mkdir(parents=True)
     backend = backend_at(tmp_path)
     job_dir = backend.root / "artifacts" / "relinked"
     spec = job("""
@@ -64,9 +65,13 @@ def test_links_an_attempt_leaves_in_its_directories_are_never_the_next_attempts_
         if not os.path.exists(os.path.join(ckpt, "ckpt-1.npz")):  # the first attempt
             open(os.path.join(ckpt, "ckpt-1.npz"), "w").write("weights")
             os.symlink(sys.argv[1], os.path.join(ckpt, "ckpt-2.npz"))  # a "checkpoint" that is a link
-            os.rename(model, model + ".gone")
-            os.symlink(sys.argv[2], model)  # the model directory, a link to the DAGs folder
-            print("relinked", flush=True)
+            try:
+                os.rename(model, model + ".gone")  # the model directory, to become a link to the DAGs folder
+                os.symlink(sys.argv[2], model)
+                relinked = "yes"
+            except OSError as exc:
+                relinked = type(exc).__name__
+            print("RELINKED " + relinked, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         wrote = []
         for directory in (model, ckpt):
@@ -75,21 +80,27 @@ def test_links_an_attempt_leaves_in_its_directories_are_never_the_next_attempts_
                 wrote.append(directory)
             except OSError:
                 pass
-        print("REPORT " + json.dumps({"carried": sorted(os.listdir(ckpt)), "model_is_link": os.path.islink(model),
+        print("REPORT " + json.dumps({"found": sorted(os.listdir(ckpt)), "model_is_link": os.path.islink(model),
                                      "wrote": wrote}), flush=True)
     """, str(backend.root / "jobs"), str(dags), model_dir=str(job_dir / "model"),
         checkpoint_dir=str(job_dir / "checkpoints"))
     assert backend.submit("relinked", spec, {})
     assert final_status(backend, "relinked").state is JobState.PREEMPTED, job_log(backend, "relinked")
-    assert (job_dir / "model").is_symlink(), "the first attempt left its link"
+    assert "RELINKED yes" not in job_log(backend, "relinked"), "a job replaced its bound directory"
     assert backend.submit("relinked", spec, {})  # the resubmission a preemption makes
     assert final_status(backend, "relinked").state is JobState.SUCCEEDED, job_log(backend, "relinked")
     assert list(dags.iterdir()) == [], "the job wrote into the DAGs folder"
+    assert not any(path.name == "evil_dag.py" for path in (backend.root / "jobs").rglob("*"))
     result = report(backend, "relinked")
-    assert result["carried"] == ["ckpt-1.npz", "evil_dag.py"] and not result["model_is_link"]
+    assert result["found"] == ["ckpt-1.npz", "ckpt-2.npz", "evil_dag.py"] and not result["model_is_link"], result
     assert not (job_dir / "model").is_symlink() and (job_dir / "model" / "evil_dag.py").is_file()
     assert (job_dir / "checkpoints" / "ckpt-1.npz").read_text() == "weights"
-    assert not any(path.name == "evil_dag.py" for path in (backend.root / "jobs").rglob("*"))
+
+    (job_dir / "model").rename(job_dir / "model.real")  # a link left where a directory is bound, however it got there
+    (job_dir / "model").symlink_to(dags)
+    with pytest.raises(JobSubmissionError, match=r"model_dir: '.*/relinked/model' goes through the symbolic link"):
+        backend.submit("relinked", spec, {})
+    assert list(dags.iterdir()) == []
 
 
 def test_a_job_cannot_write_kernel_settings_nor_read_roots_private_files(tmp_path):

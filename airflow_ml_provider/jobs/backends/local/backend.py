@@ -456,19 +456,14 @@ class LocalBackend(Backend):
         return {**sandbox, "tmp_bytes": self.limits.tmp_mb * 2**20, "egress": egress,
                 "bounds": {"memory_bytes": self.limits.memory_mb * 2**20, "max_processes": self.limits.max_processes}}
 
-    def _prepare_directories(self, spec: TrainingJobSpec, sandbox: dict) -> None:
-        """Each writable directory of a sandboxed job made for this attempt and handed to its user (under the
-        name's lock, the previous attempt stopped): its own directory anew, its checkpoints carried over."""
-        uid = sandbox["uid"]
-        carry = [spec.checkpoint_dir] if spec.checkpoint_dir and "://" not in spec.checkpoint_dir else []
-        for job_dir in sandbox["job_dirs"]:
-            local_workdirs.fresh_attempt_dir(job_dir, uid, carry)
-        for field in ("model_dir", "checkpoint_dir"):
-            if (path := getattr(spec, field)) and "://" not in path:
-                local_workdirs.own_directory(path, field, uid)
+    @staticmethod
+    def _prepare_directories(spec: TrainingJobSpec, sandbox: dict) -> None:
+        """Each writable directory of a sandboxed job made and handed to the attempt's user (under the name's
+        lock, the previous attempt stopped), with what that attempt left there (its checkpoints)."""
+        fields = {path: field for field in ("model_dir", "checkpoint_dir")
+                  if (path := getattr(spec, field)) and "://" not in path}
         for path in sandbox["writable"]:
-            if path not in sandbox["job_dirs"]:
-                local_workdirs.own_directory(path, "output_dirs", uid)
+            local_workdirs.own_tree(path, fields.get(path, "output_dirs"), sandbox["uid"])
 
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix

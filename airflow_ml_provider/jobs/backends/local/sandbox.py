@@ -17,8 +17,9 @@ One sandbox holds all the workers of a job (its ``spawner`` starts them). Inside
   the metadata DB, logs), ``$AIRFLOW_CONFIG``, a SQLite metadata DB named by ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``,
   what the backend's ``hide`` adds (the hook: Airflow's configured SQLite DB, log folder and local secrets
   files), and the local backend's root (the job records, locks and owner key, every job's artifacts).
-  Bound back into that view, writable: the job's own directory (``<artifacts>/<job>``, made anew for each
-  attempt by the submitter: ``local_workdirs``) and the ``output_dirs`` it declares; read-only: ``<root>/data``
+  Bound back into that view, writable: exactly the job's ``model_dir`` and ``checkpoint_dir`` and the
+  ``output_dirs`` it declares (each a real path the submitter made and handed to the attempt's user:
+  ``local_workdirs``; a mount point, which no job can replace with a link); read-only: ``<root>/data``
   (the runs' data shards), its declared ``inputs``, and the training environment and this package should
   they lie under a hidden path or a directory the job's user cannot enter.
 
@@ -134,27 +135,22 @@ def job_uid(attempt: str) -> int | None:
 
 def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readable: list[str],
            uid: int | None) -> dict:
-    """The sandbox of job ``name`` as data (for ``job.json``): paths to hide, the job's own writable
-    directories (``(field, path)`` pairs, each widened to the job's own directory when one of its ancestors is
-    named after the job; that directory's parent is then hidden too) and read-only inputs to show again.
-    For a job of its own ``uid``, a directory on the way to one of them that others may not enter is hidden
-    too, so that what is bound inside it is reached through the sandbox's own directories.
+    """The sandbox of job ``name`` as data (for ``job.json``): paths to hide, the job's writable directories
+    (``(field, path)`` pairs; where one lies in a directory named after the job, that directory's parent is
+    hidden too, so that no other job's directory shows) and read-only inputs to show again. For a job of its
+    own ``uid``, a directory on the way to one of them that others may not enter is hidden too, so that what
+    is bound inside it is reached through the sandbox's own directories.
 
     Raises:
-        ValueError: a writable directory would show what must stay hidden (it contains a hidden path, or it
-            lies in one and is not the job's own), or goes through a symbolic link.
+        ValueError: a writable directory would show what must stay hidden (it contains a hidden path), or
+            goes through a symbolic link (which a job may have written: it would be the mount's source).
     """
-    own, parents, job_dirs = [], [], []
+    own, parents = [], []
     for field, directory in writable:
-        path = Path(os.path.abspath(directory))
+        path = workdirs.real_directory(directory, field)
         job_dir = next((p for p in (path, *path.parents) if p.name == name), None)
         if job_dir is not None and len(job_dir.parent.parts) >= 3:  # never hides / or a top-level directory
-            path = job_dir  # made anew for the attempt, whatever an earlier one left there
-            workdirs.real_directory(str(job_dir.parent), field)
             parents.append(str(job_dir.parent))
-            job_dirs.append(str(job_dir))
-        else:
-            path = workdirs.real_directory(directory, field)
         for secret in hidden:
             if Path(secret) == path or Path(secret).is_relative_to(path):
                 raise ValueError(f"{field}: {directory!r} contains {secret}, which a job must not see; give the "
@@ -163,7 +159,7 @@ def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readab
     readable = sorted({os.path.realpath(p) for p in readable} - set(own))
     veiled = closed_ancestors([*own, *readable]) if uid is not None else []
     return {"hide": sorted(set(hidden + parents + veiled)), "writable": sorted(set(own)), "readable": readable,
-            "job_dirs": sorted(set(job_dirs)), "uid": uid}
+            "uid": uid}
 
 
 def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str | None = None, hosts: str | None = None,

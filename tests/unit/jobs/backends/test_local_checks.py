@@ -91,12 +91,13 @@ def test_horovodruns_report_of_a_ranks_end_is_read_even_with_another_line_on_it(
 
 
 def test_the_sandbox_hides_the_parent_of_the_jobs_own_directory_and_refuses_a_dir_that_would_show_a_secret():
+    """Only the job's writable directories themselves are bound (mount points no job can replace)."""
     from airflow_ml_provider.jobs.backends.local.sandbox import mounts
 
     got = mounts("job-1", ["/srv/airflow"], [("model_dir", "/data/ml/artifacts/job-1/model")], ["/data/ml/data"],
                  uid=None)
-    assert got == {"hide": ["/data/ml/artifacts", "/srv/airflow"], "writable": ["/data/ml/artifacts/job-1"],
-                   "readable": ["/data/ml/data"], "job_dirs": ["/data/ml/artifacts/job-1"], "uid": None}
+    assert got == {"hide": ["/data/ml/artifacts", "/srv/airflow"], "writable": ["/data/ml/artifacts/job-1/model"],
+                   "readable": ["/data/ml/data"], "uid": None}
     assert mounts("tmp", [], [("model_dir", "/tmp/m")], [], uid=None)["hide"] == [], "never / or a top-level directory"
     with pytest.raises(ValueError, match=r"model_dir: '/srv' contains /srv/airflow, which a job must not see"):
         mounts("job-1", ["/srv/airflow"], [("model_dir", "/srv")], [], uid=None)
