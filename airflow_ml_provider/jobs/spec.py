@@ -171,6 +171,13 @@ class KubernetesOptions(BaseModel):
     # The node label that carries the GPU model: GPU Feature Discovery's by default; on GKE, for example,
     # "cloud.google.com/gke-accelerator" (values like "nvidia-tesla-t4").
     gpu_product_label: Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")] = "nvidia.com/gpu.product"
+    # The Pod Security Standard every pod of the job passes (docs/cluster.md, "Pod security"): "baseline" (the
+    # default: no host access, seccomp RuntimeDefault, no privilege escalation), "restricted" (also non-root as
+    # run_as_user, every capability dropped; refused where the pods need root: the sshd of MPIJob and Volcano
+    # Horovod workers), or "privileged" (no securityContext at all; the only level that allows hostPath volumes).
+    pod_security: Literal["privileged", "baseline", "restricted"] = "baseline"
+    # The uid (and gid and fsGroup) the containers of a "restricted" job run as: the image's own user is root.
+    run_as_user: Annotated[int, Field(ge=1, le=2**31 - 1)] = 1000
 
 
 class SpecError(ValueError):
@@ -202,7 +209,7 @@ class TrainingJobSpec(BaseModel):
     inputs: list[Annotated[str, AfterValidator(_no_nul), Field(pattern=r"^(/|[a-z][a-z0-9+.-]*://)")]] = Field(
         default_factory=list)
     # Directories the job writes besides its own (a preprocessing shard's output folder): the local backend's
-    # sandbox makes them writable (under its root's data/, or outside its and Airflow's directories).
+    # sandbox makes them writable (under its root's data/ only).
     output_dirs: list[Annotated[str, AfterValidator(_no_nul), Field(pattern=r"^(/|[a-z][a-z0-9+.-]*://)")]] = Field(
         default_factory=list)
     # PyTorch only: processes (ranks) torchrun starts on each worker, e.g. one per GPU of a node.

@@ -75,9 +75,13 @@ def test_killing_the_task_stops_every_process_of_its_job(airflow_db):
 
 def test_a_second_execution_attaches_to_the_running_job():
     """A retry or a restarted worker executes the same task instance again while its job runs."""
-    marker = _backend().root / "data" / f"started-{uuid.uuid4().hex}"  # the jobs' shared, writable directory
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    command = ["python", "-c", f"open({str(marker)!r}, 'a').write('x'); import time; time.sleep(4); print('done')"]
+    token = f"started-{uuid.uuid4().hex}"  # written into the job's own model directory, where it may write
+    command = ["python", "-c", f"import os, time; open(os.path.join(os.environ['AIRFLOW_ML_MODEL_DIR'], {token!r}), "
+               "'a').write('x'); time.sleep(4); print('done')"]
+
+    def marker():
+        return next(iter(_backend().root.glob(f"artifacts/*/model/{token}")), None)
+
     run_id = f"manual__{uuid.uuid4().hex}"  # a fresh task instance, whatever earlier runs left in AIRFLOW_HOME
     context = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id=run_id, map_index=-1, try_number=1)}
     retry = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id=run_id, map_index=-1, try_number=2)}
@@ -89,12 +93,12 @@ def test_a_second_execution_attaches_to_the_running_job():
 
     first = threading.Thread(target=run, args=("first", context))
     first.start()
-    wait_for(marker.exists, what="the job to start")
+    wait_for(marker, what="the job to start")
     second = threading.Thread(target=run, args=("second", retry))
     second.start()
     first.join(60)
     second.join(60)
     assert results["first"] == results["second"] and results["first"]["state"] == "SUCCEEDED"
-    assert marker.read_text() == "x", "the job ran more than once"
+    assert marker().read_text() == "x", "the job ran more than once"
     name = results["first"]["job_name"]
     assert not list(_backend().root.glob(f"jobs/{name}.*")), "a second job was submitted"

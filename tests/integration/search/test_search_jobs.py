@@ -214,9 +214,9 @@ time.sleep(600)
 
 @pytest.mark.parametrize("pruner", ["median", "successive_halving"])
 def test_a_trial_worse_than_the_others_is_pruned_and_its_running_job_deleted(tmp_path, pruner):
-    markers = search_setup.data_dir(tmp_path) / "markers"  # the jobs' shared, writable directory
+    markers = search_setup.data_dir(tmp_path) / "markers"  # a directory the trials share, declared as theirs
     markers.mkdir(parents=True)
-    spec = TrainingJobSpec(framework="generic", num_workers=1,
+    spec = TrainingJobSpec(framework="generic", num_workers=1, output_dirs=[str(markers)],
                            command=["python", "-c", _PACED, "{{ params.quality }}", str(markers)])
     search = search_setup.scheduler(tmp_path, lambda name: spec, {"quality": ["good_a", "good_b", "bad"]},
                                     sampler="grid", max_parallel=2, seed=0, pruner=pruner,

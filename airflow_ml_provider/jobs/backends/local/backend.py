@@ -425,9 +425,9 @@ class LocalBackend(Backend):
         writable = [(field, path) for field in ("model_dir", "checkpoint_dir")
                     if (path := getattr(spec, field)) and "://" not in path]
         for path in (path for path in spec.output_dirs if "://" not in path):
-            if local_sandbox.inside(path, hidden) and not local_sandbox.inside(path, [data]):
-                raise JobSubmissionError(f"output_dirs: {path!r} is in a place jobs may not write; a job's outputs lie "
-                                         f"under {data} or outside the backend's and Airflow's directories")
+            if not local_sandbox.inside(path, [data]) or os.path.realpath(path) == data:
+                raise JobSubmissionError(f"output_dirs: {path!r} is in a place jobs may not write; a job's output "
+                                         f"directories lie under {data}")
             writable.append(("output_dirs", path))
         needed = [path for path in (image, _interpreter_prefix(image), sys.prefix, sys.base_prefix, _PACKAGE_ROOT,
                                     spec.working_dir) if path]
@@ -458,12 +458,16 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _prepare_directories(spec: TrainingJobSpec, sandbox: dict) -> None:
-        """Each writable directory of a sandboxed job made and handed to the attempt's user (under the name's
-        lock, the previous attempt stopped), with what that attempt left there (its checkpoints)."""
-        fields = {path: field for field in ("model_dir", "checkpoint_dir")
-                  if (path := getattr(spec, field)) and "://" not in path}
+        """Each writable directory of a sandboxed job made for the attempt (under the name's lock, the previous
+        attempt stopped): its own handed to the attempt's user with what that attempt left there (its
+        checkpoints), its output directories open to the run's jobs."""
+        own = {os.path.abspath(path): field for field in ("model_dir", "checkpoint_dir")
+               if (path := getattr(spec, field)) and "://" not in path}
         for path in sandbox["writable"]:
-            local_workdirs.own_tree(path, fields.get(path, "output_dirs"), sandbox["uid"])
+            if path in own:
+                local_workdirs.own_tree(path, own[path], sandbox["uid"])
+            else:
+                local_workdirs.shared_directory(path, "output_dirs")
 
     def _image_for(self, spec: TrainingJobSpec) -> str:
         return spec.image or self.image or sys.prefix

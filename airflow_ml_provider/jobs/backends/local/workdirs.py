@@ -59,6 +59,16 @@ def own_tree(directory: str, field: str, uid: int | None) -> None:
                              os.path.join(root, entry), info.st_nlink)
 
 
+def shared_directory(directory: str, field: str) -> None:
+    """An output directory the jobs of a run share (a preprocessing step's shards, each job's own file in it):
+    a real path, created if missing, writable by each job's user (they differ per attempt). It lies under the
+    backend's root, which no other user of the machine can enter."""
+    path = real_directory(directory, field)
+    path.mkdir(parents=True, exist_ok=True)
+    real_directory(directory, field)
+    os.chmod(path, 0o777)
+
+
 def linkless(path: str, base: str, field: str) -> str:
     """``path`` (under ``base``, which the deployment chose) reached from ``base`` through no symbolic link, for
     what a job reads that an earlier job may have written (a model, a data shard).
