@@ -162,8 +162,7 @@ def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readab
             "uid": uid}
 
 
-def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str | None = None, hosts: str | None = None,
-         low_ports: bool = False) -> list[str]:
+def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str, hosts: str, low_ports: bool) -> list[str]:
     """``bwrap`` and its options for a job's ``mounts`` (paths that do not exist are left out: nothing
     to hide or to show), up to ``--``. Its command starts in ``/tmp`` (its private one). ``egress_dir``: the
     launcher's relay sockets, shown read-only; ``hosts``: a file shown as ``/etc/hosts``; ``low_ports``: the
@@ -176,9 +175,8 @@ def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str | None = None, h
         args += ["--cap-add", "CAP_NET_BIND_SERVICE"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
-    shown = [(p, "--ro-bind") for p in sandbox["readable"]] + [(p, "--bind") for p in sandbox["writable"]]
-    if egress_dir:
-        shown.append((egress_dir, "--ro-bind"))
+    shown = ([(p, "--ro-bind") for p in [*sandbox["readable"], egress_dir]]
+             + [(p, "--bind") for p in sandbox["writable"]])
     emptied = [path for path in sorted(sandbox["hide"], key=_depth) if os.path.isdir(path)]  # outer ones first
     # Outer paths first, hiding before binding at one depth: a bind shown again (an environment under /tmp)
     # never uncovers a hidden path inside it, and what is bound inside a hidden directory stays bound.
@@ -194,8 +192,7 @@ def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str | None = None, h
         args += ["--chmod", "0755", path]  # bwrap makes them 0700: the job's own user could not pass them
     for path in emptied:  # the empty directories that hide things are read-only too (binds in them stay as bound)
         args += ["--remount-ro", path]
-    if hosts:
-        args += ["--ro-bind", hosts, "/etc/hosts"]
+    args += ["--ro-bind", hosts, "/etc/hosts"]
     return [*args, "--setenv", "TMPDIR", "/tmp", "--unsetenv", JOB_UID_ENV,  # the spawner: a stop's SIGTERM is for the workers
              "--chdir", "/tmp", "--"]
 
