@@ -158,6 +158,13 @@ _REGISTRY_FIELDS = {
         "Bearer token for the tracking server (sent as a request header, never logged).",
         format="password",
     ),
+    "promotion_lock": _field(
+        "Promotion lock",
+        "A tracking server's: where promotions of one model wait for each other, a PostgreSQL or MySQL URL "
+        "(e.g. the server's backend store) or a folder every worker mounts. Empty: a SQLite or SQL store's own "
+        "lock; for a server, a lock on this machine only.",
+        format="password",  # a database URL may hold its password
+    ),
     "ui_url": _field(
         "MLflow UI URL",
         "Base URL of the MLflow UI for task links. Empty: the tracking URI when it is http(s).",

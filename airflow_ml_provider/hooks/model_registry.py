@@ -143,13 +143,19 @@ class ModelRegistryHook(BaseHook):
             _AUTHORIZATION.reset(token)
 
     def experiment_id(self, name: str) -> str:
-        """The experiment's id, creating it (under ``artifact_root``, if set) on first use."""
+        """The experiment's id, creating it (under ``artifact_root``, if set) on first use: once, when two
+        tasks do it at the same time."""
         with self.mlflow() as mlflow:
             client = mlflow.MlflowClient()
             if (experiment := client.get_experiment_by_name(name)) is not None:
                 return experiment.experiment_id
             root = self.settings().artifact_root
-            return client.create_experiment(name, artifact_location=root and f"{root.rstrip('/')}/{name}")
+            try:
+                return client.create_experiment(name, artifact_location=root and f"{root.rstrip('/')}/{name}")
+            except mlflow.exceptions.MlflowException as exc:  # another task created it first
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS" or not (made := client.get_experiment_by_name(name)):
+                    raise
+                return made.experiment_id
 
     def find_run(self, experiment_id: str, lineage_key: str) -> str | None:
         """The finished run already recorded for this lineage key (what makes re-runs idempotent)."""
