@@ -378,7 +378,7 @@ def get_provider_info() -> dict:
         ],
         "connection-types": [
             {
-                "connection-type": "ml_training",
+                "connection-type": "mltraining",
                 "hook-class-name": "airflow_ml_provider.hooks.training_backend.TrainingBackendHook",
                 "hook-name": "ML Training Backend",
                 "ui-field-behaviour": {
@@ -389,7 +389,7 @@ def get_provider_info() -> dict:
                 "conn-fields": _TRAINING_FIELDS,
             },
             {
-                "connection-type": "ml_registry",
+                "connection-type": "mlregistry",
                 "hook-class-name": "airflow_ml_provider.hooks.model_registry.ModelRegistryHook",
                 "hook-name": "ML Model Registry",
                 "ui-field-behaviour": {

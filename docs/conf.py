@@ -57,7 +57,7 @@ def connection_reference(conn_type: str) -> str:
 def _generate(app, docname, source):
     text = source[0]
     text = text.replace(GENERATED.format("ml_training config"), config_reference())
-    for conn_type in ("ml_training", "ml_registry"):
+    for conn_type in ("mltraining", "mlregistry"):
         text = text.replace(GENERATED.format(f"{conn_type} connection"), connection_reference(conn_type))
     source[0] = text
 

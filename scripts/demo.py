@@ -34,7 +34,7 @@ def _opt_out_where_no_sandbox() -> None:
     if (why := unavailable()) is not None:
         say(f"no sandbox for local jobs here ({why}): the demo runs them unsandboxed (local_sandbox=auto)")
         os.environ["AIRFLOW_CONN_ML_TRAINING_DEFAULT"] = json.dumps(
-            {"conn_type": "ml_training", "extra": {"local_sandbox": "auto"}})
+            {"conn_type": "mltraining", "extra": {"local_sandbox": "auto"}})
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_ml_provider.hooks import conn_types
 from airflow_ml_provider.hooks.mlflow_s3 import s3_client_settings
 from airflow_ml_provider.hooks.model_check import MODEL_SHA256, verify_model_file
 from airflow_ml_provider.hooks.registry_lock import promotion_lock, sqlite_file, store_created
@@ -73,7 +74,7 @@ class ModelRegistryHook(BaseHook):
     (``<artifact_root>/mlartifacts``; by default ``$AIRFLOW_HOME/ml/mlartifacts``). Artifacts on S3 are
     written with the credentials of the training connection's ``artifact_conn_id`` (hooks.mlflow_s3).
 
-    Connection (type ``ml_registry``): host = tracking URI (``http://mlflow:5000``, ``databricks``,
+    Connection (type ``mlregistry``): host = tracking URI (``http://mlflow:5000``, ``databricks``,
     ``sqlite:///...``); login/password = basic auth; extras ``registry_uri``, ``artifact_root``
     (for new experiments), ``token``, ``ui_url`` (for links; default: an http tracking URI itself),
     ``promotion_lock`` (a tracking server's: see ``hooks.registry_lock``).
@@ -81,7 +82,7 @@ class ModelRegistryHook(BaseHook):
 
     conn_name_attr = "registry_conn_id"
     default_conn_name = "ml_registry_default"
-    conn_type = "ml_registry"
+    conn_type = conn_types.REGISTRY
     hook_name = "ML Model Registry (MLflow)"
 
     def __init__(self, registry_conn_id: str = default_conn_name):
@@ -90,7 +91,7 @@ class ModelRegistryHook(BaseHook):
 
     def settings(self) -> RegistrySettings:
         try:
-            connection = self.get_connection(self.registry_conn_id)
+            connection = conn_types.checked(self.get_connection(self.registry_conn_id))
         except AirflowNotFoundException:
             home = _home()
             home.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 from airflow_ml_provider.artifact_layout import check_root, data_dir, job_artifact_dir
+from airflow_ml_provider.hooks import conn_types
 from airflow_ml_provider.hooks.artifact_store import (
     S3_ENDPOINT_ENV,
     ArtifactStore,
@@ -50,7 +51,7 @@ class TrainingBackendHook(BaseHook):
 
     conn_name_attr = "ml_conn_id"
     default_conn_name = "ml_training_default"
-    conn_type = "ml_training"
+    conn_type = conn_types.TRAINING
     hook_name = "ML Training Backend"
 
     def __init__(self, ml_conn_id: str = default_conn_name):
@@ -59,7 +60,7 @@ class TrainingBackendHook(BaseHook):
 
     def extras(self) -> dict[str, Any]:
         try:
-            return self.get_connection(self.ml_conn_id).extra_dejson
+            return conn_types.checked(self.get_connection(self.ml_conn_id)).extra_dejson
         except AirflowNotFoundException:
             return {}
 

@@ -34,7 +34,7 @@ from airflow_ml_provider.operators.config import (
     parse,
 )
 from airflow_ml_provider.operators.task_log import task_log_capped
-from airflow_ml_provider.triggers.durable import task_key
+from airflow_ml_provider.triggers.durable import save_before_deferring, task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
 
@@ -211,6 +211,7 @@ class JobRunner:
         """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
         metrics = job_metrics(context, name, self.framework.value)
         if self.deferrable:
+            save_before_deferring(context, follower.state)
             self.task.defer(
                 trigger=TrainingJobTrigger(name, backend.name, self.ml_conn_id, options=follower.options.to_dict(),
                                            state=follower.state, elasticsearch_conn_id=self.logs_conn_id,

@@ -16,7 +16,7 @@ from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Ste
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.logs.rules import LogRules
 from airflow_ml_provider.operators.task_log import task_log_capped
-from airflow_ml_provider.triggers.durable import task_key
+from airflow_ml_provider.triggers.durable import save_before_deferring, task_key
 from airflow_ml_provider.triggers.elasticsearch_log import ElasticsearchLogTrigger
 
 METRICS_XCOM_KEY = "metrics"
@@ -111,6 +111,7 @@ class ElasticsearchLogSensor(BaseSensorOperator):
     def execute(self, context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        save_before_deferring(context, {})
         self.defer(
             trigger=ElasticsearchLogTrigger(
                 job=self.job, elasticsearch_conn_id=self.elasticsearch_conn_id,

@@ -19,6 +19,12 @@ def task_key(context) -> dict[str, Any]:
             "map_index": ti.map_index if ti.map_index is not None else -1}
 
 
+def save_before_deferring(context, state: dict[str, Any]) -> None:
+    """Save the state a trigger starts from as its durable XCom, from the task, before it defers: the
+    trigger's first read then finds it (the Task SDK logs a missing XCom as an ERROR in the triggerer)."""
+    context["ti"].xcom_push(STATE_XCOM_KEY, state)
+
+
 class DurableFollowTrigger(SerializedTrigger):
     """Keeps ``self.state`` (a follower's state) durable in an XCom of the task instance ``self.state_key``
     (dag_id/task_id/run_id/map_index), written with every batch of lines shown. The triggerer stores

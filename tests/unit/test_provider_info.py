@@ -38,7 +38,7 @@ def test_airflow_providers_manager_lists_hook_and_trigger():
 
     manager = ProvidersManager()
     assert "airflow-ml-provider" in manager.providers
-    assert "ml_training" in ProvidersManagerTaskRuntime().hooks
+    assert "mltraining" in ProvidersManagerTaskRuntime().hooks
     triggers = {t.trigger_class_name for t in manager.trigger if t.package_name == "airflow-ml-provider"}
     assert {"airflow_ml_provider.triggers.training_job", "airflow_ml_provider.triggers.elasticsearch_log",
             "airflow_ml_provider.triggers.search"} <= triggers
@@ -47,8 +47,8 @@ def test_airflow_providers_manager_lists_hook_and_trigger():
 # --- the connection forms, as the UI's API serves them ----------------------------------------------------
 
 HOOK_MODULES = {  # where each connection's extras are read
-    "ml_training": ("airflow_ml_provider/hooks/training_backend.py", "airflow_ml_provider/operators/training.py"),
-    "ml_registry": ("airflow_ml_provider/hooks/model_registry.py",),
+    "mltraining": ("airflow_ml_provider/hooks/training_backend.py", "airflow_ml_provider/operators/training.py"),
+    "mlregistry": ("airflow_ml_provider/hooks/model_registry.py",),
 }
 
 
@@ -61,7 +61,7 @@ def _hook_meta() -> dict:
 
 def test_connection_types_have_friendly_names():
     meta = _hook_meta()
-    assert (meta["ml_training"].hook_name, meta["ml_registry"].hook_name) == (
+    assert (meta["mltraining"].hook_name, meta["mlregistry"].hook_name) == (
         "ML Training Backend",
         "ML Model Registry",
     )
@@ -69,9 +69,9 @@ def test_connection_types_have_friendly_names():
 
 def test_connection_forms_show_only_the_fields_their_hooks_read():
     meta = _hook_meta()
-    training = meta["ml_training"].standard_fields
+    training = meta["mltraining"].standard_fields
     assert all(getattr(training, name).hidden for name in ("host", "url_schema", "port", "login", "password"))
-    registry = meta["ml_registry"].standard_fields
+    registry = meta["mlregistry"].standard_fields
     assert registry.url_schema.hidden and registry.port.hidden
     assert not (registry.host.hidden or registry.login.hidden or registry.password.hidden)
     assert registry.host.title == "Tracking URI" and "http://mlflow:5000" in registry.host.placeholder
@@ -103,7 +103,7 @@ def test_kubernetes_name_fields_accept_exactly_what_the_backend_accepts_and_name
 
     from airflow_ml_provider.jobs.backends.kubernetes.rest import dns_label
 
-    fields = _hook_meta()["ml_training"].extra_fields
+    fields = _hook_meta()["mltraining"].extra_fields
     form = Draft202012Validator({"type": "object", "properties": {n: f["schema"] for n, f in fields.items()}})
     assert form.is_valid({"backend": "mpijob", name: None})  # unset: the documented default
     for value in ("volcano", "scheduler-plugins", "a" * 63, "a" * 64, "Volcano", "../x", "-volcano", "volcano-",
@@ -123,9 +123,9 @@ def test_secrets_are_masked():
     from airflow.providers_manager import ProvidersManager
 
     widgets = ProvidersManager().connection_form_widgets
-    assert _hook_meta()["ml_registry"].extra_fields["token"]["schema"]["format"] == "password"
-    assert widgets["extra__ml_registry__token"].is_sensitive
-    assert not widgets["extra__ml_registry__ui_url"].is_sensitive
+    assert _hook_meta()["mlregistry"].extra_fields["token"]["schema"]["format"] == "password"
+    assert widgets["extra__mlregistry__token"].is_sensitive
+    assert not widgets["extra__mlregistry__ui_url"].is_sensitive
 
 
 def test_the_providers_page_links_to_real_documentation():

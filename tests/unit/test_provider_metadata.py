@@ -70,7 +70,7 @@ def test_every_connection_type_of_a_hook_is_declared_here_or_by_its_provider():
             assert ours[conn_type] == _path(hook)
         else:  # a connection type another provider owns (Elasticsearch), which must be installed
             assert conn_type in hooks and hooks[conn_type].package_name != "airflow-ml-provider", _path(hook)
-    assert set(ours) == {"ml_training", "ml_registry"}
+    assert set(ours) == {"mltraining", "mlregistry"}
 
 
 def test_provider_info_matches_airflows_schema():
