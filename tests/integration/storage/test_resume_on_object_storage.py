@@ -20,6 +20,7 @@ import pytest
 
 from airflow_ml_provider.artifact_layout import job_artifact_dir, job_dirs
 from airflow_ml_provider.jobs.backends.local.backend import JOB_UID_ENV, LocalBackend
+from airflow_ml_provider.jobs.backends.local.sandbox import SandboxLimits
 from airflow_ml_provider.jobs.follow import ResumePoint
 from airflow_ml_provider.jobs.preemption import RESUME_ENV, resubmission
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
@@ -82,8 +83,10 @@ def _preempt_and_resume(s3, backend: LocalBackend, name: str, spec: TrainingJobS
 
 
 @pytest.fixture
-def backend(tmp_path) -> LocalBackend:
-    return LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2)
+def backend(tmp_path, s3) -> LocalBackend:
+    """Its jobs may reach the S3 server (the hook allows a connection's endpoint the same way)."""
+    return LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE), cancel_grace_s=2,
+                        limits=SandboxLimits(egress=(s3.url,)))
 
 
 def test_a_preempted_lightgbm_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_worker_env, backend):
