@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from typing import TYPE_CHECKING
 
 from airflow_ml_provider.jobs.backends import BACKENDS, get_backend
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework, SpecError, TrainingJobSpec
+
+if TYPE_CHECKING:
+    from airflow_ml_provider.ci.results import Recipes
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -80,32 +84,36 @@ def _check(args: argparse.Namespace) -> int:
 
     targets = Targets(args.backend, args.server_dry_run, args.namespace)
     with contextlib.redirect_stdout(sys.stderr):  # Airflow's and the DAG files' output: stdout is the report's
-        cases = _checked(paths, targets)
+        cases, recipes = _checked(paths, targets)
     render = {"text": results.as_text, "json": results.as_json, "junit": results.as_junit}[args.format]
-    report = render(cases)
+    report = render(cases, recipes)
     if args.output:
         Path(args.output).write_text(report + "\n")
-        print(results.as_text(cases))
+        print(results.as_text(cases, recipes))
     else:
         print(report)
     return 1 if results.findings(cases) else 0
 
 
-def _checked(paths, targets) -> list:
+def _checked(paths, targets) -> tuple[list, Recipes]:
+    """The cases of every path, and how many recipes were found (a recipes folder gone missing shows as 0)."""
     from airflow_ml_provider.ci.dags import check_dag, load
     from airflow_ml_provider.ci.recipes import check_recipe, is_recipe
+    from airflow_ml_provider.ci.results import Recipes
 
-    cases = []
+    cases, found = [], Recipes()
     for path in paths:
         recipes = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path] * is_recipe(path)
         for recipe in recipes:
             cases += check_recipe(recipe, targets)
+        found.files += len(recipes)
         if path.is_dir() or path.suffix == ".py":
             loaded, dags = load(path)
             cases += loaded
+            found.dags += sum("recipe" in dag.tags for dag in dags)
             for dag in dags:
                 cases += check_dag(dag, targets)
-    return cases
+    return cases, found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -305,6 +305,12 @@ CONFIG = {
             "recipe_folder_parse_seconds": _bound(
                 "Wall seconds for loading the whole recipes folder; files left after it are refused. Unset: "
                 "half of [core] dagbag_import_timeout.", None, "10", kind="float"),
+            "recipes_folder": _option(
+                "The folder of YAML recipes that the shipped dags/ml_recipes.py turns into DAGs: an absolute path, "
+                "or one relative to that DAG file's folder. A folder that does not exist is a warning on the DAG "
+                "file (no recipe DAGs). Unset: recipes/ beside the DAG file's folder, as in the repository.",
+                example="/opt/airflow/recipes",
+            ),
             "recipe_cache_dir": _option(
                 "Where validated recipes are cached (keyed by the file's SHA-256, the package and the Python "
                 "version), a folder only the current user may write; an empty value turns the cache off. "

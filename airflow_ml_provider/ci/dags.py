@@ -35,7 +35,8 @@ MAX_MAPPED = 1000  # map indexes checked per mapped task (a recipe's trials are 
 
 
 def load(path: Path) -> tuple[list[Case], list[Any]]:
-    """Parse a DAG file or folder as the DAG processor does: a case per DAG file (its import), the DAGs."""
+    """Parse a DAG file or folder as the DAG processor does: a case per DAG file (its import) and per warning
+    it raised, the DAGs."""
     from airflow.dag_processing.dagbag import DagBag
 
     # the whole stack, so that the DAG file's own line is in it however deep the error was raised
@@ -46,6 +47,8 @@ def load(path: Path) -> tuple[list[Case], list[Any]]:
     for file, error in sorted(bag.import_errors.items()):
         cases.append(Case(relative(file), "import", relative(file), _error_line(file, error), "failed",
                           _error_message(error)))
+    for file, warned in sorted(bag.captured_warnings.items()):
+        cases += [Case(relative(file), "import", relative(file), status="warning", message=message) for message in warned]
     for file in sorted({dag.fileloc for dag in bag.dags.values()}):
         names = sorted(dag.dag_id for dag in bag.dags.values() if dag.fileloc == file)
         cases.append(Case(relative(file), "import", relative(file), details=[f"DAGs: {', '.join(names)}"]))

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 class Case:
     """One checked thing (a DAG file's import, a task's job, a recipe).
 
-    ``status``: ``ok``, ``failed`` (a finding: ``message`` says what, at ``file``:``line``) or ``skipped``
-    (not checkable here, ``message`` says why)."""
+    ``status``: ``ok``, ``failed`` (a finding: ``message`` says what, at ``file``:``line``), ``warning`` (what
+    the DAG processor warns of, e.g. a recipes folder that does not exist; not a finding) or ``skipped`` (not
+    checkable here, ``message`` says why)."""
 
     suite: str
     name: str
@@ -33,21 +34,35 @@ def findings(cases: list[Case]) -> list[Case]:
     return [case for case in cases if case.status == "failed"]
 
 
-def as_text(cases: list[Case]) -> str:
-    """One line per finding (``file:line: suite/name: message``), then a one-line count."""
+@dataclass
+class Recipes:
+    """How many recipes a check found: recipe DAGs the DAG files made, recipe files checked themselves."""
+
+    dags: int = 0
+    files: int = 0
+
+    def __str__(self) -> str:
+        return f"recipes: {self.dags} DAG(s) from DAG files, {self.files} file(s)"
+
+
+def as_text(cases: list[Case], recipes: Recipes) -> str:
+    """One line per finding (``file:line: suite/name: message``), warning and skip, then a one-line count."""
     lines = [f"{case.where}: {case.suite}/{case.name}: {case.message}" for case in findings(cases)]
-    skipped = [case for case in cases if case.status == "skipped"]
-    lines += [f"{case.where}: {case.suite}/{case.name}: skipped: {case.message}" for case in skipped]
-    failed = len(findings(cases))
-    lines.append(f"airflow-ml check: {len(cases)} checked, {failed} finding(s), {len(skipped)} skipped")
+    for status in ("warning", "skipped"):
+        lines += [f"{case.where}: {case.suite}/{case.name}: {status}: {case.message}"
+                  for case in cases if case.status == status]
+    failed, warned, skipped = (sum(case.status == status for case in cases) for status in ("failed", "warning", "skipped"))
+    lines.append(f"airflow-ml check: {len(cases)} checked, {failed} finding(s), {warned} warning(s), {skipped} "
+                 f"skipped; {recipes}")
     return "\n".join(lines)
 
 
-def as_json(cases: list[Case]) -> str:
-    return json.dumps({"findings": len(findings(cases)), "cases": [asdict(case) for case in cases]}, indent=2)
+def as_json(cases: list[Case], recipes: Recipes) -> str:
+    return json.dumps({"findings": len(findings(cases)), "recipes": asdict(recipes),
+                       "cases": [asdict(case) for case in cases]}, indent=2)
 
 
-def as_junit(cases: list[Case]) -> str:
+def as_junit(cases: list[Case], recipes: Recipes) -> str:
     """JUnit XML: ``testsuites/testsuite[@name]/testcase[@classname,@name,@file,@line]`` with a
     ``failure`` (finding) or ``skipped`` child."""
     root = ElementTree.Element("testsuites", name="airflow-ml check")
@@ -63,6 +78,8 @@ def as_junit(cases: list[Case]) -> str:
             failure.text = f"{case.where}: {case.message}"
         elif case.status == "skipped":
             ElementTree.SubElement(test, "skipped", message=_attribute(case.message))
+        elif case.status == "warning":
+            ElementTree.SubElement(test, "system-err").text = f"{case.where}: warning: {case.message}"
         if case.details:
             ElementTree.SubElement(test, "system-out").text = "\n".join(case.details)
     for name, suite in suites.items():
@@ -71,6 +88,9 @@ def as_junit(cases: list[Case]) -> str:
         suite.set("failures", str(sum(case.status == "failed" for case in members)))
         suite.set("skipped", str(sum(case.status == "skipped" for case in members)))
         suite.set("errors", "0")
+    properties = ElementTree.SubElement(root, "properties")
+    for name, value in asdict(recipes).items():
+        ElementTree.SubElement(properties, "property", name=f"recipe_{name}", value=str(value))
     root.set("tests", str(len(cases)))
     root.set("failures", str(len(findings(cases))))
     ElementTree.indent(root)

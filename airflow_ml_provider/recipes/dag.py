@@ -203,8 +203,19 @@ class InvalidRecipeOperator(BaseOperator):
         raise AirflowFailException(self.errors)
 
 
+def recipes_folder(dag_file: str | Path) -> Path:
+    """Where a DAG file's recipes are: ``[ml_training] recipes_folder`` (absolute, or relative to the DAG
+    file's folder), else ``recipes/`` beside that folder (the repository's layout: ``dags/``, ``recipes/``)."""
+    from airflow.sdk import conf
+
+    here = Path(dag_file).resolve().parent
+    configured = conf.get("ml_training", "recipes_folder", fallback="")
+    return here / configured if configured else here.parent / "recipes"
+
+
 def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
-    """One DAG per ``*.yaml`` recipe in ``folder``, keyed by DAG id (``recipe_<name>``).
+    """One DAG per ``*.yaml`` recipe in ``folder``, keyed by DAG id (``recipe_<name>``). A folder that does
+    not exist gives none, with a RecipeWarning on the DAG file (Airflow shows it): never silently.
 
     A file that fails to load (invalid, unreadable, or reusing another recipe's name) never takes the
     others down: it becomes a DAG ``invalid_recipe_<file stem>`` whose one task fails with the file's
@@ -212,6 +223,10 @@ def dags_from_folder(folder: str | Path, **dag_kwargs: Any) -> dict[str, DAG]:
     prefixes keep recipe DAGs apart from every other DAG file's ids and from each other: a placeholder
     never replaces a recipe's DAG, and of two recipes with one name the first file (by name) keeps it.
     """
+    if not Path(folder).is_dir():
+        warnings.warn(f"no recipes: the recipes folder {folder} is not a folder (set [ml_training] recipes_folder)",
+                      RecipeWarning, stacklevel=2)
+        return {}
     dags: dict[str, DAG] = {}
     files: dict[str, Path] = {}  # DAG id -> the recipe file that holds it
     budgets = Budgets.from_config()

@@ -154,3 +154,21 @@ def test_the_recipe_hook_validates_the_changed_recipes(tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 1
     assert re.match(r"recipes/bad_recipe_name\.yaml:\d+: name: ", done.stderr), done.stderr
+
+
+def test_a_missing_recipes_folder_is_a_warning_and_the_recipes_found_are_counted(tmp_path, monkeypatch):
+    """The shipped recipes DAG in a dags folder alone (no recipes/ beside it): not a silent 0 findings."""
+    (tmp_path / "dags").mkdir()
+    shutil.copy(REPO / "dags" / "ml_recipes.py", tmp_path / "dags")
+    code, report = _run(tmp_path, str(tmp_path / "dags"))
+    assert code == 0
+    dag_file = relative(str(tmp_path / "dags" / "ml_recipes.py"))
+    [warning] = [line for line in report.splitlines() if line.startswith(f"{dag_file}:1: {dag_file}/import: warning: ")]
+    assert f"no recipes: the recipes folder {tmp_path / 'recipes'} is not a folder" in warning
+    assert report.splitlines()[-1].endswith("0 finding(s), 1 warning(s), 0 skipped; recipes: 0 DAG(s) from DAG "
+                                            "files, 0 file(s)")
+
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__RECIPES_FOLDER", str(REPO / "recipes"))
+    code, report = _run(tmp_path, str(tmp_path / "dags"), "--format", "json")
+    shipped = len(list((REPO / "recipes").glob("*.yaml")))
+    assert (code, json.loads(report)["recipes"]) == (0, {"dags": shipped, "files": 0})

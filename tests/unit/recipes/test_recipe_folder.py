@@ -63,3 +63,22 @@ def test_error_text_in_the_dag_docs_is_code_never_markup(tmp_path):
     assert dag.dag_id == "invalid_recipe_x_y_"
     body = dag.doc_md.split("\n\n", 1)[1]
     assert all(line.startswith("    ") for line in body.splitlines())  # an indented code block, whatever it holds
+
+
+def test_the_recipes_folder_setting_is_read_and_a_missing_folder_is_a_warning(dag_folder, airflow_db, monkeypatch):
+    """``[ml_training] recipes_folder`` names the folder (here: beside the DAG file, as a dags folder alone
+    would hold it); a folder that does not exist is a warning on the DAG file, not silence."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    (dag_folder / "recipes").rename(dag_folder / "dags" / "team_recipes")
+    dag_file = str(dag_folder / "dags" / "ml_recipes.py")
+    bag = DagBag(dag_folder=str(dag_folder / "dags"))
+    assert not [d for d in bag.dag_ids if "recipe" in d]
+    [warning] = bag.captured_warnings[dag_file]
+    assert warning.endswith(f"RecipeWarning: no recipes: the recipes folder {dag_folder / 'recipes'} is not a folder "
+                            "(set [ml_training] recipes_folder)")
+
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__RECIPES_FOLDER", "team_recipes")  # relative to the DAG file's folder
+    bag = DagBag(dag_folder=str(dag_folder / "dags"))
+    assert "recipe_folder_good_recipe" in bag.dag_ids and bag.import_errors == {}
+    assert all("is not a folder" not in warning for warning in bag.captured_warnings.get(dag_file, []))
