@@ -92,8 +92,9 @@ _TRAINING_FIELDS = {
     ),
     "training_runtime": _field(
         "Trainer: training runtime",
-        "The (Cluster)TrainingRuntime a trainjob TrainJob names. Empty: torch-distributed.",
-        examples=["torch-distributed"],
+        "The (Cluster)TrainingRuntime a trainjob TrainJob names. Empty: airflow-ml-torch "
+        "(deploy/kubernetes/trainingruntime.yaml).",
+        examples=["airflow-ml-torch", "torch-distributed"],
     ),
     "training_runtime_kind": _field(
         "Trainer: runtime kind",

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import copy
 
+import yaml
+
+from support import REPO
+
 # manifests/base/runtimes/torch_distributed.yaml, as Trainer's install creates it (Apache-2.0).
 TORCH_DISTRIBUTED = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
@@ -20,6 +24,9 @@ TORCH_DISTRIBUTED = {
                      "spec": {"template": {"spec": {"containers": [
                          {"name": "node", "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"}]}}}}}]}}},
 }
+# The provider's runtime (the trainjob backend's default): torch-distributed with restartPolicy Never, backoffLimit 0.
+AIRFLOW_ML_TORCH = yaml.safe_load((REPO / "deploy" / "kubernetes" / "trainingruntime.yaml").read_text())
+RUNTIMES = {runtime["metadata"]["name"]: runtime for runtime in (TORCH_DISTRIBUTED, AIRFLOW_ML_TORCH)}
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # the Job controller's pod annotation
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX}']"  # Trainer's JobCompletionIndexFieldPath
 TRAINER_PORT = 29500  # Trainer's constants.ContainerTrainerPort
@@ -36,9 +43,19 @@ def _upsert_env(env: list[dict], extra: list[dict]) -> list[dict]:
     return env
 
 
+def _merge_maps(target: dict, patch: dict) -> None:
+    """A strategic merge of two structs (a securityContext, a nodeSelector): field by field, nested ones too."""
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_maps(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
 def _merge_patch(pod: dict, patch: dict) -> None:
-    """pkg/runtime/core/trainingruntime.go ``mergeRuntimePatches`` (a strategic merge of the pod template
-    patch): metadata labels merged, maps merged, lists of named items merged by name, the rest replaced."""
+    """pkg/runtime/core/trainingruntime.go:251-290 ``mergeRuntimePatches`` (a strategic merge of the pod template
+    patch, :272): metadata labels merged, maps and structs merged field by field, lists of named items merged by
+    name, the rest replaced."""
     for key, value in (patch.get("metadata") or {}).items():
         pod.setdefault("metadata", {}).setdefault(key, {}).update(value)
     spec = pod.setdefault("spec", {})
@@ -48,21 +65,33 @@ def _merge_patch(pod: dict, patch: dict) -> None:
             for change in value:
                 target = by_name[change["name"]]
                 for field, items in change.items():
-                    if field != "name":
+                    if field == "name":
+                        continue
+                    if isinstance(items, dict):
+                        _merge_maps(target.setdefault(field, {}), items)
+                    else:
                         target[field] = [*target.get(field, []), *items]
         elif isinstance(value, dict):
-            spec.setdefault(key, {}).update(value)
+            _merge_maps(spec.setdefault(key, {}), value)
         else:
             spec[key] = value
 
 
-def jobset_for(trainjob: dict, runtime: dict = TORCH_DISTRIBUTED) -> dict:
-    """The JobSet Trainer creates for ``trainjob``: the runtime's template with the runtime patches merged
-    (trainingruntime.go ``mergeRuntimePatches``), the trainer Job's parallelism and completions set to
-    numNodes (plugins/jobset/jobset.go ``Build``), the ``node`` container's image, command, env and
-    resources from the TrainJob's trainer (plugins/jobset/builder.go ``Trainer``; trainingruntime.go),
-    then the torch plugin's PET_* variables and port (plugins/torch/torch.go ``EnforceMLPolicy``); named
-    after the TrainJob and owned by it (jobset.go ``Build``)."""
+def runtime_of(trainjob: dict) -> dict:
+    """The ClusterTrainingRuntime the TrainJob names, of those the tests install (``RUNTIMES``)."""
+    return RUNTIMES[trainjob["spec"]["runtimeRef"]["name"]]
+
+
+def jobset_for(trainjob: dict, runtime: dict | None = None) -> dict:
+    """The JobSet Trainer creates for ``trainjob`` (on ``runtime``, default the one it names): the runtime's
+    template with the runtime patches merged (trainingruntime.go ``mergeRuntimePatches``), the trainer Job's
+    parallelism and completions set to numNodes (plugins/jobset/jobset.go ``Build``), the ``node`` container's
+    image, command, env and resources from the TrainJob's trainer (plugins/jobset/builder.go ``Trainer``;
+    trainingruntime.go), then the torch plugin's PET_* variables and port (plugins/torch/torch.go
+    ``EnforceMLPolicy``); named after the TrainJob and owned by it (jobset.go ``Build``); then JobSet's
+    webhook's defaults for a pod template without restartPolicy: OnFailure (kubernetes-sigs/jobset v0.12.0
+    pkg/webhooks/jobset_webhook.go:124-127)."""
+    runtime = runtime or runtime_of(trainjob)
     name, trainer = trainjob["metadata"]["name"], trainjob["spec"]["trainer"]
     spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
     (job,) = spec["replicatedJobs"]
@@ -87,6 +116,7 @@ def jobset_for(trainjob: dict, runtime: dict = TORCH_DISTRIBUTED) -> dict:
         {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
     ])
     node.setdefault("ports", []).append({"containerPort": TRAINER_PORT})
+    pod["spec"].setdefault("restartPolicy", "OnFailure")  # jobset_webhook.go:124-127
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": trainjob["metadata"]["namespace"],
                          "ownerReferences": [{"apiVersion": trainjob["apiVersion"], "kind": "TrainJob", "name": name,

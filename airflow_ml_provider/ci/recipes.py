@@ -28,6 +28,7 @@ def check_recipe(path: Path, targets: Targets) -> list[Case]:
         try:
             backend = targets.backend(targets.name(experiment.backend or recipe.backend))
             for _, identity, spec in trial_jobs(recipe, name, backend, RUN_ID):
+                spec = targets.with_image(backend, spec)  # a recipe names an image only to pick one of these
                 case.details += targets.check(backend, identity.name, spec, identity.labels())
         except Exception as exc:  # noqa: BLE001 - the backend's or the server's refusal is the finding
             case.status, case.message = "failed", " ".join(str(exc).split()) or type(exc).__name__

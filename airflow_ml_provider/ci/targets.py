@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.hooks.training_backend import _image as default_image  # what JobSetup.image answers
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -42,6 +43,14 @@ class Targets:
                 client, namespace = self._cluster()
                 self._backends[name] = get_backend(name, api_client=client, namespace=namespace)
         return self._backends[name]
+
+    def with_image(self, backend: Backend, spec: TrainingJobSpec) -> TrainingJobSpec:
+        """``spec`` with the connection's image for its framework where it names none, as the run fills it in
+        (``JobRunner.build_spec``: the job's own image, else the connection's ``image_<framework>``/``image``)."""
+        if spec.image:
+            return spec
+        image = default_image(self.hook.extras(), backend.name, spec.framework.value)
+        return TrainingJobSpec(**{**spec.model_dump(), "image": image}) if image else spec
 
     def check(self, backend: Backend, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[str]:
         """Render the job (raises what the backend refuses); dry-run it with a server. Returns what was done."""

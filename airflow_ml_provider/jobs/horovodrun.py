@@ -25,13 +25,20 @@ ELASTIC_GLOO_TIMEOUT_S = 120
 
 
 def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str, slots: int) -> list[str]:
-    """``fixed`` (the options naming the workers) for a fixed-size job; ``--min-np/--max-np/--host-discovery-script``
-    and the Gloo timeout for an elastic one, whose workers hold ``slots`` ranks each."""
+    """``fixed`` (the options naming the workers) for a fixed-size job; ``--min-np/--max-np/--host-discovery-script``,
+    the Gloo timeout and ``--slots-per-host`` for an elastic one, whose workers hold ``slots`` ranks each.
+
+    ``--slots-per-host`` is what a discovery line without ``:<slots>`` counts as: Horovod 0.28.1's
+    ``HostDiscoveryScript.find_available_hosts_and_slots`` (horovod/runner/elastic/discovery.py:238-252) gives
+    such a host ``self._default_slots``, which is ``args.slots`` (runner/launch.py:448, 692), None without the
+    option: the MPI operator's discover_hosts.sh prints bare host names (kubeflow/mpi-operator v0.8.0
+    pkg/controller/mpi_job_controller.go:1376-1378, ``echo <pod>.<job>.<ns>.svc``), and summing None slots
+    raised TypeError. Where the script prints ``host:slots`` (the local and pod discovery) its value wins."""
     if not spec.elastic:
         return list(fixed)
     low, high = spec.min_workers or spec.num_workers, spec.max_workers or spec.num_workers
     return ["--min-np", str(low * slots), "--max-np", str(high * slots), "--host-discovery-script", discovery,
-            "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S)]
+            "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S), "--slots-per-host", str(slots)]
 
 
 def pod_discovery(selector: str, slots: int) -> str:

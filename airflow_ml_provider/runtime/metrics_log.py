@@ -41,12 +41,15 @@ class WorkerEnv:
 
 def worker_env() -> WorkerEnv:
     """Read the ``AIRFLOW_ML_*`` variables; on Kubernetes the rank is the pod's index, set by the
-    Indexed Job controller (``JOB_COMPLETION_INDEX``) or Volcano's env plugin (``VC_TASK_INDEX``)."""
+    Indexed Job controller (``JOB_COMPLETION_INDEX``) or Volcano's env plugin (``VC_TASK_INDEX``), or for a
+    rank that horovodrun started (a generic job on mpijob) ``HOROVOD_RANK``, which comes first: horovodrun
+    passes its own pod's variables on to every rank."""
     env = os.environ
     port = env.get("AIRFLOW_ML_LOCAL_PORT")
     machines = env.get("AIRFLOW_ML_MACHINES", "")
     return WorkerEnv(
-        rank=int(env.get("AIRFLOW_ML_RANK") or env.get("JOB_COMPLETION_INDEX") or env.get("VC_TASK_INDEX") or 0),
+        rank=int(env.get("AIRFLOW_ML_RANK") or env.get("HOROVOD_RANK") or env.get("JOB_COMPLETION_INDEX")
+                 or env.get("VC_TASK_INDEX") or 0),
         num_workers=int(env.get("AIRFLOW_ML_NUM_WORKERS", "1")),
         machines=[m.strip() for m in machines.split(",") if m.strip()],
         local_port=int(port) if port else None,

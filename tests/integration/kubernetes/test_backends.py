@@ -64,7 +64,9 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
     elif kind == "volcano":
         body = stored["spec"]
         assert body["queue"] == "research" and body["priorityClassName"] == "high"
-        assert {"event": "PodEvicted", "action": "RestartJob"} in body["policies"]
+        # an evicted pod stops the job (the provider resubmits it); backoff_limit 2: two restarts after a crash
+        assert body["policies"] == [{"event": "PodEvicted", "action": "AbortJob"}] and body["maxRetry"] == 3
+        assert {"event": "PodFailed", "action": "RestartJob"} in body["tasks"][0]["policies"]
         assert body["minAvailable"] == (3 if framework == "horovod" else 2)
         assert set(body["plugins"]) == {"horovod": {"ssh", "svc"}, "pytorch": {"pytorch", "svc"}}.get(framework,
                                                                                                   {"svc", "env"})
@@ -90,6 +92,9 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
     assert pod["priorityClassName"] == "high"
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["imagePullSecrets"] == [{"name": "registry"}]
     assert pod["serviceAccountName"] == "trainer" and pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "datasets"
+    # the default Pod Security Standard, baseline, as the schema keeps it (tests/unit/jobs/backends/test_pod_security.py)
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert worker["securityContext"] == {"allowPrivilegeEscalation": False}
     secret = next(e for e in worker["env"] if e["name"] == "WANDB_API_KEY")
     assert secret == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}
 

@@ -46,8 +46,9 @@ def test_an_elastic_mpijob_runs_horovodrun_with_bounds_and_the_operators_discove
     launcher = _container(replicas, "Launcher")
     assert launcher["command"] == ["horovodrun", "-np", "2", "--min-np", "1", "--max-np", "4",
                                    "--host-discovery-script", "/etc/mpi/discover_hosts.sh",
-                                   "--gloo-timeout-seconds", "120", "python", "-m", "train"]
-    assert replicas["Worker"]["replicas"] == 2
+                                   "--gloo-timeout-seconds", "120", "--slots-per-host", "1", "python", "-m", "train"]
+    # max_workers pods, the launcher started at once (tests/unit/jobs/backends/test_controller_behaviour.py)
+    assert replicas["Worker"]["replicas"] == 4 and stored["spec"]["launcherCreationPolicy"] == "AtStartup"
 
 
 def test_an_elastic_volcano_job_gangs_the_minimum_and_discovers_running_worker_pods(kube_cluster, namespace):

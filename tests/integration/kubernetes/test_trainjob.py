@@ -50,7 +50,7 @@ def test_the_trainjob_and_trainers_jobset_are_accepted_and_keep_every_field(trai
     body = stored["spec"]
     assert stored["metadata"]["labels"] == IDENTITY.labels()
     assert body["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                                  "name": "torch-distributed"}
+                                  "name": "airflow-ml-torch"}  # deploy/kubernetes/trainingruntime.yaml
     assert body["activeDeadlineSeconds"] == 1800
     trainer = body["trainer"]
     assert (trainer["numNodes"], trainer["numProcPerNode"], trainer["image"]) == (3, 2, "registry.example/train:1")
@@ -71,6 +71,10 @@ def test_the_trainjob_and_trainers_jobset_are_accepted_and_keep_every_field(trai
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
     (node,) = pod["spec"]["containers"]
     assert node["volumeMounts"] == [{"name": "data", "mountPath": "/data", "readOnly": True}]
+    # Pod Security Standard baseline through the runtime patch, kept by both CRDs; the runtime's restarts
+    assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert node["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert pod["spec"]["restartPolicy"] == "Never" and job["template"]["spec"]["backoffLimit"] == 0
     env = {var["name"]: var for var in node["env"]}
     assert env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == COMPLETION_INDEX_FIELD
     assert env["PET_MASTER_ADDR"]["value"] == f"{name}-node-0-0.{name}" and env["EPOCHS"]["value"] == "3"

@@ -13,6 +13,7 @@ import logging
 from airflow_ml_provider.jobs import torchrun
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
+    check_pod_security,
     container,
     deadline_s,
     metadata,
@@ -51,6 +52,7 @@ def check_options(spec: TrainingJobSpec) -> None:
         raise ValueError("min_workers/max_workers: indexed-job runs a fixed number of workers; elastic bounds "
                          "need the local backend")
     refuse_unused(spec, "indexed-job", "clean_pod_policy", "slots_per_worker")
+    check_pod_security(spec, "indexed-job")  # its pods need no root: "restricted" works for every framework
     if spec.framework is Framework.PYTORCH:
         refuse_unused(spec, "indexed-job (pytorch)", "worker_port")  # the agents meet at the rendezvous port
     if spec.scheduling.gang and not _told_no_gang:

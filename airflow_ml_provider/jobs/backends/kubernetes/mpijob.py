@@ -1,13 +1,19 @@
 """Kubeflow MPIJob (kubeflow.org/v2beta1): the standard way to run Horovod on Kubernetes.
 
-A launcher pod runs ``horovodrun`` (or ``mpirun``) over the workers listed in the hostfile the MPI
-operator mounts; workers run sshd. The operator reports progress as conditions.
+A launcher pod runs ``horovodrun`` over the workers listed in the hostfile the MPI operator mounts;
+workers run sshd. The operator reports progress as conditions. A generic job's ranks are started the same
+way: the training image has no MPI (scripts/build_horovod.sh builds Horovod with ``HOROVOD_WITHOUT_MPI=1``
+and images/training/Dockerfile installs no OpenMPI), so ``mpirun`` would exit 127; horovodrun without MPI
+runs its Gloo launcher (Horovod 0.28.1 runner/launch.py:769-776, ``run_controller``: ``mpi_built()`` false,
+``gloo_built()`` true), which starts each rank over the operator's ssh with ``HOROVOD_RANK``/``HOROVOD_SIZE``
+in its environment (runner/gloo_run.py:70-71).
 """
 
 from __future__ import annotations
 
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
+    check_pod_security,
     container,
     deadline_s,
     metadata,
@@ -33,6 +39,10 @@ CONDITION_STATES = {
     "Failed": JobState.FAILED,
 }
 _EVICTION = ("evict", "preempt", "disruption")
+# Why no MPIJob pod can be "restricted": the workers run sshd as root, and the operator mounts the job's SSH key
+# at spec.sshAuthMountPath, /root/.ssh by default (pkg/apis/kubeflow/v2beta1/default.go:65-66; mounted by
+# mpi_job_controller.go:1764-1787, setupSSHOnPod).
+_NEEDS_ROOT = "its workers run sshd, which needs root, and the MPI operator mounts the job's SSH key under /root/.ssh"
 
 
 class MPIJobBackend(KubernetesBackend):
@@ -50,16 +60,18 @@ class MPIJobBackend(KubernetesBackend):
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         refuse_unused(spec, self.name, "worker_port")  # workers talk MPI over ssh, not LightGBM's port
+        check_pod_security(spec, self.name, _NEEDS_ROOT)
         slots = spec.kubernetes.slots_per_worker
         ranks = str(spec.num_workers * slots)
         if spec.framework is Framework.HOROVOD:
             hosts = horovodrun_hosts(spec, ["--hostfile", HOSTFILE], MPI_OPERATOR_DISCOVERY, slots)
-            launch = ["horovodrun", "-np", ranks, *hosts, *user_argv(spec)]
         elif spec.elastic:
-            raise ValueError("min_workers/max_workers: mpirun runs a fixed number of ranks; elastic bounds need "
-                             "framework 'horovod'")
+            raise ValueError("min_workers/max_workers: a generic job runs a fixed number of ranks; elastic bounds "
+                             "need framework 'horovod'")
         else:
-            launch = ["mpirun", "-np", ranks, "--hostfile", HOSTFILE, *user_argv(spec)]
+            refuse_unused(spec, f"{self.name} (generic)", "slots_per_worker")  # one rank a worker, as everywhere
+            hosts = ["--hostfile", HOSTFILE]
+        launch = ["horovodrun", "-np", ranks, *hosts, *user_argv(spec)]
         run_policy = {
             "cleanPodPolicy": spec.kubernetes.clean_pod_policy,
             "backoffLimit": spec.kubernetes.backoff_limit,
@@ -74,22 +86,35 @@ class MPIJobBackend(KubernetesBackend):
             **({"priorityClass": spec.scheduling.priority_class} if spec.scheduling.priority_class else {}),
         }
         scheduler = {"schedulerName": self.gang_scheduler} if self.gang_scheduler else {}
+        # restartPolicy only in the replica specs: the operator copies each onto its pods (mpi_job_controller.go
+        # :1500 and :1616, setRestartPolicy :1693-1699) and records a Warning event on the MPIJob for a launcher
+        # template that sets one too (:1609-1615, "SetPodTemplateRestartPolicy").
         launcher = pod_template(spec, labels, "launcher", [container(spec, "launcher", launch, with_accelerators=False)],
-                                restart_policy="OnFailure", with_accelerators=False, **scheduler)
+                                restart_policy=None, with_accelerators=False, **scheduler)
         worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
-                              **scheduler)
+                              restart_policy=None, **scheduler)
         return [{
             "apiVersion": self.api_version,
             "kind": self.kind,
             "metadata": metadata(name, self.namespace, labels),
             "spec": {
                 "slotsPerWorker": slots,
-                "launcherCreationPolicy": "WaitForWorkersReady",
+                # An elastic job starts its launcher at once: WaitForWorkersReady creates it only when every
+                # worker pod is ready (mpi_job_controller.go:678), and up to max_workers exist, not all placed.
+                "launcherCreationPolicy": "AtStartup" if spec.elastic else "WaitForWorkersReady",
                 "mpiImplementation": "OpenMPI",
                 "runPolicy": run_policy,
                 "mpiReplicaSpecs": {
-                    "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": launcher},
-                    "Worker": {"replicas": spec.num_workers, "restartPolicy": "Never", "template": worker},
+                    # Never: each retry (runPolicy.backoffLimit, the launcher Job's backoffLimit: :1543) is a
+                    # fresh pod, so backoff_limit N runs the launcher N + 1 times. OnFailure restarted it in place
+                    # and the Job controller counts restarts (kubernetes pkg/controller/job/job_controller.go,
+                    # pastBackoffLimitOnFailure: with backoffLimit 0 any restart fails the Job): the kubelet had
+                    # already started a second horovodrun before the Job failed.
+                    "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher},
+                    # Elastic: max_workers pods, of which discover_hosts.sh lists the Running ones (:843-849,
+                    # :1376-1378); horovodrun grows the ring up to --max-np as they start.
+                    "Worker": {"replicas": spec.max_workers or spec.num_workers, "restartPolicy": "Never",
+                               "template": worker},
                 },
             },
         }]
@@ -118,4 +143,11 @@ class MPIJobBackend(KubernetesBackend):
         state = CONDITION_STATES[latest["type"]]
         if state is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
             return JobStatus(JobState.PREEMPTED, message)
+        replicas = obj.get("status", {}).get("replicaStatuses") or {}
+        if latest["type"] == "Created" and (replicas.get("Launcher") or {}).get("active"):
+            # The operator sets Running only once every worker pod runs (mpi_job_controller.go:1163), which an
+            # elastic job of max_workers pods may never see; a running launcher (its Active count, :1127) is
+            # the job running.
+            workers = (replicas.get("Worker") or {}).get("active", 0)
+            return JobStatus(JobState.RUNNING, f"the launcher runs, {workers} worker pod(s) running")
         return JobStatus(state, message)

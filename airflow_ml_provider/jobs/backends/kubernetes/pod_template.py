@@ -9,7 +9,7 @@ ROLE_LABEL = "ml.airflow.apache.org/role"
 
 
 def user_argv(spec: TrainingJobSpec) -> list[str]:
-    """The user's command as the trailing arguments of ``horovodrun``/``mpirun``. Neither takes ``--``
+    """The user's command as the trailing arguments of ``horovodrun``. It takes no ``--``
     to end its options (horovodrun's argparse REMAINDER keeps the ``--`` and would run it as the
     program), so a program that looks like an option (``-H evil:8``) is refused instead."""
     if spec.command[0].startswith("-"):
@@ -25,6 +25,54 @@ def refuse_unused(spec: TrainingJobSpec, backend: str, *fields: str) -> None:
         value = getattr(spec.kubernetes, name)
         if value != KubernetesOptions.model_fields[name].default:
             raise ValueError(f"kubernetes.{name}: the {backend} backend does not use it (got {value!r})")
+
+
+def check_pod_security(spec: TrainingJobSpec, backend: str, needs_root: str | None = None) -> None:
+    """ValueError naming the field when the job's pods could not pass the Pod Security Standard it asks for
+    (``kubernetes.pod_security``): a hostPath volume outside "privileged" (PSS baseline: "HostPath volumes
+    must be forbidden"), "restricted" where ``needs_root`` says why a pod of this backend runs as root, and
+    ``run_as_user`` where nothing runs as it."""
+    options = spec.kubernetes
+    level = options.pod_security
+    if level != "privileged":
+        for index, volume in enumerate(options.volumes):
+            if volume.host_path:
+                raise ValueError(f"kubernetes.volumes[{index}].host_path: the Pod Security Standard {level!r} forbids "
+                                 "hostPath volumes; mount a PersistentVolumeClaim, or set kubernetes.pod_security "
+                                 "to 'privileged'")
+    if level == "restricted" and needs_root:
+        raise ValueError(f"kubernetes.pod_security: the {backend} backend cannot run 'restricted' (non-root) pods: "
+                         f"{needs_root}; use 'baseline', or a backend whose pods run as non-root (indexed-job, "
+                         "trainjob, volcano without Horovod)")
+    if level != "restricted":
+        refuse_unused(spec, f"{backend} (pod_security {level!r})", "run_as_user")
+
+
+def pod_security_context(spec: TrainingJobSpec) -> dict | None:
+    """The pod's securityContext for ``kubernetes.pod_security``. Both levels set seccomp RuntimeDefault
+    (PSS baseline allows RuntimeDefault/Localhost/undefined, restricted requires one of the first two);
+    "restricted" also runs as ``run_as_user`` (non-zero, runAsNonRoot true, non-root groups)."""
+    options = spec.kubernetes
+    if options.pod_security == "privileged":
+        return None
+    context: dict = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if options.pod_security == "restricted":
+        uid = options.run_as_user
+        context.update(runAsNonRoot=True, runAsUser=uid, runAsGroup=uid, fsGroup=uid)
+    return context
+
+
+def container_security_context(spec: TrainingJobSpec) -> dict | None:
+    """A container's securityContext for ``kubernetes.pod_security``: no privilege escalation on both levels
+    (root stays root: sshd and horovodrun need no setuid program); "restricted" drops every capability (its
+    containers add none, PSS restricted allows only NET_BIND_SERVICE)."""
+    level = spec.kubernetes.pod_security
+    if level == "privileged":
+        return None
+    context: dict = {"allowPrivilegeEscalation": False}
+    if level == "restricted":
+        context.update(capabilities={"drop": ["ALL"]}, runAsNonRoot=True)
+    return context
 
 
 def deadline_s(spec: TrainingJobSpec) -> int | None:
@@ -70,6 +118,8 @@ def container(spec: TrainingJobSpec, name: str, command: list[str], *, with_acce
             {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.kubernetes.volumes
         ],
     }
+    if security := container_security_context(spec):
+        rendered["securityContext"] = security
     if spec.working_dir:
         rendered["workingDir"] = spec.working_dir
     if ports:
@@ -78,16 +128,20 @@ def container(spec: TrainingJobSpec, name: str, command: list[str], *, with_acce
 
 
 def pod_template(spec: TrainingJobSpec, labels: dict[str, str], role: str, containers: list[dict], *,
-                 restart_policy: str = "Never", with_accelerators: bool = True, **pod_fields) -> dict:
+                 restart_policy: str | None = "Never", with_accelerators: bool = True, **pod_fields) -> dict:
+    """The pod template of one role. ``restart_policy`` None leaves it out (where the controller sets it
+    from a field of its own: an MPIJob's replica spec, a training runtime's template)."""
     options = spec.kubernetes
     node_selector = dict(options.node_selector)
     if with_accelerators and spec.resources.gpu_type:
         node_selector[options.gpu_product_label] = spec.resources.gpu_type
     pod = {
-        "restartPolicy": restart_policy,
+        **({"restartPolicy": restart_policy} if restart_policy else {}),
         "containers": containers,
         **pod_fields,
     }
+    if security := pod_security_context(spec):
+        pod["securityContext"] = security
     if node_selector:
         pod["nodeSelector"] = node_selector
     if options.tolerations:

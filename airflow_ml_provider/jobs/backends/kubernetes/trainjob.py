@@ -6,8 +6,21 @@ Trainer's controller builds a JobSet from the runtime's template and the TrainJo
 trainer container gets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the pod's completion index, by
 the downward API), PET_MASTER_ADDR (``<job>-node-0-0.<job>``: pod 0 of the JobSet's ``node`` Job) and
 PET_MASTER_PORT (29500), which torchrun reads as its static rendezvous: the command names none of them.
-Pod-level options (node selector, tolerations, volumes, service account, pull secrets, and the labels
-the log reader and the pod watch select by) go in a runtime patch of the provider's own.
+Pod-level options (node selector, tolerations, volumes, service account, pull secrets, the pod's and the
+node container's securityContext, and the labels the log reader and the pod watch select by) go in a runtime
+patch of the provider's own.
+
+Restarts are the runtime's: a runtime patch has no place for a pod's restartPolicy or a Job's backoffLimit
+(kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go:370-375, JobSpecPatch: only the pod
+template; :389-463, PodSpecPatch: no restartPolicy), nor has the TrainJob's ``trainer`` (:247-289). Trainer's
+stock ``torch-distributed`` (manifests/base/runtimes/torch_distributed.yaml) sets neither: JobSet's webhook
+defaults the pods to OnFailure (kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go:124-127) and
+the API server the Job's backoffLimit to 6 (its schema: "Defaults to 6", the runtime CRD
+trainer.kubeflow.org_clustertrainingruntimes.yaml:522-526), so a crashing rank restarted in place six times.
+The provider's runtime, ``airflow-ml-torch`` (deploy/kubernetes/trainingruntime.yaml, the default here), is
+torch-distributed with ``restartPolicy: Never`` and ``backoffLimit: 0``: a rank that exits non-zero fails its
+Job, which fails the JobSet (no failurePolicy: executeFailurePolicy, pkg/controllers/failure_policy.go:52-61)
+and so the TrainJob, as docs/pytorch.md says; a preempted one is resubmitted by the provider.
 
 States come from the TrainJob alone: its conditions (Complete, Failed, Suspended; Trainer copies the
 first two from its JobSet's) and ``status.jobsStatus`` (Trainer's copy of the JobSet's replicated-job
@@ -21,6 +34,7 @@ from __future__ import annotations
 from airflow_ml_provider.jobs import torchrun
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
+    check_pod_security,
     container,
     deadline_s,
     metadata,
@@ -34,6 +48,7 @@ from airflow_ml_provider.jobs.state import JobState, JobStatus
 API_GROUP = "trainer.kubeflow.org"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 NODE = "node"  # the runtime's trainer Job and container (Trainer's constants.Node)
+DEFAULT_RUNTIME = "airflow-ml-torch"  # deploy/kubernetes/trainingruntime.yaml: restartPolicy Never, backoffLimit 0
 PATCH_MANAGER = "ml.airflow.apache.org/airflow-ml-provider"  # who owns the runtime patch (required by the CRD)
 # Set by Trainer's torch plugin: its admission webhook refuses a TrainJob whose env sets one (constants.go
 # TorchRunReservedEnvNames).
@@ -42,9 +57,11 @@ _EVICTION = ("evict", "preempt", "disruption")
 
 
 class TrainJobBackend(KubernetesBackend):
-    """Args (beyond KubernetesBackend's): ``training_runtime``, the runtime a TrainJob names (default
-    Trainer's ``torch-distributed``), and ``training_runtime_kind``, ``ClusterTrainingRuntime`` (default)
-    or ``TrainingRuntime`` (one in the job's namespace)."""
+    """Args (beyond KubernetesBackend's): ``training_runtime``, the runtime a TrainJob names (default the
+    provider's ``airflow-ml-torch``, deploy/kubernetes/trainingruntime.yaml; a runtime of one's own must set
+    ``restartPolicy: Never`` and ``backoffLimit: 0`` on its ``node`` Job for a crash to end the job), and
+    ``training_runtime_kind``, ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime`` (one in the job's
+    namespace)."""
 
     name = "trainjob"
     api_version = f"{API_GROUP}/v1alpha1"
@@ -52,7 +69,7 @@ class TrainJobBackend(KubernetesBackend):
     frameworks = frozenset({Framework.PYTORCH})
     suspend_field = ("spec", "suspend")  # Kueue's TrainJob integration
 
-    def __init__(self, *args, training_runtime: str = "torch-distributed",
+    def __init__(self, *args, training_runtime: str = DEFAULT_RUNTIME,
                  training_runtime_kind: str = "ClusterTrainingRuntime", **kwargs):
         super().__init__(*args, **kwargs)
         self.training_runtime = dns_subdomain("training_runtime", training_runtime)
@@ -67,9 +84,10 @@ class TrainJobBackend(KubernetesBackend):
                    "numNodes": spec.num_workers, "numProcPerNode": spec.nproc_per_node}
         if node["resources"]:
             trainer["resourcesPerNode"] = node["resources"]
-        mounts = [{"name": NODE, "volumeMounts": node["volumeMounts"]}] if node["volumeMounts"] else []
-        pod = pod_template(spec, labels, "worker", mounts)
-        del pod["spec"]["restartPolicy"]  # the runtime's; a patch cannot set it
+        # the node container's patch (trainjob_types.go:465-494, ContainerPatch: env only through the trainer)
+        patch = {key: node[key] for key in ("volumeMounts", "securityContext") if node.get(key)}
+        pod = pod_template(spec, labels, "worker", [{"name": NODE, **patch}] if patch else [],
+                           restart_policy=None)  # the runtime's; a patch cannot set it
         if not pod["spec"]["containers"]:
             del pod["spec"]["containers"]
         job_spec = {
@@ -106,6 +124,7 @@ def _check_options(spec: TrainingJobSpec) -> None:
     """Refuse, naming the field, what a TrainJob has no place for: it sets pods only through the runtime's
     template and a runtime patch, which has no priority class, working directory or restart count."""
     refuse_unused(spec, "trainjob", "clean_pod_policy", "slots_per_worker", "worker_port", "backoff_limit")
+    check_pod_security(spec, "trainjob")
     if spec.scheduling.queue or spec.scheduling.priority_class:
         field = "queue" if spec.scheduling.queue else "priority_class"
         raise ValueError(f"scheduling.{field}: a TrainJob takes a queue and priority only through Kueue "

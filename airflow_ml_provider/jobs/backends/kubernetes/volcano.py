@@ -12,6 +12,7 @@ from airflow_ml_provider.jobs import torchrun
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     ROLE_LABEL,
+    check_pod_security,
     container,
     deadline_s,
     metadata,
@@ -47,6 +48,25 @@ _EVICTION = ("evict", "preempt")
 TORCH_PLUGIN_PORT = 23456  # the plugin's DefaultPort, named in its arguments
 _TORCH_PLUGIN_RENDEZVOUS = {"nnodes": "$(WORLD_SIZE)", "node-rank": "$(RANK)", "master-addr": "$(MASTER_ADDR)",
                             "master-port": "$(MASTER_PORT)"}
+# Why a Horovod job's pods cannot be "restricted": its workers run sshd as root, and the ssh plugin mounts the job's
+# key at its sshKeyFilePath, /root/.ssh by default (pkg/controllers/job/plugins/ssh/ssh.go:68, const.go:33).
+_NEEDS_ROOT = "a Horovod job's workers run sshd, which needs root, and the ssh plugin mounts the job's key under /root/.ssh"
+
+# Restarts (volcano-sh/volcano ed72c7c815a9fd547a787134676f73d42e9d049c, pkg/controllers/job/). A job's pods are
+# restarted by one owner each way they end:
+# - preempted or evicted (a pod deleted: job_controller_handler.go:377 raises PodEvicted for any deleted pod of
+#   the job that Volcano did not kill itself): the provider's, as on every backend (the pod's DisruptionTarget
+#   makes the job PREEMPTED; the task deletes it and submits it again from its checkpoint, counted by
+#   max_preemptions). Volcano only stops the job: PodEvicted -> AbortJob. A RestartJob here restarted it in
+#   parallel, and with no policy the default SyncJob (job_controller_util.go:190-191) recreates the deleted pod
+#   (job_controller_actions.go:475-480) inside a job the provider is replacing;
+# - a crashed trainer (the pod's phase becomes Failed, which only a restartPolicy Never pod reaches; PodFailed is
+#   raised on that transition alone, job_controller_handler.go:272-281): Volcano's, up to
+#   kubernetes.backoff_limit restarts of the whole job (PodFailed -> RestartJob), none by default (AbortJob).
+# maxRetry: Volcano's webhook rewrites 0 to 3 (webhooks/admission/jobs/mutate/mutate_job.go:161-166; tasks' at
+# :220-223), and a restart that brings RetryCount to maxRetry fails the job instead (state/running.go:35-40
+# counts it, state/restarting.go:33-39 compares), so maxRetry is backoff_limit + 1: 1, no restart, by default.
+_PREEMPTION_POLICY = {"event": "PodEvicted", "action": "AbortJob"}
 
 
 class VolcanoBackend(KubernetesBackend):
@@ -60,6 +80,7 @@ class VolcanoBackend(KubernetesBackend):
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         refuse_unused(spec, self.name, "clean_pod_policy")  # an MPIJob runPolicy field
+        check_pod_security(spec, self.name, _NEEDS_ROOT if spec.framework is Framework.HOROVOD else None)
         if spec.framework is not Framework.HOROVOD:
             refuse_unused(spec, f"{self.name} ({spec.framework.value})", "slots_per_worker")  # one rank a pod
         if spec.framework is Framework.HOROVOD:
@@ -75,16 +96,14 @@ class VolcanoBackend(KubernetesBackend):
         else:
             tasks = [self._peer_task(name, spec, labels)]
             plugins = {"svc": [], "env": []}
-        total = sum(task["replicas"] for task in tasks)
-        if spec.elastic:  # the gang is the launcher plus the fewest workers the job can run with
-            total -= spec.num_workers - (spec.min_workers or spec.num_workers)
+        # the gang: every pod, or for an elastic job the master and the fewest workers it runs with
+        total = sum(task.get("minAvailable", task["replicas"]) for task in tasks)
         job_spec = {
             "schedulerName": "volcano",
             "minAvailable": total if spec.scheduling.gang else 1,
-            "maxRetry": spec.kubernetes.backoff_limit,
+            "maxRetry": spec.kubernetes.backoff_limit + 1,
             "plugins": plugins,
-            # an evicted (preempted) pod restarts the whole job, which resumes from its checkpoint
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "policies": [dict(_PREEMPTION_POLICY)],
             "tasks": tasks,
         }
         if spec.scheduling.queue:
@@ -102,15 +121,24 @@ class VolcanoBackend(KubernetesBackend):
         workers = ",".join(f"{name}-worker-{i}.{name}:{slots}" for i in range(spec.num_workers))
         hosts = horovodrun_hosts(spec, ["-H", workers], discovery, slots)
         launch = ["horovodrun", "-np", str(spec.num_workers * slots), *hosts, *user_argv(spec)]
+        # The master runs horovodrun, whose exit is the job's: Never, so that a failed run is a Failed pod and its
+        # PodFailed policy fires (under OnFailure the kubelet restarted it in place: CrashLoopBackOff, the job
+        # Running until its deadline). The workers' sshd may restart in place: no policy reads their PodFailed
+        # (a fixed-size job's lost worker fails horovodrun on the master; an elastic one's ring goes on).
         master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
-                              restart_policy="OnFailure", with_accelerators=False, **_deadline(spec))
+                              restart_policy="Never", with_accelerators=False, **_deadline(spec))
         worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
                               restart_policy="OnFailure", **_deadline(spec))
+        workers_task = {"name": "worker", "replicas": spec.max_workers or spec.num_workers, "template": worker}
+        if spec.elastic:
+            # max_workers pods (the pod discovery lists the Running ones), min_workers of them in the gang: a task's
+            # minAvailable defaults to its replicas (mutate_job.go:205-217), and the scheduler holds a job whose
+            # tasks have fewer than their minAvailable placed (pkg/scheduler/api/job_info.go:1073-1101)
+            workers_task["minAvailable"] = spec.min_workers or spec.num_workers
         return [
             {"name": "master", "replicas": 1, "template": master,
-             "policies": [{"event": "TaskCompleted", "action": "CompleteJob"},
-                          {"event": "PodFailed", "action": "AbortJob"}]},
-            {"name": "worker", "replicas": spec.num_workers, "template": worker},
+             "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}, _crash_policy(spec)]},
+            workers_task,
         ]
 
     def _torch_tasks(self, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -120,8 +148,7 @@ class VolcanoBackend(KubernetesBackend):
         for role, replicas in (("master", 1), ("worker", spec.num_workers - 1)):
             if replicas:
                 template = pod_template(spec, labels, role, [container(spec, role, command)], **_deadline(spec))
-                tasks.append({"name": role, "replicas": replicas, "template": template,
-                              "policies": [{"event": "PodFailed", "action": "AbortJob"}]})
+                tasks.append({"name": role, "replicas": replicas, "template": template, "policies": [_crash_policy(spec)]})
         return tasks
 
     def _peer_task(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> dict:
@@ -130,8 +157,7 @@ class VolcanoBackend(KubernetesBackend):
         env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: VC_TASK_INDEX
         worker = pod_template(spec, labels, "worker",
                               [container(spec, "worker", spec.command, env=env, ports=[port])], **_deadline(spec))
-        return {"name": "worker", "replicas": spec.num_workers, "template": worker,
-                "policies": [{"event": "PodFailed", "action": "AbortJob"}]}
+        return {"name": "worker", "replicas": spec.num_workers, "template": worker, "policies": [_crash_policy(spec)]}
 
     def job_status(self, obj: dict) -> JobStatus:
         state = obj.get("status", {}).get("state", {})
@@ -152,6 +178,12 @@ class VolcanoBackend(KubernetesBackend):
         if (obj["spec"].get("schedulerName") or "volcano") != "volcano" or obj["spec"].get("minAvailable", 1) <= 1:
             return None
         return "scheduling.volcano.sh/v1beta1", f"{obj['metadata']['name']}-{obj['metadata']['uid']}"
+
+
+def _crash_policy(spec: TrainingJobSpec) -> dict:
+    """What a task's Failed pod (restartPolicy Never: its trainer exited non-zero) does to the job: AbortJob, or
+    RestartJob while kubernetes.backoff_limit allows (see the restarts note above)."""
+    return {"event": "PodFailed", "action": "RestartJob" if spec.kubernetes.backoff_limit else "AbortJob"}
 
 
 def _deadline(spec: TrainingJobSpec) -> dict:
