@@ -59,15 +59,15 @@ def gated(pipeline, registry):
 
 def test_the_better_model_deployed_first_stays_champion_and_the_other_is_superseded(gated, pipeline, registry):
     strong = _deploy(pipeline, gated["strong"].run_id)
-    assert (strong["promoted"], strong["previous_champion"], strong["gate_again"]) == (True, 1, [])
     medium = _deploy(pipeline, gated["medium"].run_id)
+    assert registry.alias_version(MODEL, CHAMPION)["version"] == strong["version"]
     assert (medium["promoted"], medium["aliases"]) == (False, [CHALLENGER])
+    assert (strong["promoted"], strong["previous_champion"], strong["gate_again"]) == (True, 1, [])
     assert medium["superseded"].startswith(f"superseded: version {strong['version']} became the champion after "
                                            "the gate compared with version 1, and log_loss = ")
     assert "same rows" in medium["superseded"]
     (again,) = medium["gate_again"]
     assert not again["passed"] and again["champion_version"] == strong["version"]
-    assert registry.alias_version(MODEL, CHAMPION)["version"] == strong["version"]
 
 
 def test_the_better_model_deployed_second_is_compared_again_and_replaces_the_other(gated, pipeline, registry):
