@@ -139,8 +139,10 @@ class TrainingBackendHook(BaseHook):
         Raises:
             AirflowFailException: naming the setting (a bound below 1, an endpoint that is not host:port).
         """
-        bounds = {name: value for name in ("memory_mb", "max_processes", "tmp_mb")
-                  if (value := conf.getint("ml_training", f"local_job_{name}", fallback=0))}
+        read = {"memory_mb": conf.getint("ml_training", "local_job_memory_mb", fallback=0),
+                "max_processes": conf.getint("ml_training", "local_job_max_processes", fallback=0),
+                "tmp_mb": conf.getint("ml_training", "local_job_tmp_mb", fallback=0)}
+        bounds = {name: value for name, value in read.items() if value}  # unset (0): SandboxLimits' own default
         egress = [e.strip() for e in conf.get("ml_training", "local_job_egress", fallback="").split(",") if e.strip()]
         store = self._artifact_store("local", extras)
         if store is not None and (endpoint := store.worker_settings().get(S3_ENDPOINT_ENV)):
