@@ -168,7 +168,8 @@ def test_a_job_reaches_no_other_jobs_rendezvous_nor_a_host_service_only_what_egr
     allowed, allowed_port = _listener()
     for server, answer in ((service, b"api server"), (allowed, b"allowed store")):
         threading.Thread(target=_answer, args=(server, answer), daemon=True).start()
-    backend = backend_at(tmp_path, limits=SandboxLimits(egress=(f"127.0.0.1:{allowed_port}",)))
+    deep = tmp_path / ("a-root-deep-enough-that-a-socket-path-in-it-would-not-fit-" * 2)  # (AF_UNIX: 107 bytes)
+    backend = backend_at(deep, limits=SandboxLimits(egress=(f"127.0.0.1:{allowed_port}",)))
     victim = job("""
         import os, socket
         server = socket.create_server(("127.0.0.1", 0))

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from airflow_ml_provider.jobs.backends.local.spawner import pipe
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+INSIDE = "/tmp/.airflow-ml-egress"  # where a job sees its relays' sockets (in its private /tmp: a short path)
 
 
 def endpoint(value: str, field: str = "egress") -> tuple[str, int]:
@@ -70,23 +71,28 @@ def hosts_file(plan: list[dict]) -> str:
 
 
 class Relays:
-    """The launcher's end: one Unix socket per endpoint in ``directory``, each connection carried to it."""
+    """The launcher's end: one Unix socket per endpoint in ``directory``, each connection carried to it. The
+    job sees ``directory`` at ``INSIDE`` (a Unix socket's path holds at most 107 bytes: a deep root's would not)."""
 
     def __init__(self, plan: list[dict], directory: Path):
         self.sockets: list[dict] = []
         self._listeners: list[socket.socket] = []
         directory.mkdir(parents=True, exist_ok=True)
         os.chmod(directory, 0o755)  # the job's user reaches the sockets, never writes beside them
-        for index, entry in enumerate(plan):
-            path = directory / f"{index}.sock"
-            path.unlink(missing_ok=True)
-            listener = socket.socket(socket.AF_UNIX)
-            listener.bind(str(path))
-            os.chmod(path, 0o666)
-            listener.listen(64)
-            self._listeners.append(listener)
-            threading.Thread(target=self._serve, args=(listener, entry["host"], entry["port"]), daemon=True).start()
-            self.sockets.append({"listen": entry["listen"], "socket": str(path)})
+        handle = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+        try:
+            for index, entry in enumerate(plan):
+                (directory / f"{index}.sock").unlink(missing_ok=True)
+                listener = socket.socket(socket.AF_UNIX)
+                listener.bind(f"/proc/self/fd/{handle}/{index}.sock")  # short, whatever the directory's path
+                os.chmod(directory / f"{index}.sock", 0o666)
+                listener.listen(64)
+                self._listeners.append(listener)
+                threading.Thread(target=self._serve, args=(listener, entry["host"], entry["port"]),
+                                 daemon=True).start()
+                self.sockets.append({"listen": entry["listen"], "socket": f"{INSIDE}/{index}.sock"})
+        finally:
+            os.close(handle)
 
     def close(self) -> None:
         for listener in self._listeners:

@@ -165,7 +165,7 @@ def mounts(name: str, hidden: list[str], writable: list[tuple[str, str]], readab
 def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str, hosts: str, low_ports: bool) -> list[str]:
     """``bwrap`` and its options for a job's ``mounts`` (paths that do not exist are left out: nothing
     to hide or to show), up to ``--``. Its command starts in ``/tmp`` (its private one). ``egress_dir``: the
-    launcher's relay sockets, shown read-only; ``hosts``: a file shown as ``/etc/hosts``; ``low_ports``: the
+    launcher's relay sockets, shown read-only at ``egress.INSIDE``; ``hosts``: a file shown as ``/etc/hosts``; ``low_ports``: the
     job may listen below port 1024 (in its own network only: a relayed endpoint there)."""
     tmp = sandbox.get("tmp_bytes")
     tmpfs = ["--size", str(tmp), "--perms", "1777"] if tmp else ["--perms", "1777"]  # open to all, as the machine's
@@ -175,8 +175,7 @@ def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str, hosts: str, low
         args += ["--cap-add", "CAP_NET_BIND_SERVICE"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
-    shown = ([(p, "--ro-bind") for p in [*sandbox["readable"], egress_dir]]
-             + [(p, "--bind") for p in sandbox["writable"]])
+    shown = [(p, "--ro-bind") for p in sandbox["readable"]] + [(p, "--bind") for p in sandbox["writable"]]
     emptied = [path for path in sorted(sandbox["hide"], key=_depth) if os.path.isdir(path)]  # outer ones first
     # Outer paths first, hiding before binding at one depth: a bind shown again (an environment under /tmp)
     # never uncovers a hidden path inside it, and what is bound inside a hidden directory stays bound.
@@ -192,7 +191,7 @@ def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str, hosts: str, low
         args += ["--chmod", "0755", path]  # bwrap makes them 0700: the job's own user could not pass them
     for path in emptied:  # the empty directories that hide things are read-only too (binds in them stay as bound)
         args += ["--remount-ro", path]
-    args += ["--ro-bind", hosts, "/etc/hosts"]
+    args += ["--ro-bind", egress_dir, egress.INSIDE, "--ro-bind", hosts, "/etc/hosts"]
     return [*args, "--setenv", "TMPDIR", "/tmp", "--unsetenv", JOB_UID_ENV,  # the spawner: a stop's SIGTERM is for the workers
              "--chdir", "/tmp", "--"]
 
