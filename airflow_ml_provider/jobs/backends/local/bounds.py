@@ -2,7 +2,7 @@
 
 The launcher makes one cgroup per controller for the job, a child of the launcher's own (cgroup v1: under
 ``/sys/fs/cgroup/memory`` and ``/sys/fs/cgroup/pids``; v2: one cgroup under the unified hierarchy), sets
-``memory`` and ``pids`` limits there, and the job's sandbox enters them before it starts (``enter``), so
+``memory`` and ``pids`` limits there, and the job's sandbox enters them before it starts (``local_enter``), so
 every process of the job, however deep, is counted. The sandbox's ``/tmp`` and ``/dev/shm`` are tmpfs,
 whose pages are charged to the job's memory too. After the job ends, ``exceeded`` reads the cgroups'
 counters: an OOM kill or a refused fork is the job's failure, named, never a preemption.
@@ -15,7 +15,6 @@ unbounded: ``Bounds.unbounded`` says why, for the job's log.
 from __future__ import annotations
 
 import os
-import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,15 +52,6 @@ def create(name: str, memory_bytes: int, max_processes: int) -> Bounds:
         bounds.paths, bounds.unbounded = {}, f"no cgroup for the job ({exc}): memory is not bounded, processes " \
                                                f"only by RLIMIT_NPROC={max_processes}"
     return bounds
-
-
-def enter(paths: dict[str, str], max_processes: int) -> None:
-    """Put the calling process in the job's cgroups and set its process floor (called before it execs the
-    sandbox, so that everything it starts is inside)."""
-    for directory in sorted(set(paths.values())):
-        with open(os.path.join(directory, "cgroup.procs"), "w") as handle:
-            handle.write(str(os.getpid()))
-    resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
 
 
 def exceeded(bounds: dict) -> str | None:

@@ -24,7 +24,7 @@ from airflow_ml_provider.jobs.backends.local import seccomp as local_seccomp
 from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV, allowed_env, write_private
 
 SPAWNER = str(Path(__file__).with_name("spawner.py"))
-_ENTER = "airflow_ml_provider.jobs.backends.local.enter"
+ENTER = str(Path(__file__).with_name("enter.py"))
 
 
 class SandboxedWorker:
@@ -101,11 +101,9 @@ class JobSandbox:
         seccomp_fd = local_seccomp.program_fd()
         inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else [])
         bwrap = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir), str(self._hosts), self._low_ports)
-        command = [sys.executable, "-m", _ENTER, json.dumps(self.bounds.to_dict()), "--", *bwrap,
+        command = [sys.executable, "-I", "-S", ENTER, json.dumps(self.bounds.to_dict()), "--", *bwrap,
                    sys.executable, "-I", "-S", SPAWNER]
         env = allowed_env(os.environ) | {JOB_UID_ENV: workers[0][1][JOB_UID_ENV]}
-        if "PYTHONPATH" in os.environ:  # how the launcher found this package, for the enter step
-            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         try:
             self._proc = subprocess.Popen(command, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, pass_fds=inherited)
