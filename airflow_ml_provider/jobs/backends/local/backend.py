@@ -461,8 +461,8 @@ class LocalBackend(Backend):
         """Each writable directory of a sandboxed job made for the attempt (under the name's lock, the previous
         attempt stopped): its own handed to the attempt's user with what that attempt left there (its
         checkpoints), its output directories open to the run's jobs."""
-        own = {os.path.abspath(path): field for field in ("model_dir", "checkpoint_dir")
-               if (path := getattr(spec, field)) and "://" not in path}
+        own = {str(local_workdirs.real_directory(path, field)): field for field in ("model_dir", "checkpoint_dir")
+               if (path := getattr(spec, field)) and "://" not in path}  # (as mounts() resolved them)
         for path in sandbox["writable"]:
             if path in own:
                 local_workdirs.own_tree(path, own[path], sandbox["uid"])

@@ -19,22 +19,29 @@ _log = logging.getLogger(__name__)
 
 
 def real_directory(path: str, field: str) -> Path:
-    """``path`` as an absolute path with no symbolic link in it (only its last components may be missing).
+    """``path`` resolved, through no symbolic link a job could have made: only root's links are followed (the
+    machine's own, such as a mounted volume's; no job runs as root). Only its last components may be missing.
 
     Raises:
-        ValueError: naming ``field``: a component is a link, or not a directory.
+        ValueError: naming ``field``: a component is another user's link, or not a directory.
     """
     current = Path("/")
-    for part in Path(os.path.abspath(path)).parts[1:]:
+    parts = Path(os.path.abspath(path)).parts[1:]
+    for index, part in enumerate(parts):
         current = current / part
         try:
-            mode = os.lstat(current).st_mode
+            info = os.lstat(current)
         except FileNotFoundError:
-            return Path(os.path.abspath(path))
-        if stat.S_ISLNK(mode):
+            return current.joinpath(*parts[index + 1:])
+        if stat.S_ISLNK(info.st_mode) and info.st_uid != 0:
             raise ValueError(f"{field}: {path!r} goes through the symbolic link {current}; a job's directories must "
                              "be real paths (a link may have been written by a job)")
-        if not stat.S_ISDIR(mode):
+        if stat.S_ISLNK(info.st_mode):
+            current = Path(os.path.realpath(current))
+            if not current.exists():
+                return current.joinpath(*parts[index + 1:])
+            info = os.stat(current)
+        if not stat.S_ISDIR(info.st_mode):
             raise ValueError(f"{field}: {current} is not a directory")
     return current
 
