@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,18 @@ def test_configuration_page_is_generated_from_the_declared_config(built):
     for name, option in get_provider_info()["config"]["ml_training"]["options"].items():
         assert " ".join(option["description"].split()) in text, name
         assert f"AIRFLOW__ML_TRAINING__{name.upper()}" in text
+
+
+def test_the_reference_tables_are_in_the_markdown_a_reader_opens():
+    """A pip user reads the pages in the repository (issue 40: they held `<!-- generated -->` placeholders):
+    docs/reference.py writes the tables into them from the provider's metadata, and a page that differs from
+    what it would write now fails here (run `python docs/reference.py` after changing a setting or an extra)."""
+    reference = runpy.run_path(str(REPO / "docs" / "reference.py"))
+    for page in reference["PAGES"]:
+        text = (REPO / "docs" / page).read_text()
+        assert reference["render"](text) == text, f"docs/{page} is out of date: run python docs/reference.py"
+    assert "`AIRFLOW__ML_TRAINING__LOCAL_JOB_MEMORY_MB`" in (REPO / "docs" / "configuration.md").read_text()
+    assert "| `local_sandbox` | Local: job sandbox |" in (REPO / "docs" / "connections.md").read_text()
 
 
 def test_connections_page_lists_every_declared_extra(built):
