@@ -11,6 +11,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -310,6 +311,24 @@ def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path
     """), {})
     assert final_status(backend, "tmp-env").state is JobState.SUCCEEDED, job_log(backend, "tmp-env")
     assert sandboxed(backend, "tmp-env") and f"prefix {env} home []" in job_log(backend, "tmp-env")
+
+
+@needs_sandbox
+def test_a_training_environment_in_an_open_folder_under_tmp_is_reached_by_the_jobs_own_user(tmp_path):
+    """A clone under /tmp (as CI's was: /tmp/ci/main/.venv-train, every folder 0755): the job's /tmp is its own,
+    and the folders bubblewrap made there to show the environment again were 0700, so the job's user could
+    not start its Python ("Permission denied")."""
+    open_folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        open_folder.chmod(0o755)
+        env = open_folder / "clone" / ".venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+        backend = LocalBackend(tmp_path / "ml", image=str(env), cancel_grace_s=2)
+        assert backend.submit("open-tmp", spec("import sys; print('prefix', sys.prefix, flush=True)"), {})
+        assert final_status(backend, "open-tmp").state is JobState.SUCCEEDED, job_log(backend, "open-tmp")
+        assert f"prefix {env}" in job_log(backend, "open-tmp")
+    finally:
+        shutil.rmtree(open_folder, ignore_errors=True)
 
 
 @needs_sandbox

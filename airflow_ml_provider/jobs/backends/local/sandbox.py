@@ -187,7 +187,7 @@ def argv(sandbox: dict, seccomp_fd: int | None, egress_dir: str, hosts: str, low
             args += ["--ro-bind", "/dev/null", path]
         elif option != "hide" and os.path.exists(path):
             args += [option, path, path]
-    for path in _made_on_the_way([p for p, _ in shown if os.path.exists(p)], emptied):
+    for path in _made_on_the_way([p for p, _ in shown if os.path.exists(p)], [*emptied, PRIVATE_TMP]):
         args += ["--chmod", "0755", path]  # bwrap makes them 0700: the job's own user could not pass them
     for path in emptied:  # the empty directories that hide things are read-only too (binds in them stay as bound)
         args += ["--remount-ro", path]
@@ -212,7 +212,8 @@ def inside(path: str, roots: list[str]) -> bool:
 
 
 def _made_on_the_way(shown: list[str], emptied: list[str]) -> list[str]:
-    """The directories bwrap makes inside an emptied one to reach what is shown there, outer ones first."""
+    """The directories bwrap makes inside an emptied one (or the job's own ``/tmp``) to reach what is shown
+    there, outer ones first."""
     made = {str(ancestor) for path in shown for ancestor in Path(path).parents
             if any(ancestor != Path(empty) and ancestor.is_relative_to(empty) for empty in emptied)
             and not any(ancestor.is_relative_to(bound) for bound in shown)}  # (inside a bind: the real one)
