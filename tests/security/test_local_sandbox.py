@@ -315,18 +315,24 @@ def test_a_training_environment_under_tmp_is_shown_to_the_sandboxed_job(tmp_path
 
 @needs_sandbox
 def test_a_training_environment_in_an_open_folder_under_tmp_is_reached_by_the_jobs_own_user(tmp_path):
-    """A clone under /tmp (as CI's was: /tmp/ci/main/.venv-train, every folder 0755): the job's /tmp is its own,
-    and the folders bubblewrap made there to show the environment again were 0700, so the job's user could
-    not start its Python ("Permission denied")."""
+    """A clone under /tmp (as CI's was: /tmp/ci/main/.venv-train, every folder 0755, $AIRFLOW_HOME and the local
+    root inside the clone): the job's /tmp is its own, and the folders bubblewrap made there to show the
+    environment again, or inside the hidden root within the shown clone to reach the job's model directory,
+    were 0700, so the job's user could not start its Python, nor reach its directory ("Permission denied")."""
     open_folder = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
         open_folder.chmod(0o755)
-        env = open_folder / "clone" / ".venv"
+        env = open_folder / "clone"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
-        backend = LocalBackend(tmp_path / "ml", image=str(env), cancel_grace_s=2)
-        assert backend.submit("open-tmp", spec("import sys; print('prefix', sys.prefix, flush=True)"), {})
+        backend = LocalBackend(env / "ml", image=str(env), cancel_grace_s=2)
+        model = env / "ml" / "artifacts" / "open-tmp" / "model"
+        assert backend.submit("open-tmp", spec("""
+            import os, sys
+            open(os.path.join(os.environ["AIRFLOW_ML_MODEL_DIR"], "model.txt"), "w").write("weights")
+            print("prefix", sys.prefix, flush=True)
+        """, model_dir=str(model)), {})
         assert final_status(backend, "open-tmp").state is JobState.SUCCEEDED, job_log(backend, "open-tmp")
-        assert f"prefix {env}" in job_log(backend, "open-tmp")
+        assert f"prefix {env}" in job_log(backend, "open-tmp") and (model / "model.txt").read_text() == "weights"
     finally:
         shutil.rmtree(open_folder, ignore_errors=True)
 

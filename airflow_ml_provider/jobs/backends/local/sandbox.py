@@ -213,10 +213,15 @@ def inside(path: str, roots: list[str]) -> bool:
 
 def _made_on_the_way(shown: list[str], emptied: list[str]) -> list[str]:
     """The directories bwrap makes inside an emptied one (or the job's own ``/tmp``) to reach what is shown
-    there, outer ones first."""
-    made = {str(ancestor) for path in shown for ancestor in Path(path).parents
-            if any(ancestor != Path(empty) and ancestor.is_relative_to(empty) for empty in emptied)
-            and not any(ancestor.is_relative_to(bound) for bound in shown)}  # (inside a bind: the real one)
+    there, outer ones first: those whose innermost cover is an emptied directory, not a bind (a bound folder's
+    are its own, unless a hidden one inside it is emptied again)."""
+    made = set()
+    for path in shown:
+        for ancestor in Path(path).parents:
+            covers = [(Path(e), "made") for e in emptied if ancestor != Path(e) and ancestor.is_relative_to(e)]
+            covers += [(Path(b), "bound") for b in shown if ancestor.is_relative_to(b)]
+            if covers and max(covers, key=lambda cover: len(cover[0].parts))[1] == "made":
+                made.add(str(ancestor))
     return sorted(made - set(emptied), key=_depth)
 
 
