@@ -34,6 +34,11 @@ class Bounds:
     def to_dict(self) -> dict:
         return {"memory_bytes": self.memory_bytes, "max_processes": self.max_processes, "paths": self.paths}
 
+    @property
+    def v2(self) -> bool:
+        """Whether the cgroups are cgroup v2's (one cgroup holds both controllers)."""
+        return bool(self.paths) and self.paths.get("memory") == self.paths.get("pids")
+
 
 def create(name: str, memory_bytes: int, max_processes: int) -> Bounds:
     """Make the job's cgroups with its limits (a leftover of the same name is reused: it is empty)."""
@@ -43,8 +48,8 @@ def create(name: str, memory_bytes: int, max_processes: int) -> Bounds:
             bounds.paths = _create_v2(name)
         else:
             bounds.paths = {controller: str(_create_v1(controller, name)) for controller in _CONTROLLERS}
-        _write(bounds.paths["memory"], "memory.max" if _v2(bounds) else "memory.limit_in_bytes", memory_bytes)
-        if not _v2(bounds):  # no swap beyond the limit either, where the kernel accounts swap
+        _write(bounds.paths["memory"], "memory.max" if bounds.v2 else "memory.limit_in_bytes", memory_bytes)
+        if not bounds.v2:  # no swap beyond the limit either, where the kernel accounts swap
             _write_if_present(bounds.paths["memory"], "memory.memsw.limit_in_bytes", memory_bytes)
         _write(bounds.paths["pids"], "pids.max", max_processes)
     except (OSError, KeyError, ValueError) as exc:
@@ -54,24 +59,23 @@ def create(name: str, memory_bytes: int, max_processes: int) -> Bounds:
     return bounds
 
 
-def exceeded(bounds: dict) -> str | None:
+def exceeded(bounds: Bounds) -> str | None:
     """Which bound the ended job hit (its OOM kills, its refused forks), in words; None if neither."""
-    paths, v2 = bounds.get("paths") or {}, _is_v2(bounds.get("paths") or {})
+    paths = bounds.paths
     if "memory" in paths:
-        events = _counters(paths["memory"], "memory.events" if v2 else "memory.oom_control")
+        events = _counters(paths["memory"], "memory.events" if bounds.v2 else "memory.oom_control")
         if events.get("oom_kill", 0) > 0:
-            return (f"the job exceeded its memory limit of {bounds['memory_bytes'] // 2**20} MiB "
+            return (f"the job exceeded its memory limit of {bounds.memory_bytes // 2**20} MiB "
                     f"([ml_training] local_job_memory_mb): the kernel killed {events['oom_kill']} of its processes")
     if "pids" in paths and _counters(paths["pids"], "pids.events").get("max", 0) > 0:
-        return (f"the job reached its limit of {bounds['max_processes']} processes "
+        return (f"the job reached its limit of {bounds.max_processes} processes "
                 "([ml_training] local_job_max_processes): the kernel refused it more")
     return None
 
 
-def remove(bounds: Bounds | dict) -> None:
+def remove(bounds: Bounds) -> None:
     """Remove the job's (now empty) cgroups; what cannot be removed yet (a process still leaving) stays."""
-    paths = bounds.paths if isinstance(bounds, Bounds) else bounds.get("paths") or {}
-    for directory in sorted(set(paths.values()), reverse=True):
+    for directory in sorted(set(bounds.paths.values()), reverse=True):
         try:
             os.rmdir(directory)
         except OSError:
@@ -102,14 +106,6 @@ def _own_cgroup(controller: str) -> str:
         if (controller == "" and controllers == "") or controller in controllers.split(","):
             return path
     raise KeyError(f"no {controller or 'unified'} cgroup in /proc/self/cgroup")
-
-
-def _v2(bounds: Bounds) -> bool:
-    return _is_v2(bounds.paths)
-
-
-def _is_v2(paths: dict[str, str]) -> bool:
-    return bool(paths) and paths.get("memory") == paths.get("pids")
 
 
 def _write(directory: str, name: str, value: int) -> None:

@@ -34,11 +34,11 @@ class SandboxedWorker:
         self.sandbox, self.index, self.stdout = sandbox, index, stdout
 
     def poll(self) -> int | None:
-        return self.sandbox.codes.get(self.index)
+        return self.sandbox.ended.codes.get(self.index)
 
     def wait(self) -> int:
         self.sandbox.ended.wait_for(self.index)
-        return self.sandbox.codes[self.index]
+        return self.sandbox.ended.codes[self.index]
 
     def send_signal(self, signum: int) -> None:
         self.sandbox.signal(self.index, signum)
@@ -81,7 +81,6 @@ class JobSandbox:
         self.attempt = f"{record['name']}-{record['uid'][:8]}"
         self.log = log
         self.ended = _Ends()
-        self.codes = self.ended.codes
         self._proc: subprocess.Popen | None = None
         self._control_lock = threading.Lock()
         self.bounds = local_bounds.create(self.attempt, **self.config["bounds"])
@@ -141,7 +140,7 @@ class JobSandbox:
 
     def exceeded(self) -> str | None:
         """The bound the job hit, in words (see ``local_bounds.exceeded``)."""
-        return local_bounds.exceeded(self.bounds.to_dict())
+        return local_bounds.exceeded(self.bounds)
 
     def close(self) -> None:
         """Once the job ended: the sandbox reaped, the relays stopped, the cgroups and sockets removed."""
