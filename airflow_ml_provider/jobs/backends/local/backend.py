@@ -444,9 +444,10 @@ class LocalBackend(Backend):
                     path = local_workdirs.linkless(path, str(self.root), "inputs")
                 inputs.append(path)
             sandbox = local_sandbox.mounts(name, hidden, writable, inputs, uid)
-            egress = [*self.limits.egress, *([self.etcd] if _is_elastic_horovod(spec) and self.etcd else [])]
-            for value in egress:
-                local_egress.endpoint(value)
+            discovery = [self.etcd] if _is_elastic_horovod(spec) and self.etcd else []
+            for value in discovery:  # (the configured egress was checked by SandboxLimits)
+                local_egress.endpoint(value, "etcd")
+            egress = [*self.limits.egress, *discovery]
         except ValueError as exc:
             raise JobSubmissionError(str(exc)) from None
         if unseen := local_sandbox.unseen_arguments(spec.command, sandbox):

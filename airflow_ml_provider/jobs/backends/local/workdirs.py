@@ -50,9 +50,7 @@ def own_tree(directory: str, field: str, uid: int | None) -> None:
     """A writable directory of the job: a real path, created if missing, and handed with what an earlier attempt
     left in it to ``uid`` (None: the submitter's own user, nothing to hand over). Links are not followed, and a
     file with a second name is left as it is (it may be another's file, linked in by a job)."""
-    path = real_directory(directory, field)
-    path.mkdir(parents=True, exist_ok=True)
-    real_directory(directory, field)  # nothing was swapped in while it was being made
+    path = _made(directory, field)
     if uid is None:
         return
     os.chown(path, uid, uid, follow_symlinks=False)
@@ -70,10 +68,16 @@ def shared_directory(directory: str, field: str) -> None:
     """An output directory the jobs of a run share (a preprocessing step's shards, each job's own file in it):
     a real path, created if missing, writable by each job's user (they differ per attempt). It lies under the
     backend's root, which no other user of the machine can enter."""
+    os.chmod(_made(directory, field), 0o777)
+
+
+def _made(directory: str, field: str) -> Path:
+    """``directory`` created (with its parents) where ``real_directory`` allows, and checked again once made:
+    nothing was swapped in meanwhile."""
     path = real_directory(directory, field)
     path.mkdir(parents=True, exist_ok=True)
     real_directory(directory, field)
-    os.chmod(path, 0o777)
+    return path
 
 
 def linkless(path: str, base: str, field: str) -> str:
