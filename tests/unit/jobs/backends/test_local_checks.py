@@ -145,3 +145,16 @@ def test_horovodrun_skips_its_build_probe_only_on_a_record_of_the_installed_horo
         assert "build record" not in done.stderr, done.stderr
     else:  # a record that cannot answer costs every run the probe: the job's log says which and why
         assert f"the build record {tmp_path / 'record.json'} {warning}; probing the build instead" in done.stderr
+
+
+@pytest.mark.parametrize(("limits", "error"), [
+    ({"memory_mb": 0}, r"local_job_memory_mb: must be a whole number of at least 1 \(got 0\)"),
+    ({"max_processes": True}, r"local_job_max_processes: must be a whole number"),
+    ({"egress": ("10.0.0.5:9000",)}, r"local_job_egress: '10.0.0.5:9000': an address outside loopback cannot"),
+    ({"egress": ("no-port",)}, r"local_job_egress: 'no-port' is not host:port"),
+])
+def test_sandbox_limits_refuse_what_cannot_bound_or_reach_naming_the_setting(limits, error):
+    from airflow_ml_provider.jobs.backends.local.sandbox import SandboxLimits
+
+    with pytest.raises(ValueError, match=error):
+        SandboxLimits(**limits)
