@@ -1,8 +1,9 @@
-"""How every backend starts a PyTorch job: one ``torchrun`` agent per worker, c10d rendezvous (on one machine,
-a fixed-size job's workers are one agent's: ``one_machine_args``).
+"""How every backend starts a PyTorch job: one ``torchrun`` agent per worker; on a cluster static rendezvous
+(``static_args``), on the local backend c10d rendezvous for an elastic job (``torchrun_args``) and one agent for
+a fixed-size one (``one_machine_args``).
 
 A worker (a local process group, a pod) runs ``torchrun`` with ``--nproc-per-node`` ranks; the agents
-meet at one rendezvous endpoint (the local launcher's loopback port, pod 0's stable DNS name) and
+meet at one rendezvous endpoint (the local launcher's loopback port, node 0's store in a cluster) and
 torchrun gives each rank ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``.
 An elastic job (``min_workers``/``max_workers``) becomes ``--nnodes=MIN:MAX`` with ``MAX_RESTARTS``
 restarts of the group: a lost rank re-forms the group, whose trainer resumes from its newest checkpoint.
@@ -14,9 +15,11 @@ summary, whose ``rank``/``exitcode`` fields say how each failed rank ended. A ra
 unprefixed line. In a pod (``prefixed=False``) the ranks write to the container's log as they are, so
 the pod log reader parses their structured lines like any other framework's.
 
-Where a cluster controller numbers the pods (Kubeflow Trainer's ``PET_*`` variables, Volcano's pytorch
-plugin), the agents meet by torchrun's static rendezvous instead (``static_args``): node ``i`` is the
-controller's pod ``i`` and node 0 hosts the store at the master address.
+On every Kubernetes backend a controller numbers the pods (the Job controller's ``JOB_COMPLETION_INDEX``,
+Volcano's pytorch plugin, Kubeflow Trainer's ``PET_*`` variables), and the agents meet by torchrun's static
+rendezvous (``static_args``): node ``i`` is the controller's pod ``i`` and node 0 hosts the store at the master
+address, whatever any name resolves to when the agents start (c10d picks its store's host by a lookup of the
+endpoint's name at start: indexed_job.py says why that cannot be relied on in a pod).
 """
 
 from __future__ import annotations
@@ -45,18 +48,13 @@ def nnodes(spec) -> str:
     return f"{spec.min_workers or spec.num_workers}:{spec.max_workers or spec.num_workers}"
 
 
-def torchrun_args(spec, rdzv_id: str, endpoint: str | None = None, local_addr: str | None = None,
-                  prefixed: bool = True) -> list[str]:
-    """torchrun's options for ``spec`` (without the program): c10d rendezvous at ``endpoint`` (None: taken
-    from ``PET_RDZV_ENDPOINT`` in the agent's environment, set where the port is chosen), the rank lines
-    prefixed by global rank unless ``prefixed`` is false, and the command run as it is (``--no-python``)."""
+def torchrun_args(spec, rdzv_id: str) -> list[str]:
+    """torchrun's options for ``spec`` on the local backend (without the program): c10d rendezvous at the
+    endpoint the launcher sets as ``PET_RDZV_ENDPOINT`` once it has a port (each agent's address its
+    ``PET_LOCAL_ADDR``), the rank lines prefixed by global rank, the command run as it is (``--no-python``)."""
     args = ["--nnodes", nnodes(spec), "--nproc-per-node", str(spec.nproc_per_node), "--rdzv-backend", "c10d",
             "--rdzv-id", rdzv_id]
-    if endpoint:
-        args += ["--rdzv-endpoint", endpoint]
-    if local_addr:
-        args += ["--local-addr", local_addr]
-    return [*args, *_run(spec, prefixed)]
+    return [*args, *_run(spec, prefixed=True)]
 
 
 def one_machine_args(spec) -> list[str]:

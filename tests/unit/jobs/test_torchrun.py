@@ -25,11 +25,11 @@ def _option(args: list[str], name: str) -> str:
 
 
 def test_a_fixed_job_has_no_restart_and_an_elastic_one_takes_its_bounds():
-    fixed = torchrun.torchrun_args(_spec(nproc_per_node=4), "job-a", endpoint="job-a-0.job-a:29400")
+    fixed = torchrun.torchrun_args(_spec(nproc_per_node=4), "job-a")
     assert (_option(fixed, "--nnodes"), _option(fixed, "--nproc-per-node"), _option(fixed, "--max-restarts")) == \
         ("2", "4", "0")
-    assert (_option(fixed, "--rdzv-backend"), _option(fixed, "--rdzv-id"), _option(fixed, "--rdzv-endpoint")) == \
-        ("c10d", "job-a", "job-a-0.job-a:29400")
+    assert (_option(fixed, "--rdzv-backend"), _option(fixed, "--rdzv-id"), _option(fixed, "--tee")) == \
+        ("c10d", "job-a", "3")
     assert fixed[-4:] == ["--no-python", *TRAIN]  # the command runs as given, never through a shell
     elastic = torchrun.torchrun_args(_spec(num_workers=3, min_workers=2, max_workers=5), "job-b")
     assert (_option(elastic, "--nnodes"), _option(elastic, "--max-restarts")) == ("2:5", str(torchrun.MAX_RESTARTS))
@@ -44,13 +44,12 @@ def test_a_program_that_torchrun_would_read_as_an_option_is_refused():
 
 
 def test_in_a_pod_the_ranks_write_unprefixed_and_a_controllers_numbering_is_a_static_rendezvous():
-    pod = torchrun.torchrun_args(_spec(), "job-a", endpoint="job-a-0.job-a:29400", prefixed=False)
-    assert "--tee" not in pod and pod[-4:] == ["--no-python", *TRAIN]  # the pod log gets the ranks' lines as they are
     static = torchrun.static_args(_spec(nproc_per_node=2), {"node-rank": "$(RANK)", "master-addr": "$(MASTER_ADDR)"})
     assert static[:4] == ["--node-rank", "$(RANK)", "--master-addr", "$(MASTER_ADDR)"]
     assert (_option(static, "--rdzv-backend"), _option(static, "--nproc-per-node"), _option(static, "--max-restarts")) \
         == ("static", "2", "0")
-    assert "--nnodes" not in static and "--tee" not in static  # left out: torchrun reads PET_NNODES
+    assert "--nnodes" not in static  # left out: torchrun reads PET_NNODES
+    assert "--tee" not in static and static[-4:] == ["--no-python", *TRAIN]  # the pod log gets the ranks' lines as they are
     with pytest.raises(ValueError, match="^min_workers/max_workers: the controller runs a fixed number of nodes"):
         torchrun.static_args(_spec(min_workers=1), {})
 

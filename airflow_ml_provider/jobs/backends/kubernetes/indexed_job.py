@@ -2,8 +2,23 @@
 
 The natural backend for LightGBM: pod ``i`` gets the stable hostname ``<job>-<i>.<job>`` and its
 index as ``JOB_COMPLETION_INDEX``, so every worker can be told the full machine list up front.
-PyTorch runs one torchrun agent per pod; the agents meet by c10d rendezvous at pod 0's stable name
-(``<job>-0.<job>``), whose agent hosts the rendezvous store.
+PyTorch runs one torchrun agent per pod, by static rendezvous (``torchrun.static_args``, as on volcano and
+trainjob): node ``i`` is the pod of completion index ``i`` (``--node-rank $(JOB_COMPLETION_INDEX)``) and node 0
+hosts the store at its stable name, ``--master-addr <job>-0.<job> --master-port 29400``.
+
+Why not c10d (``--rdzv-endpoint <job>-0.<job>:29400``, before): there the agent that hosts the store is the one
+whose machine the endpoint's name resolves to, decided once by a lookup when the agent starts (torch 2.13.0
+torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:145, ``is_host = _matches_machine_hostname(host)``;
+utils.py:117-165: the name, the hostname, or the name's addresses among the machine's). Pod 0's name is
+``<job>-0.<job>`` only in cluster DNS, as a record of the headless Service (the kubelet's /etc/hosts holds
+``<job>-0.<job>.<ns>.svc.cluster.local`` and ``<job>-0``): while that record is not there yet, pod 0's lookup
+fails, no agent hosts the store, and every agent waits on it until its rendezvous times out. Under static
+rendezvous the host is node rank 0 (static_tcp_rendezvous.py:65, ``is_master = self.rank == 0``), so pod 0
+always serves the store, and every agent's connection to ``<job>-0.<job>`` retries until the name resolves.
+The values come from the Job controller (kubernetes pkg/controller/job/indexed_job_utils.go
+``addCompletionIndexEnvVariable``: every container gets ``JOB_COMPLETION_INDEX`` from the pod's completion index;
+job_controller.go: hostname ``<job>-<index>``) and the kubelet's ``$(VAR)`` expansion of the command
+(pkg/kubelet/container/helpers.go ``ExpandContainerCommandAndArgs``).
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ CONDITION_STATES = {
     "SuccessCriteriaMet": JobState.SUCCEEDED,
 }
 _DISRUPTION = ("DisruptionTarget", "evict", "preempt")
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # the Job controller's (indexed_job_utils.go completionIndexEnvName)
 log = logging.getLogger(__name__)
 _told_no_gang = False
 
@@ -61,6 +77,13 @@ def check_options(spec: TrainingJobSpec) -> None:
                     "(use volcano or mpijob to place them as a gang)")
 
 
+def rendezvous(name: str, spec: TrainingJobSpec) -> dict[str, str]:
+    """torchrun's static rendezvous in the Job's pods: node rank the completion index the Job controller gives
+    every container (``$(JOB_COMPLETION_INDEX)``, filled in by the kubelet), node 0 pod 0 at its stable name."""
+    return {"nnodes": str(spec.num_workers), "node-rank": f"$({COMPLETION_INDEX_ENV})",
+            "master-addr": f"{name}-0.{name}", "master-port": str(torchrun.RENDEZVOUS_PORT)}
+
+
 class IndexedJobBackend(KubernetesBackend):
     """``scheduling.priority_class`` becomes the pods' priorityClassName; see ``check_options`` for the rest."""
 
@@ -73,10 +96,8 @@ class IndexedJobBackend(KubernetesBackend):
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         check_options(spec)
         if spec.framework is Framework.PYTORCH:
-            # c10d numbers the nodes by address: pod 0 ("<job>-0.", the store's host) is always node 0
             port, env = torchrun.RENDEZVOUS_PORT, {}
-            endpoint = f"{name}-0.{name}:{port}"
-            command = ["torchrun", *torchrun.torchrun_args(spec, name, endpoint=endpoint, prefixed=False)]
+            command = ["torchrun", *torchrun.static_args(spec, rendezvous(name, spec))]
         else:
             port, command = spec.kubernetes.worker_port, spec.command
             machines = ",".join(f"{name}-{i}.{name}:{port}" for i in range(spec.num_workers))

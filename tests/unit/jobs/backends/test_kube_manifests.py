@@ -142,3 +142,22 @@ def test_a_kubernetes_option_the_backend_does_not_use_is_refused_naming_it(kind,
                                kubernetes={field: type(value)(TrainingJobSpec.model_fields["kubernetes"].default
                                                               .model_dump()[field])})
     assert backend(kind).render("job", defaults, {}), "the default value, even given explicitly, is fine"
+
+
+@pytest.mark.parametrize("workers", [2, 12])
+def test_f5_an_indexed_pytorch_job_meets_by_static_rendezvous_numbered_by_the_completion_index(workers):
+    """Issue 39, F5: node rank from the Job controller's JOB_COMPLETION_INDEX (the kubelet fills in
+    ``$(JOB_COMPLETION_INDEX)``), node 0's store at pod 0's stable name; no c10d endpoint, whose store's host
+    would be whichever pod that name resolved to when its agent started (none while the record is missing)."""
+    job, service = backend("indexed-job").manifests("job", TrainingJobSpec(
+        framework="pytorch", command=["python", "train.py"], num_workers=workers, image="img:1"), {})
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    options = dict(zip(command[1:-3:2], command[2:-3:2]))
+    assert command[0] == "torchrun" and command[-3:] == ["--no-python", "python", "train.py"]
+    assert options == {"--nnodes": str(workers), "--node-rank": "$(JOB_COMPLETION_INDEX)",
+                       "--master-addr": "job-0.job", "--master-port": "29400", "--nproc-per-node": "1",
+                       "--rdzv-backend": "static", "--max-restarts": "0"}
+    assert "JOB_COMPLETION_INDEX" not in {var["name"] for var in container["env"]}  # the controller appends it
+    assert service["spec"]["ports"] == [{"name": "workers", "port": 29400}]
+    assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"] == "job"
