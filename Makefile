@@ -22,14 +22,14 @@ PYTEST_ARGS ?=
 # that mostly wait (MOSTLY_WAITING in tests/scheduling.py) beside them.
 TEST_WORKERS ?= 4
 
-.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env chromium sshd bwrap kube-apiserver crds docs docs-env clean
+.PHONY: demo test bench lint ui mlflow-ui control-env training-env mlflow-env image chromium sshd bwrap postgres kube-apiserver crds docs docs-env clean
 
 demo: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-demo $(VENV)/bin/python scripts/demo.py
 
 # PYTHONDONTWRITEBYTECODE emptied for the run: pytest keeps the test modules it rewrote for assertions, and
 # Python the repository's modules it compiled, as .pyc under __pycache__/; no worker compiles them again.
-test: crds control-env training-env kube-apiserver mlflow-env docs-env chromium sshd bwrap
+test: crds control-env training-env image kube-apiserver mlflow-env docs-env chromium sshd bwrap postgres
 	rm -rf .airflow-test  # every run starts from nothing: no job record or DB row of an earlier run
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
@@ -67,6 +67,13 @@ training-env: $(TRAIN_VENV)/.installed
 mlflow-env: $(MLFLOW_VENV)/.installed
 docs-env: $(DOCS_VENV)/.installed
 
+# The training image (images/training/Dockerfile) built here without a Docker engine: Debian's buildah on a
+# debootstrap bookworm base (scripts/build_image.sh, which installs podman, buildah, runc and debootstrap as root).
+# Named by a hash of its build context and rebuilt only when that changes (a change of the package alone reruns
+# its last steps); the image tests run the rendered jobs' programs in it with podman (tests/integration/images).
+image:
+	TORCH_WHEELS=$(TORCH_WHEELS) scripts/build_image.sh
+
 # Debian's chromium-headless-shell for the browser tests (tests/ui); does nothing when it is installed.
 chromium:
 	scripts/install_chromium.sh
@@ -78,6 +85,11 @@ sshd:
 # bubblewrap: the sandbox each local job runs in (airflow_ml_provider/jobs/backends/local/sandbox.py).
 bwrap:
 	scripts/install_bwrap.sh
+# Debian's PostgreSQL server: the test deployments' metadata databases and their MLflow tracking server's
+# backend store, in a throwaway cluster each test process starts (tests/postgres_server.py); make demo stays
+# on the embedded SQLite defaults.
+postgres:
+	scripts/install_postgres.sh
 kube-apiserver: .tools/kube-apiserver
 
 # The CRDs pinned in requirements/crds.lock (MPIJob, Volcano; next/: the coming backends), verified by
