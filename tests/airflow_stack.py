@@ -1,5 +1,7 @@
 """A real Airflow 3.3 deployment for tests: api-server, scheduler (LocalExecutor), dag-processor and
-triggerer as separate processes, each in its own session (setsid), on a fresh AIRFLOW_HOME.
+triggerer as separate processes, each in its own session (setsid), on a fresh AIRFLOW_HOME, with a
+PostgreSQL metadata database of its own (tests/postgres_server.py: a copy of a migrated one), as production
+runs Airflow.
 
 Used as a context manager from a fixture::
 
@@ -21,7 +23,6 @@ import fcntl
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import postgres_server
+
 from airflow_ml_provider.jobs.backends.local.ports import free_ports
 
 VENV_BIN = Path(sys.executable).parent
@@ -44,9 +47,10 @@ _HEALTH_KEYS = {"scheduler": "scheduler", "dag-processor": "dag_processor", "tri
 
 
 def migrated_database(env: Mapping[str, str]) -> Path:
-    """An empty metadata database as ``airflow db migrate`` makes it for this Airflow version: made once per
-    machine (by whichever test process asks first, under a lock) and copied into each new deployment and
-    each pytest worker's ``dag.test()`` home, where migrating again cost about 3 CPU s. ``env``: the
+    """An empty SQLite metadata database as ``airflow db migrate`` makes it for this Airflow version, for the
+    ``dag.test()`` runs of the pytest workers (one process each, no deployment): made once per machine (by
+    whichever test process asks first, under a lock) and copied into each worker's home, where migrating
+    again cost about 3 CPU s. ``env``: the
     environment to migrate with (its own home and database are replaced by a temporary one)."""
     from airflow import __version__
 
@@ -69,9 +73,13 @@ def migrated_database(env: Mapping[str, str]) -> Path:
     return database
 
 
-def airflow_env(home: Path, dags_folder: Path, ports: list[int], extra: Mapping[str, str] | None = None) -> dict:
+def airflow_env(
+    home: Path, dags_folder: Path, ports: list[int], database: str, extra: Mapping[str, str] | None = None,
+    venv_bin: Path = VENV_BIN,
+) -> dict:
     """The environment of every component: this one's, minus any Airflow settings, connections or
     variables of the calling process (tests set their own), plus a self-contained configuration.
+    ``database``: the metadata database's URL (``postgresql+psycopg://``).
     ``ports``: the API server's, the worker log server's and the triggerer log server's (two stacks may
     run at once), from one ``free_ports`` call, which keeps them distinct."""
     port, worker_log_port, trigger_log_port = ports
@@ -90,12 +98,9 @@ def airflow_env(home: Path, dags_folder: Path, ports: list[int], extra: Mapping[
     ]
     env.update(
         {
-            "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
-            # SQLite's write lock: a writer waits up to 30 s (sqlite3's default is 5 s) for another to commit.
-            # On a loaded 2-core machine a dag-run POST held it 33 s and every other component, waiting 5 s,
-            # died; a real deployment would use a database server (PostgreSQL) instead.
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db?timeout=30",
+            **postgres_server.airflow_settings(database),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
@@ -138,6 +143,9 @@ class AirflowStack:
         dags_folder: the DAG files to serve (one local DAG bundle).
         env: extra environment for every component (``AIRFLOW__...`` settings, ``AIRFLOW_CONN_...``).
         start_timeout: seconds to wait for every component to report healthy.
+        venv_bin: the ``bin`` of the environment whose ``airflow`` runs (default: this process's; a wheel's venv).
+        database: the URL of an already migrated metadata database (default: a copy of this process's
+            PostgreSQL server's template, migrated by this process's Airflow).
     """
 
     def __init__(
@@ -146,17 +154,21 @@ class AirflowStack:
         dags_folder: Path,
         env: Mapping[str, str] | None = None,
         start_timeout: float = 240.0,
+        venv_bin: Path = VENV_BIN,
+        database: str | None = None,
     ):
         self.home = Path(home)
         ports = free_ports(3)  # chosen below the kernel's ephemeral range, as the local launcher's ranks' are
         self.port = ports[0]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = airflow_env(self.home, Path(dags_folder), ports, env)
+        self.venv_bin = Path(venv_bin)
+        # a migrated database of its own, on this test process's server (the test skips without one)
+        self.database = database or postgres_server.shared().airflow_database(os.environ)
+        self.env = airflow_env(self.home, Path(dags_folder), ports, self.database, env, self.venv_bin)
         self.start_timeout = start_timeout
         self.credentials = ("admin", secrets.token_urlsafe(12))
         self.processes: dict[str, subprocess.Popen] = {}
         self._log_start: dict[str, int] = {}  # where each running component's lines begin in its log
-        self._lock_restarts: dict[str, int] = {}  # component -> times started again after the lock
         self._token: str | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -170,7 +182,6 @@ class AirflowStack:
     def start(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "passwords.json").write_text(json.dumps(dict([self.credentials])))
-        shutil.copyfile(migrated_database(self.env), self.home / "airflow.db")
         try:
             for component in COMPONENTS:
                 self.start_component(component)
@@ -180,7 +191,7 @@ class AirflowStack:
             raise
 
     def start_component(self, component: str) -> subprocess.Popen:
-        argv = [str(VENV_BIN / "airflow"), component]
+        argv = [str(self.venv_bin / "airflow"), component]
         if component == "api-server":
             argv += ["--host", "127.0.0.1", "--port", str(self.port)]
         log = open(self.home / f"{component}.log", "ab")  # noqa: SIM115 (owned by the process)
@@ -290,9 +301,7 @@ class AirflowStack:
     def trigger_dag(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
         """Trigger a manual run; returns its run_id. The run's id is chosen here, so that a POST the API
         server failed with a 5xx is sent again (``wait``) without starting a second run: a 409 says that the
-        first one made it. Airflow 3.3.2's audit log of the POST is written by an async dependency with a
-        blocking commit: on SQLite it waited on the event loop for the write lock of a task's PATCH, whose
-        commit needed that loop, until sqlite3's 30 s timeout failed the POST (a clean-clone run, 10 errors)."""
+        first one made it (the API server of a loaded 2-core machine can answer late, or with a 5xx)."""
         run_id = f"manual__{datetime.now(timezone.utc).isoformat()}"
         body = {"dag_run_id": run_id, "logical_date": None, "conf": dict(conf or {})}
 
@@ -356,31 +365,15 @@ class AirflowStack:
                 parts.append(f"--- {component} ({path}) ---\n" + "\n".join(tail))
         return "\n".join(parts)
 
-    def _restarted_after_lock(self, component: str) -> bool:
-        """A component that died of SQLite's write lock ("database is locked": its 5 s wait ran out on a
-        loaded machine) is started again, as a deployment's supervisor would, at most 3 times per component
-        (one long write can make every component give up at once); any other exit stays a failure."""
-        with open(self.home / f"{component}.log", "rb") as log:
-            log.seek(self._log_start.get(component, 0))
-            locked = b"database is locked" in log.read()
-        restarts = self._lock_restarts.get(component, 0)
-        if not locked or restarts >= 3:
-            return False
-        self._lock_restarts[component] = restarts + 1
-        print(f"{component} exited on SQLite's write lock; started again ({restarts + 1} of 3)")
-        self.start_component(component)
-        return True
-
     def wait(self, predicate, timeout: float, what: str):
         """Poll ``predicate`` until it is truthy and return its value; fail naming ``what``, with the
-        components' log tails. A component that died fails the wait at once (one that died of SQLite's
-        lock is started again, see ``_restarted_after_lock``). A REST call that times out or meets a
-        server error (5xx: the API server of a loaded 2-core machine, SQLite locked) is polled again;
-        a 4xx is the test's own mistake and raises."""
+        components' log tails. A component that died fails the wait at once. A REST call that times out
+        or meets a server error (5xx: the API server of a loaded 2-core machine) is polled again; a 4xx is
+        the test's own mistake and raises."""
         deadline, error = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
             for component, process in list(self.processes.items()):
-                if process.poll() is not None and not self._restarted_after_lock(component):
+                if process.poll() is not None:
                     raise RuntimeError(f"{component} exited ({process.returncode})\n{self.log_tails()}")
             try:
                 if value := predicate():

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import postgres_server
 import pytest
 import scheduling
 from airflow_stack import migrated_database
@@ -34,6 +35,11 @@ def airflow_db() -> None:
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     else:
         shutil.copyfile(migrated_database(os.environ), database)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """This process's PostgreSQL server, if a deployment started one, stopped (its folder removed)."""
+    postgres_server.stop_shared()
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope

@@ -1,21 +1,20 @@
-"""Real Airflow deployments (tests/airflow_stack.py) serving the shipped DAGs on the embedded defaults, with
-the MLflow UI over their registry (scripts/ui.py's server, from .venv-mlflow), for the browser tests and the
-REST tests: a module asks for ``deployment`` (or ``stack``); the files of one ``support.SHARED_DEPLOYMENTS``
+"""Real Airflow deployments (tests/airflow_stack.py: on PostgreSQL) serving the shipped DAGs, for the browser
+tests and the REST tests, with an MLflow tracking server (tests/tracking_server.py: .venv-mlflow's, its backend
+store in PostgreSQL) as their registry, or on the embedded SQLite registry where a module asks for no server: a module asks for ``deployment`` (or ``stack``); the files of one ``support.SHARED_DEPLOYMENTS``
 group share one. tests/conftest.py makes these fixtures (and the hook that tells ``deployment`` the next
 test) visible to every test folder."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tracking_server
 from airflow_stack import AirflowStack
 
-from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from support import REPO, TRAINING_IMAGE, deployment_group
 
 _following: dict = {}
@@ -27,13 +26,6 @@ def pytest_runtest_teardown(item, nextitem):
     _following["item"] = nextitem
 
 
-def _ui_script():
-    spec = importlib.util.spec_from_file_location("ui_script", REPO / "scripts" / "ui.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def dag_files() -> list[str]:
     """The repository files the deployment serves, relative to the repository (a test module overrides
@@ -43,8 +35,9 @@ def dag_files() -> list[str]:
 
 @pytest.fixture(scope="module")
 def serves_mlflow_ui() -> bool:
-    """Whether the deployment has the MLflow UI beside it, its links pointing there (a module that opens
-    no MLflow link overrides this: the UI server costs about 7 CPU s to start)."""
+    """Whether the deployment has an MLflow tracking server as its registry, the tasks' MLflow links pointing
+    at it (a module that opens no MLflow link may override this and run on the embedded SQLite registry,
+    which it reads itself: the server costs about 7 CPU s to start)."""
     return True
 
 
@@ -87,11 +80,12 @@ def deployments(tmp_path_factory):
 
 @contextlib.contextmanager
 def _deployment(dag_files: list[str], with_mlflow_ui: bool, tmp_path_factory):
-    """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) on the embedded
-    defaults (local backend, SQLite registry under the deployment's AIRFLOW_HOME); ``with_mlflow_ui``, its
-    MLflow links point at the MLflow UI over that registry (as ``make mlflow-ui`` serves it; None, and the
-    link checks skip, where ``.venv-mlflow`` is not built). The files keep their place relative to each other (a
-    ``dags/`` and a ``recipes/`` folder side by side, as ml_recipes.py expects)."""
+    """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) with the local backend;
+    ``with_mlflow_ui``: its registry is an MLflow tracking server (its artifacts under the deployment's
+    ``ml/mlartifacts``), the connection ``ml_registry_default`` pointing at it, whose URL the MLflow links
+    carry (None, and the link checks skip, where ``.venv-mlflow`` is not built); else the embedded SQLite
+    registry under the deployment's AIRFLOW_HOME, with no MLflow link. The files keep their place relative to
+    each other (a ``dags/`` and a ``recipes/`` folder side by side, as ml_recipes.py expects)."""
     home = tmp_path_factory.mktemp("airflow-ui")
     served = tmp_path_factory.mktemp("ui-served")
     for name in dag_files:
@@ -99,29 +93,16 @@ def _deployment(dag_files: list[str], with_mlflow_ui: bool, tmp_path_factory):
         shutil.copy(REPO / name, served / name)
     env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
     with contextlib.ExitStack() as running:
-        mlflow_ui = running.enter_context(_mlflow_ui(home)) if with_mlflow_ui else None
-        if mlflow_ui:
-            env["AIRFLOW__ML_TRAINING__MLFLOW_UI_URL"] = mlflow_ui["url"]
+        mlflow_ui = None
+        if with_mlflow_ui and tracking_server.unavailable() is None:
+            mlflow_ui = running.enter_context(
+                tracking_server.tracking_server(home / "ml" / "mlartifacts", home / "mlflow-server.log", wait=False))
+            env["AIRFLOW_CONN_ML_REGISTRY_DEFAULT"] = tracking_server.registry_connection(mlflow_ui)
         stack = running.enter_context(AirflowStack(home, dags_folder=served / "dags", env=env))
         stack.wait_for_dag("ml_training_pipeline")
         if mlflow_ui:
-            mlflow_ui["wait"](f"{mlflow_ui['url']}/health", mlflow_ui["process"], mlflow_ui["log"], timeout=300)
+            mlflow_ui["wait"]()
         yield {"home": home, "mlflow_ui": mlflow_ui, "stack": stack}
-
-
-@contextlib.contextmanager
-def _mlflow_ui(home: Path):
-    ui = _ui_script()
-    if not ui.MLFLOW.exists():
-        yield None
-        return
-    (home / "ml").mkdir(parents=True, exist_ok=True)
-    [port], log = free_ports(1), home / "mlflow-ui.log"
-    process = ui.start(ui.mlflow_argv(home, port), ui.mlflow_env(), log)
-    try:
-        yield {"url": f"http://127.0.0.1:{port}", "process": process, "log": log, "wait": ui.wait_for}
-    finally:
-        ui.stop([process])
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +116,7 @@ def deployment(request, deployments, dag_files, serves_mlflow_ui):
 
 @pytest.fixture(scope="module")
 def ui_home(deployment) -> Path:
-    """The deployment's AIRFLOW_HOME (its embedded registry is under ``ml/``)."""
+    """The deployment's AIRFLOW_HOME (an embedded registry is under ``ml/``)."""
     return deployment["home"]
 
 

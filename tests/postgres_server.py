@@ -97,6 +97,11 @@ class PostgresServer:
     def url(self, database: str, driver: str = "psycopg") -> str:
         return f"postgresql+{driver}://{USER}@/{database}?host={self.root}"
 
+    @staticmethod
+    def name(url: str) -> str:
+        """The database a URL of ``url()`` names."""
+        return url.split("://", 1)[1].split("/", 1)[1].split("?", 1)[0]
+
     def execute(self, statement: str, database: str = "postgres") -> None:
         """A statement outside a transaction (CREATE DATABASE cannot run in one), through psycopg."""
         import psycopg

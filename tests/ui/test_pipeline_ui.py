@@ -12,6 +12,7 @@ import math
 import re
 
 import pytest
+from airflow_stack import ApiError
 from pages import park, visit
 from trigger_form import open_trigger_form, opened_run_id
 
@@ -155,14 +156,19 @@ def test_a_bad_param_is_refused_naming_it(page, stack, screenshots, name, value)
 def test_a_missing_dataset_or_nan_fails_the_first_task_naming_the_param(stack):
     """What the trigger-time schema check cannot catch fails the run at once, in prepare_data, saying
     which Param and why: a file that does not exist where the run reads it or lies outside the data roots
-    (the DAG's check), and a NaN learning rate sent through the API (it passes every JSON-schema bound on
-    trigger and reaches the task as null, which the DAG's check refuses)."""
+    (the DAG's check). A NaN learning rate sent through the API passes every JSON-schema bound on trigger;
+    PostgreSQL's JSON refuses it (where SQLite stored null and the DAG's check refused that: Params refused:
+    learning_rate: no number given), so the POST fails and no run starts."""
     missing = f"{stack.home}/data/missing.npz"  # inside the default data roots ($AIRFLOW_HOME/data)
     runs = {
         f"data_path: '{missing}' is not a file the Airflow worker can read": {"data_path": missing},
         "data_path: '/nonexistent/ml/data.npz' is outside the data roots": {"data_path": "/nonexistent/ml/data.npz"},
-        "Params refused: learning_rate: no number given": {"learning_rate": math.nan},
     }
+    before = stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"]
+    with pytest.raises(ApiError) as refused:
+        stack.trigger_dag(DAG_ID, {"learning_rate": math.nan})
+    assert refused.value.status == 422 and "Value rejected by database" in refused.value.body
+    assert stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"] == before
     run_ids = {message: stack.trigger_dag(DAG_ID, conf) for message, conf in runs.items()}
     for message, run_id in run_ids.items():
         assert stack.wait_for_run(DAG_ID, run_id, timeout=600) == "failed"
