@@ -12,6 +12,8 @@ Verified files are kept in <cache>/crds/<repo>/<ref>/<path> (<cache>: $AIRFLOW_M
 ~/.cache/airflow-ml-provider, beside the kube-apiserver build); the tests read them through the
 symlinks in .tools/crds/<file>. A file that cannot be had or whose digest differs stops the run with
 one message naming the file and the variable to fix; nothing unverified is ever cached.
+With --package it also writes the package's copy that `airflow-ml check` validates CRD instances against
+(airflow_ml_provider/jobs/backends/kubernetes/crds/: each file gzip-compressed, the lock beside them).
 Standard library only: it runs before any environment exists.
 """
 
@@ -31,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "crds.lock"
 DEST = REPO / ".tools" / "crds"
+PACKAGE = REPO / "airflow_ml_provider" / "jobs" / "backends" / "kubernetes" / "crds"
 DEFAULT_BASE_URL = "https://raw.githubusercontent.com"
 MIRROR_VAR, BASE_URL_VAR = "AIRFLOW_ML_CRDS_DIR", "AIRFLOW_ML_CRDS_BASE_URL"
 
@@ -148,11 +151,27 @@ def link(pins: list[Pin], cache: Path, dest: Path) -> None:
         (dest / pin.file).symlink_to(pin.cached(cache))
 
 
+def package(pins: list[Pin], cache: Path, lock: Path, dest: Path = PACKAGE) -> None:
+    """The package's copy (airflow_ml_provider/jobs/backends/kubernetes/schemas.py reads it): every verified file
+    as <file>.gz (no timestamp, so the bytes depend on the file alone) and the lock they were verified against."""
+    import gzip
+
+    for old in dest.rglob("*.gz"):
+        old.unlink()
+    written = {dest / f"{pin.file}.gz": gzip.compress(pin.cached(cache).read_bytes(), compresslevel=9, mtime=0)
+               for pin in pins}
+    written[dest / "crds.lock"] = lock.read_bytes()
+    for path, data in written.items():
+        _store(path, data)
+        path.chmod(0o644)  # package data, read by whoever runs the check
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lock", type=Path, default=LOCK)
     parser.add_argument("--dest", type=Path, default=DEST, help="folder of links the tests read")
     parser.add_argument("--no-mirror", action="store_true", help=f"ignore {MIRROR_VAR} and shared/crds")
+    parser.add_argument("--package", action="store_true", help=f"also write the package's copy ({PACKAGE})")
     args = parser.parse_args(argv)
     cache = cache_root()
     mirror = None if args.no_mirror else default_mirror()
@@ -164,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fetch_crds: {exc}", file=sys.stderr)
         return 1
     link(pins, cache, args.dest)
+    if args.package:
+        package(pins, cache, args.lock)
     counts = {origin: sum(1 for o in origins.values() if o == origin) for origin in sorted(set(origins.values()))}
     source = f"mirror {mirror}" if mirror is not None else f"cache / {base_url}"
     print(f"fetch_crds: {len(pins)} CRDs verified in {cache / 'crds'} ({source}: {counts})", file=sys.stderr)

@@ -1,15 +1,20 @@
 """Where a check sends each job: the backend it would run on (or ``--backend``), rendered without a
-cluster, and with ``--server-dry-run`` every manifest sent to the API server with ``dryRun=All``."""
+cluster; a cluster job's manifests validated offline (jobs/backends/kubernetes/schemas.py: the oldest and newest
+supported Kubernetes' strict schemas, the pinned CRDs); with ``--server-dry-run`` every manifest also sent to the
+API server with ``dryRun=All``."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+import yaml
+
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.hooks.training_backend import _image as default_image  # what JobSetup.image answers
 from airflow_ml_provider.jobs.backends import get_backend
-from airflow_ml_provider.jobs.backends.base import Backend
+from airflow_ml_provider.jobs.backends.base import Backend, JobSubmissionError
+from airflow_ml_provider.jobs.backends.kubernetes import schemas
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 
@@ -53,15 +58,23 @@ class Targets:
         return TrainingJobSpec(**{**spec.model_dump(), "image": image}) if image else spec
 
     def check(self, backend: Backend, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[str]:
-        """Render the job (raises what the backend refuses); dry-run it with a server. Returns what was done."""
-        backend.render(name, spec, labels)
+        """Render the job (raises what the backend refuses); a cluster job's manifests validated offline against
+        the supported Kubernetes releases and the pinned CRDs (raises every error found), then dry-run with a
+        server. Returns what was done."""
+        rendered = backend.render(name, spec, labels)
         check_spec = getattr(backend, "check_spec", None)
         if check_spec is None:
             return [f"{name}: rendered for backend {backend.name}"]
         check_spec(spec)
+        objs = [obj for obj in yaml.safe_load_all(rendered) if obj]
+        if problems := schemas.validate_all(objs):
+            raise JobSubmissionError(f"offline validation: {'; '.join(problems)}")
+        versions = " and ".join(schemas.KUBERNETES_VERSIONS)
+        done = [f"{name}: rendered for backend {backend.name}; {len(objs)} manifest(s) valid offline (Kubernetes "
+                f"{versions}, the pinned CRDs)"]
         if self.server is None:
-            return [f"{name}: rendered for backend {backend.name}"]
-        return backend.dry_run(name, spec, labels)
+            return done
+        return [*done, *backend.dry_run(name, spec, labels)]
 
     def _cluster(self) -> tuple[Any, str]:
         """(API client, namespace): no client without ``--server-dry-run`` (manifests are only rendered)."""

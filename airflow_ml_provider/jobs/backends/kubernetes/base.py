@@ -3,7 +3,8 @@ the shared watch behind ``statuses`` and the gang-scheduling lookup.
 
 A backend subclass only says which objects a job is (``manifests``), how the primary object's
 status maps onto JobState (``job_status``, pure: no network call) and which PodGroup, if any, a gang
-scheduler keeps for it (``pod_group``). Calls go through the generic REST client so one code path
+scheduler keeps for it (``pod_group``). What the job's state is, given those objects, ``status.compose``
+decides; this module only reads them. Calls go through the generic REST client so one code path
 serves custom resources (MPIJob, Volcano Job) and built-in ones (batch/v1 Job, Service).
 """
 
@@ -40,6 +41,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.job_pods import (
 from airflow_ml_provider.jobs.backends.kubernetes.pod_logs import PodLogSource
 from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     OBJECT,
+    PERMANENT,
     RETRYABLE,
     TransientApiError,
     api_message,
@@ -49,6 +51,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     missing_object,
     object_path,
 )
+from airflow_ml_provider.jobs.backends.kubernetes.status import Surroundings, compose
 from airflow_ml_provider.jobs.backends.kubernetes.watch import DELETED, CollectionWatcher
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
@@ -68,28 +71,6 @@ log = logging.getLogger(__name__)
 _GANG_PAUSE_S = 300.0  # after a refused PodGroup lookup, how long a connection/namespace stops asking
 _GANG_REFRESH_S = 30.0  # how often a follower re-reads the PodGroup of a job that stays pending
 _no_gang_info: dict[tuple, float] = {}  # (connection, PodGroup apiVersion, namespace) -> ask again after
-
-
-def gang_status(group: dict) -> JobStatus | None:
-    """GANG_PENDING with the scheduler's reason when a PodGroup says its gang cannot be placed whole.
-
-    Volcano (scheduling.volcano.sh) records it as its latest true condition, ``Unschedulable``;
-    scheduler-plugins (scheduling.x-k8s.io) as the phase ``Pending`` ("accepted, but the scheduler
-    cannot allocate enough resources") or ``Unknown`` (part of the gang placed, the rest cannot be).
-    """
-    status = group.get("status") or {}
-    if group["apiVersion"].startswith("scheduling.volcano.sh/"):
-        true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
-        latest = max(true, key=lambda c: c.get("lastTransitionTime") or "", default={})
-        if latest.get("type") == "Unschedulable":
-            return JobStatus(JobState.GANG_PENDING,
-                             latest.get("message") or latest.get("reason") or "gang cannot be scheduled")
-        return None
-    if status.get("phase") in ("Pending", "Unknown"):
-        minimum = (group.get("spec") or {}).get("minMember", "?")
-        return JobStatus(JobState.GANG_PENDING, f"PodGroup {group['metadata']['name']} is {status['phase']}: "
-                                                f"{status.get('running', 0)}/{minimum} pods running")
-    return None
 
 
 class KubernetesBackend(Backend):
@@ -203,40 +184,41 @@ class KubernetesBackend(Backend):
         return answers
 
     def status(self, name: str) -> JobStatus:
+        """The job's status from one read of each object it depends on, decided by ``status.compose``."""
         obj = self.get(self.kind, name)
-        status = self.with_gang(obj, self.job_status(obj))
-        if self.queueing is None:
-            return self.with_disruption(obj, status)
-        owned = kueue.owner_key(self.api_version, self.kind, name)  # one list: a Workload's name is Kueue's hash
+        job = self.job_status(obj)
+        around = Surroundings(gang=self.read_gang(obj, job), queued=self.queueing is not None,
+                              workload=self._read_workload(name) if self.queueing is not None else None,
+                              lost=None if job.state.is_terminal else self._read_lost(obj))
+        return compose(job, around)
+
+    def _read_workload(self, name: str) -> dict | None:
+        """The job's Kueue Workload, or None: one list (a Workload's name is Kueue's hash, not the job's)."""
+        owned = kueue.owner_key(self.api_version, self.kind, name)
         try:
             listing = self._call("GET", collection_path(kueue.WORKLOAD_API, "Workload"))
         except ApiException as exc:
             raise self._refusal(exc, "list Kueue Workloads") from None
-        workload = next((item for item in listing.get("items") or [] if kueue.workload_owner(item) == owned), None)
-        return self.with_disruption(obj, kueue.workload_status(workload, status))
+        return next((item for item in listing.get("items") or [] if kueue.workload_owner(item) == owned), None)
 
-    def with_disruption(self, obj: dict, status: JobStatus) -> JobStatus:
-        """``status``, or PREEMPTED while a pod of the job (owned by it) is disrupted or has lost its node
-        (see ``disruption``): one list of the job's pods, and a GET of each node they are bound to. Pods
-        or nodes that cannot be read mean no such information (one warning each). A job that has ended, or
-        that Kueue evicted and requeues (PREEMPTED, REQUEUED), stays as it is."""
-        if status.state.is_terminal:
-            return status
+    def _read_lost(self, obj: dict) -> str | None:
+        """Why a pod of the job (owned by it) is disrupted or has lost its node (see ``disruption``), or None:
+        one list of the job's pods, and a GET of each node they are bound to. Pods or nodes that cannot be
+        read mean no such information (one warning each)."""
         name = obj["metadata"]["name"]
         try:
             pods = self._call("GET", collection_path("v1", "Pod"), query=[("labelSelector", f"{JOB_NAME_LABEL}={name}")])
         except (ApiException, TransientApiError) as exc:
             self._unreadable("pods", exc)
-            return status
+            return None
         owned = [pod for pod in pods.get("items") or [] if disruption.owned_by(pod, obj)]
         if disrupted := next(filter(None, map(disruption.disrupted, owned)), None):
-            return disruption.preempted(status, disrupted)
+            return disrupted
         try:
-            lost = disruption.first_lost(owned, self._node)
+            return disruption.first_lost(owned, self._node)
         except (ApiException, TransientApiError) as exc:
             self._unreadable("nodes", exc)
-            return status
-        return disruption.preempted(status, lost)
+            return None
 
     def _node(self, name: str) -> dict | None:
         try:
@@ -266,7 +248,7 @@ class KubernetesBackend(Backend):
         watcher = CollectionWatcher.shared(
             (self.watch_key or id(self.async_api_factory),), self.async_api_factory,
             collection_path(self.api_version, self.kind), {"namespace": self.namespace}, JOB_NAME_LABEL)
-        obj, workload, lost, pending, gang_at, first = None, None, None, None, 0.0, True
+        obj, workload, lost, gang, gang_at, first = None, None, None, None, None, True
         pods = JobPods(self.async_api_factory, self.watch_key or id(self.async_api_factory), self.namespace, name)
         async with watcher.subscribe(name) as changes, self._workloads(name, changes), pods.following(changes):
             while True:
@@ -290,15 +272,13 @@ class KubernetesBackend(Backend):
                         obj, job_changed = await asyncio.to_thread(self.get, self.kind, name), change is not None
                     elif change is not None:
                         obj, job_changed = change, True
-                status = self.job_status(obj)
-                if status.state is JobState.PENDING:
-                    if job_changed or pending is None or time.monotonic() - gang_at >= _GANG_REFRESH_S:
-                        gang_at, pending = time.monotonic(), await asyncio.to_thread(self.with_gang, obj, status)
-                    status = pending
-                if self.queueing is not None:
-                    status = kueue.workload_status(workload, status)
-                lost = lost or (None if status.state.is_terminal else pods.reason(obj))  # stays: the job is resubmitted
-                yield disruption.preempted(status, lost)
+                job = self.job_status(obj)
+                if job.state is JobState.PENDING and (
+                        job_changed or gang_at is None or time.monotonic() - gang_at >= _GANG_REFRESH_S):
+                    gang_at, gang = time.monotonic(), await asyncio.to_thread(self.read_gang, obj, job)
+                lost = lost or (None if job.state.is_terminal else pods.reason(obj))  # stays: the job is resubmitted
+                yield compose(job, Surroundings(gang=gang, queued=self.queueing is not None, workload=workload,
+                                                lost=lost))
 
     @asynccontextmanager
     async def _workloads(self, name: str, changes: asyncio.Queue):
@@ -332,7 +312,7 @@ class KubernetesBackend(Backend):
         except ApiException as exc:
             if missing_object(exc, name):
                 raise JobNotFound(f"{kind} {self.namespace}/{name} does not exist (deleted or never created)") from None
-            if exc.status in (401, 403, 404):
+            if exc.status in PERMANENT:
                 raise self._refusal(exc, f"GET {kind} {self.namespace}/{name}") from None
             raise
 
@@ -357,33 +337,30 @@ class KubernetesBackend(Backend):
     def log_source(self, name: str) -> PodLogSource:
         return PodLogSource(self.api, self.namespace, f"{JOB_NAME_LABEL}={dns_label('job_name', name)}")
 
-    def with_gang(self, obj: dict, status: JobStatus) -> JobStatus:
-        """``status``, or GANG_PENDING with the scheduler's reason while a pending job's gang cannot be
-        placed. A PodGroup that cannot be read (403, or 404 for PodGroups the server does not serve,
-        e.g. no Volcano installed) means "no gang information": one warning per connection, namespace
-        and kind, and no further lookups there for a while."""
-        group = self.pod_group(obj) if status.state is JobState.PENDING else None
+    def read_gang(self, obj: dict, job: JobStatus) -> dict | None:
+        """The PodGroup of a pending job that asks for a gang (``pod_group``), or None: not pending, no gang,
+        not created yet by the controller, or unreadable. A PodGroup that cannot be read (403, or 404 for
+        PodGroups the server does not serve, e.g. no Volcano installed) means "no gang information": one
+        warning per connection, namespace and kind, and no further lookups there for a while."""
+        group = self.pod_group(obj) if job.state is JobState.PENDING else None
         if group is None:
-            return status
+            return None
         api_version, group_name = group
         key = (self.watch_key or id(self.api), api_version, self.namespace)
         if time.monotonic() < _no_gang_info.get(key, 0.0):
-            return status
+            return None
         try:
-            found = self._call("GET", object_path(api_version, "PodGroup"),
-                               name=dns_subdomain("PodGroup name", group_name))
+            return self._call("GET", object_path(api_version, "PodGroup"), name=dns_subdomain("PodGroup name", group_name))
         except ApiException as exc:
             if missing_object(exc, group_name):
-                return status  # not created yet by the controller
+                return None  # not created yet by the controller
             reason = f"{exc.status} {api_message(exc)}"
         except (BackendAccessError, TransientApiError) as exc:
             reason = str(exc)
-        else:
-            return gang_status(found) or status
         _no_gang_info[key] = time.monotonic() + _GANG_PAUSE_S
         warn_once(("PodGroups", *key), "PodGroups (%s) in namespace %s cannot be read, so gang-scheduling status "
                   "is not reported (%s)", api_version, self.namespace, reason)
-        return status
+        return None
 
     def _checked_manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         """The manifests, or JobSubmissionError naming the field (job name, framework, option) they cannot be
@@ -407,7 +384,7 @@ class KubernetesBackend(Backend):
     def _refusal(self, exc: ApiException, what: str) -> Exception:
         """BackendAccessError for 401/403 and for a 404 of a whole collection (a CRD not installed),
         else JobSubmissionError: both with the API server's message."""
-        if exc.status in (401, 403, 404):
+        if exc.status in PERMANENT:
             hint = " (is its CRD installed?)" if exc.status == 404 else ""
             return BackendAccessError(f"{what}: {exc.status} {api_message(exc)}{hint}")
         return JobSubmissionError(f"{what}: {exc.status} {api_message(exc)}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 
-from airflow_ml_provider.jobs.state import JobState, JobStatus
+from airflow_ml_provider.jobs.backends.kubernetes.status import said
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
 from airflow_ml_provider.labels import PREFIX
 
@@ -30,8 +30,7 @@ def disrupted(pod: dict) -> str | None:
     """Why a pod is being disrupted, from its ``DisruptionTarget`` condition, or None."""
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            said = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
-            return f"pod {pod['metadata']['name']} is disrupted ({said or 'DisruptionTarget'})"
+            return f"pod {pod['metadata']['name']} is disrupted ({said(condition, 'DisruptionTarget')})"
     return None
 
 
@@ -82,13 +81,6 @@ def owned_by(pod: dict, obj: dict | None) -> bool:
     created = pod["metadata"].get("creationTimestamp") or ""  # RFC 3339 in UTC, seconds: ordered as strings
     return (bool(ours) and all(labels.get(key) == value for key, value in ours.items())
             and created >= (meta.get("creationTimestamp") or ""))
-
-
-def preempted(status: JobStatus, reason: str | None) -> JobStatus:
-    """The job's status once one of its pods can no longer run (``reason``; None: every pod can): PREEMPTED,
-    so that the job is resubmitted from its checkpoint, unless the job has already ended or Kueue has
-    evicted it (Kueue requeues the same job by itself: PREEMPTED with the reason REQUEUED stands)."""
-    return JobStatus(JobState.PREEMPTED, reason) if reason and not status.state.is_terminal else status
 
 
 def node_name(pod: dict) -> str | None:

@@ -35,6 +35,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     pod_template,
     refuse_unused,
 )
+from airflow_ml_provider.jobs.backends.kubernetes.status import ended, said
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.labels import JOB_NAME as JOB_NAME_LABEL
@@ -47,7 +48,6 @@ CONDITION_STATES = {
     "FailureTarget": JobState.FAILED,
     "SuccessCriteriaMet": JobState.SUCCEEDED,
 }
-_DISRUPTION = ("DisruptionTarget", "evict", "preempt")
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # the Job controller's (indexed_job_utils.go completionIndexEnvName)
 log = logging.getLogger(__name__)
 _told_no_gang = False
@@ -131,12 +131,11 @@ class IndexedJobBackend(KubernetesBackend):
         for condition in status.get("conditions", []):
             if condition.get("status") != "True" or condition.get("type") not in CONDITION_STATES:
                 continue
-            message = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
             state = CONDITION_STATES[condition["type"]]
-            if state is JobState.FAILED and any(word.lower() in message.lower() for word in _DISRUPTION):
-                return JobStatus(JobState.PREEMPTED, message)
-            if state.is_terminal or condition["type"] == "Suspended":
-                return JobStatus(state, message or condition["type"])
+            if state.is_terminal:
+                return ended(state, said(condition, condition["type"]))
+            if condition["type"] == "Suspended":
+                return JobStatus(state, said(condition, condition["type"]))
         if status.get("active"):
             return JobStatus(JobState.RUNNING, f"{status['active']} pod(s) active")
         return JobStatus(JobState.PENDING, "waiting for pods")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # names a WorkloadPriorityClass, not a pod PriorityClass
@@ -78,40 +77,3 @@ def workload_owner(workload: dict) -> str | None:
         if ref.get("controller") and ref.get("kind") and ref.get("name"):
             return owner_key(ref.get("apiVersion") or "", ref["kind"], ref["name"])
     return None
-
-
-def _conditions(workload: dict) -> dict[str, dict]:
-    return {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
-
-
-def _said(condition: dict) -> str:
-    return f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
-
-
-def workload_status(workload: dict | None, job: JobStatus) -> JobStatus:
-    """The job's status as Kueue's admission shapes it. ``job`` is what the job object alone says: it
-    stands once the job has ended and while Kueue admits it. Before admission the job is QUEUED with
-    Kueue's reason (the QuotaReserved condition's message); while it is evicted and requeued it is
-    PREEMPTED with the eviction's reason and the machine-readable reason REQUEUED."""
-    if job.state.is_terminal:
-        return job
-    if workload is None:
-        if job.state is JobState.PENDING:
-            return JobStatus(JobState.QUEUED, "waiting for Kueue to create the job's Workload")
-        return job
-    conditions = _conditions(workload)
-    true = {kind for kind, c in conditions.items() if c.get("status") == "True"}
-    if "Finished" in true:
-        return job
-    waiting = conditions.get("QuotaReserved") or {}
-    reason = _said(waiting) if waiting.get("status") == "False" else ""
-    if "Evicted" in true:
-        evicted = _said(conditions["Evicted"]) or "evicted"
-        message = f"evicted by Kueue ({evicted}); requeued" + (f", waiting: {reason}" if reason else "")
-        return JobStatus(JobState.PREEMPTED, message, reason=REQUEUED)
-    if "Admitted" in true:
-        if job.state is JobState.PENDING:
-            return JobStatus(JobState.PENDING, "admitted by Kueue; waiting for its pods")
-        return job
-    queue = workload.get("spec", {}).get("queueName") or "?"
-    return JobStatus(JobState.QUEUED, reason or f"waiting for admission by Kueue (LocalQueue {queue})")

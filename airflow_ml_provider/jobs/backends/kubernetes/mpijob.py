@@ -21,6 +21,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     refuse_unused,
     user_argv,
 )
+from airflow_ml_provider.jobs.backends.kubernetes.status import ended, said
 from airflow_ml_provider.jobs.horovodrun import (
     MPI_OPERATOR_DISCOVERY,
     horovodrun_hosts,
@@ -38,7 +39,6 @@ CONDITION_STATES = {
     "Succeeded": JobState.SUCCEEDED,
     "Failed": JobState.FAILED,
 }
-_EVICTION = ("evict", "preempt", "disruption")
 # Why no MPIJob pod can be "restricted": the workers run sshd as root, and the operator mounts the job's SSH key
 # at spec.sshAuthMountPath, /root/.ssh by default (pkg/apis/kubeflow/v2beta1/default.go:65-66; mounted by
 # mpi_job_controller.go:1764-1787, setupSSHOnPod).
@@ -139,10 +139,9 @@ class MPIJobBackend(KubernetesBackend):
         order = list(CONDITION_STATES)
         latest = final[0] if final else max(
             true.values(), key=lambda c: (c.get("lastTransitionTime") or "", order.index(c["type"])))
-        message = f"{latest.get('reason', '')}: {latest.get('message', '')}".strip(": ")
-        state = CONDITION_STATES[latest["type"]]
-        if state is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
-            return JobStatus(JobState.PREEMPTED, message)
+        message, state = said(latest), CONDITION_STATES[latest["type"]]
+        if state.is_terminal:
+            return ended(state, message)
         replicas = obj.get("status", {}).get("replicaStatuses") or {}
         if latest["type"] == "Created" and (replicas.get("Launcher") or {}).get("active"):
             # The operator sets Running only once every worker pod runs (mpi_job_controller.go:1163), which an

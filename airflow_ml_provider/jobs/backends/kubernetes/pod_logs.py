@@ -11,6 +11,7 @@ from urllib3.exceptions import HTTPError
 from airflow_ml_provider.jobs.backends.base import BackendAccessError
 from airflow_ml_provider.jobs.backends.kubernetes.rest import (
     OBJECT,
+    REFUSED,
     RETRYABLE,
     api_message,
     dns_label,
@@ -45,7 +46,7 @@ class PodLogSource(LogSource):
         try:
             return self._read(cursor, max_lines)
         except ApiException as exc:
-            if exc.status in (401, 403):  # e.g. no RBAC for pods or pods/log: waiting cannot fix it
+            if exc.status in REFUSED:  # e.g. no RBAC for pods or pods/log: waiting cannot fix it
                 raise BackendAccessError(f"pod logs in {self.namespace}: {exc.status} {api_message(exc)}") from None
             if exc.status not in RETRYABLE:
                 raise

@@ -23,7 +23,8 @@ _PLURALS = {"MPIJob": "mpijobs", "Job": "jobs", "Service": "services", "PodGroup
             "Workload": "workloads", "TrainJob": "trainjobs", "JobSet": "jobsets"}
 _DNS_SUBDOMAIN = re.compile(rf"{DNS_LABEL.pattern}(\.{DNS_LABEL.pattern})*")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})  # overload and server-side trouble: worth another try
-PERMANENT = frozenset({401, 403, 404})  # who we are, what we may do, what the server serves: retrying cannot fix
+REFUSED = frozenset({401, 403})  # who we are, what we may do: retrying cannot fix either
+PERMANENT = REFUSED | {404}  # ... nor what the server serves (a CRD that is not installed, an object that is gone)
 
 
 class TransientApiError(RuntimeError):

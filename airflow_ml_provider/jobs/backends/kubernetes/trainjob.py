@@ -42,6 +42,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     refuse_unused,
 )
 from airflow_ml_provider.jobs.backends.kubernetes.rest import dns_subdomain
+from airflow_ml_provider.jobs.backends.kubernetes.status import ended, said
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
@@ -53,7 +54,6 @@ PATCH_MANAGER = "ml.airflow.apache.org/airflow-ml-provider"  # who owns the runt
 # Set by Trainer's torch plugin: its admission webhook refuses a TrainJob whose env sets one (constants.go
 # TorchRunReservedEnvNames).
 RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
-_EVICTION = ("evict", "preempt", "disruption")
 
 
 class TrainJobBackend(KubernetesBackend):
@@ -106,10 +106,7 @@ class TrainJobBackend(KubernetesBackend):
         true = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
         for kind, state in (("Failed", JobState.FAILED), ("Complete", JobState.SUCCEEDED)):
             if condition := true.get(kind):
-                message = f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ") or kind
-                if state is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
-                    return JobStatus(JobState.PREEMPTED, message)
-                return JobStatus(state, message)
+                return ended(state, said(condition, kind))
         if "Suspended" in true:
             return JobStatus(JobState.PENDING, true["Suspended"].get("message") or "suspended")
         jobs = status.get("jobsStatus") or []

@@ -20,6 +20,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     refuse_unused,
     user_argv,
 )
+from airflow_ml_provider.jobs.backends.kubernetes.status import ended, said
 from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
@@ -39,7 +40,6 @@ PHASE_STATES = {
     "Terminated": JobState.FAILED,
     "Failed": JobState.FAILED,
 }
-_EVICTION = ("evict", "preempt")
 # Volcano's pytorch plugin (volcano-sh/volcano pkg/controllers/job/plugins/distributed-framework/pytorch/
 # pytorch.go, OnPodCreate) gives every container of the "master" and "worker" tasks MASTER_ADDR (the
 # master pod's <job>-master-0.<job>), MASTER_PORT (its --port, opened on every container), WORLD_SIZE
@@ -162,15 +162,15 @@ class VolcanoBackend(KubernetesBackend):
     def job_status(self, obj: dict) -> JobStatus:
         state = obj.get("status", {}).get("state", {})
         phase = state.get("phase") or "Pending"
-        message = f"{state.get('reason', '')}: {state.get('message', '')}".strip(": ")
+        message = said(state)
         if phase not in PHASE_STATES:
             raise ValueError(f"Volcano Job {obj['metadata']['name']}: unknown phase {phase!r}")
         mapped = PHASE_STATES[phase]
         if mapped is JobState.PENDING:
             return JobStatus(mapped, message or "Pending")
-        if mapped is JobState.FAILED and any(word in message.lower() for word in _EVICTION):
-            return JobStatus(JobState.PREEMPTED, f"{phase}: {message}")
-        return JobStatus(mapped, f"{phase}: {message}".rstrip(": ") if mapped is JobState.FAILED else message)
+        if mapped is JobState.FAILED:
+            return ended(mapped, f"{phase}: {message}".rstrip(": "))
+        return JobStatus(mapped, message)
 
     def pod_group(self, obj: dict) -> tuple[str, str] | None:
         """Volcano's PodGroup of the job, ``<job>-<uid>`` (volcano-sh/volcano pkg/controllers/job/

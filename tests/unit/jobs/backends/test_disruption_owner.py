@@ -1,14 +1,13 @@
 """Which pods are the job's (jobs.backends.kubernetes.disruption.owned_by), so that a pod of an earlier job of
-the same name, not yet removed by the garbage collector, never preempts this one; and what a disrupted
-pod does to the job's status (``preempted``). The API-server tests are in
-tests/integration/kubernetes/test_disruption.py."""
+the same name, not yet removed by the garbage collector, never preempts this one (what a disrupted pod does
+to the job's status is status.compose's: tests/unit/jobs/backends/test_status_core.py). The API-server tests
+are in tests/integration/kubernetes/test_disruption.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_ml_provider.jobs.backends.kubernetes.disruption import owned_by, preempted
-from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
+from airflow_ml_provider.jobs.backends.kubernetes.disruption import owned_by
 from airflow_ml_provider.labels import JOB_NAME, PREEMPTIONS, TRY_NUMBER
 
 LABELS = {JOB_NAME: "aml-train-x", TRY_NUMBER: "1", PREEMPTIONS: "1"}
@@ -44,12 +43,3 @@ def test_a_pod_made_directly_by_the_job_is_its_own_by_uid_alone():
     # the earlier MPIJob of that name made it, even though its labels and time would fit
     assert not owned_by(_pod(("kubeflow.org/v2beta1", "MPIJob", "mpi-1")), MPIJOB)
     assert not owned_by(_pod(("kubeflow.org/v2beta1", "MPIJob", "mpi-2")), None)
-
-
-def test_a_disruption_preempts_only_a_job_that_is_still_going():
-    reason = "pod p is disrupted (TerminationByKubelet)"
-    assert preempted(JobStatus(JobState.RUNNING, "r"), reason) == JobStatus(JobState.PREEMPTED, reason)
-    assert preempted(JobStatus(JobState.RUNNING, "r"), None) == JobStatus(JobState.RUNNING, "r")
-    done = JobStatus(JobState.SUCCEEDED, "done")
-    evicted = JobStatus(JobState.PREEMPTED, "evicted by Kueue", reason=REQUEUED)
-    assert preempted(done, reason) is done and preempted(evicted, reason) is evicted

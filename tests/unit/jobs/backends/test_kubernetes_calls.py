@@ -77,7 +77,7 @@ def test_a_gang_lookup_that_fails_for_good_degrades_to_no_gang_information(caplo
     manifest = jobs.manifests("j", SPEC, {})[0]
     pending = jobs.job_status(manifest)
     with caplog.at_level(logging.WARNING, logger="airflow_ml_provider.jobs.backends.kubernetes.base"):
-        assert jobs.with_gang(manifest, pending) == pending and jobs.with_gang(manifest, pending) == pending
+        assert jobs.read_gang(manifest, pending) is None and jobs.read_gang(manifest, pending) is None
     assert api.calls == [("GET", "/apis/scheduling.volcano.sh/v1beta1/namespaces/ml/podgroups/j")] * 4, \
         "the second lookup is not made: the namespace is not asked again for a while"
     [warning] = [r.getMessage() for r in caplog.records if "gang-scheduling status is not reported" in r.getMessage()]

@@ -1,4 +1,4 @@
-"""How a Kueue Workload's conditions shape a job's status (jobs.backends.kueue.workload_status)."""
+"""How a Kueue Workload's conditions shape a job's status (jobs.backends.kubernetes.status.workload_status)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from airflow_ml_provider.jobs.backends.kubernetes.kueue import (
     label_value,
     queueing,
     workload_owner,
-    workload_status,
 )
+from airflow_ml_provider.jobs.backends.kubernetes.status import workload_status
 from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
 
 PENDING, RUNNING = JobStatus(JobState.PENDING, "waiting for the MPI operator"), JobStatus(JobState.RUNNING, "r")
