@@ -208,9 +208,9 @@ CONFIG = {
             ),
             "mlflow_ui_url": _option(
                 "The MLflow UI that task links point to when the embedded registry (no ml_registry "
-                "connection) is used.",
+                "connection) is used and a server serves it (make ui sets it). Unset: no MLflow link (a "
+                "registry connection's links go to its ui_url, or its http(s) tracking URI).",
                 example="http://mlflow.example.com",
-                default="http://127.0.0.1:5000",
             ),
             "kibana_url_template": _option(
                 "A Kibana URL for a job's logs, shown as an extra link on job tasks; {job_name}, {dag_id}, "

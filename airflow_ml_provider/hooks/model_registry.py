@@ -96,7 +96,7 @@ class ModelRegistryHook(BaseHook):
             home = _home()
             home.mkdir(parents=True, exist_ok=True)
             uri = f"sqlite:///{home / 'mlflow.db'}"
-            ui = conf.get("ml_training", "mlflow_ui_url", fallback="http://127.0.0.1:5000")
+            ui = conf.get("ml_training", "mlflow_ui_url", fallback="")
             store = _artifact_store()  # artifacts under the training connection's artifact_root
             location = store.mlflow_location()
             return RegistrySettings(uri, uri, location, ui, s3=store.mlflow_s3(location))

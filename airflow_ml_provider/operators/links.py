@@ -2,8 +2,9 @@
 Kibana/Grafana views.
 
 Airflow stores every link an operator declares as an XCom row when the task ends, so only links
-that can lead somewhere are declared: the MLflow ones on the evaluate/deploy tasks (the embedded
-registry's UI is ``[ml_training] mlflow_ui_url``, ``make mlflow-ui`` serves it), and Kibana and
+that can lead somewhere are declared: the MLflow ones on the evaluate/deploy tasks, whose URLs come from the
+registry connection's UI (its ``ui_url``, or its http(s) tracking URI; for the embedded registry ``[ml_training]
+mlflow_ui_url``, which ``make ui`` sets) and are empty, no link, where there is no UI), and Kibana and
 Grafana (``job_links()``) only when configured, as URL templates in the ``[ml_training]`` section:
 ``kibana_url_template`` / ``grafana_url_template`` with ``{job_name}``, ``{dag_id}``, ``{task_id}``,
 ``{run_id}``, ``{map_index}`` and ``{try_number}`` (each URL-quoted), for example

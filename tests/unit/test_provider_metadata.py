@@ -114,10 +114,10 @@ def test_declared_default_is_what_the_code_falls_back_to(option):
     from airflow.configuration import conf
 
     conf.load_providers_configuration()
-    declared = get_provider_info()["config"]["ml_training"]["options"][option]["default"]
+    declared = get_provider_info()["config"]["ml_training"]["options"][option]["default"] or ""
     source = (REPO / "airflow_ml_provider" / "hooks" / "model_registry.py").read_text()
     assert f'conf.get("ml_training", "{option}", fallback="{declared}")' in source
-    assert conf.get("ml_training", option) == declared
+    assert conf.get("ml_training", option, fallback="") == declared
 
 
 def _code_defaults() -> dict[str, object]:
