@@ -48,3 +48,26 @@ def test_without_an_image_anywhere_the_check_says_so(tmp_path, monkeypatch):
     assert code == 1
     assert all("image: the volcano backend needs a container image" in case["message"]
                for case in cases if case["status"] == "failed"), cases
+
+
+RUNS = {"mpijob": {"horovod", "generic"}, "volcano": {"horovod", "lightgbm", "generic"},
+        "indexed-job": {"lightgbm", "generic"}, "trainjob": set()}  # the recipes' frameworks each backend runs
+RECIPE_JOBS = {("recipes/lightgbm_sweep.yaml", "data"): "generic", ("recipes/lightgbm_sweep.yaml", "sweep"): "lightgbm",
+               ("recipes/mnist.yaml", "baseline"): "horovod", ("recipes/mnist.yaml", "sweep"): "horovod"}
+
+
+@pytest.mark.parametrize("backend", sorted(RUNS))
+def test_the_recipes_jobs_are_valid_offline_on_every_cluster_backend(backend, tmp_path, monkeypatch):
+    """Issue 39: every recipe job a backend runs is validated offline (Kubernetes 1.29 and 1.37, the pinned CRDs) and
+    passes; the only findings are the frameworks the backend does not run, named as such."""
+    _connection(monkeypatch, image="registry.example/train:cpu", image_horovod="registry.example/train:gpu")
+    code, cases = _check(tmp_path, "--backend", backend)
+    jobs = {(case["suite"], case["name"]): case for case in cases if case["status"] != "skipped"}
+    assert set(jobs) == set(RECIPE_JOBS), cases
+    for job, case in jobs.items():
+        if RECIPE_JOBS[job] in RUNS[backend]:
+            assert case["status"] == "ok" and case["details"], case
+            assert all("valid offline (Kubernetes 1.29 and 1.37, the pinned CRDs)" in line for line in case["details"])
+        else:
+            assert case["status"] == "failed" and f"framework: the {backend} backend runs" in case["message"], case
+    assert code == (0 if all(RECIPE_JOBS[job] in RUNS[backend] for job in jobs) else 1)
