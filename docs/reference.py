@@ -14,7 +14,7 @@ sys.path.insert(0, str(DOCS.parent))
 
 from airflow_ml_provider.get_provider_info import get_provider_info  # noqa: E402  (standard library only)
 
-PAGES = ("configuration.md", "connections.md")
+PAGES = ("configuration.md", "connections.md", "deploying.md")
 _BLOCK = re.compile(r"(<!-- generated: (?P<what>[^>]+?) -->\n).*?(<!-- end of generated -->\n)", re.DOTALL)
 
 

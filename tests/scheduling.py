@@ -18,6 +18,7 @@ SLOW_FIRST = (
     "tests/security/test_params_through_rest.py",  # the same deployment, after the UI's runs
     "tests/integration/pytorch/test_local_ddp.py",  # ~400 s
     "tests/integration/elastic/test_local_elastic.py",  # ~360 s
+    "tests/integration/test_wheel_deployment.py",  # ~120 s: the wheel installed, a deployment, a pipeline run
     # long, but mostly waiting on a job (a deadline, a full disk, Kueue's queue, a wheel's install): started
     # early, beside the CPU-heavy files, they no longer leave the cores half idle at the end (95, 49, 29 s)
     "tests/integration/jobs/test_local_launcher_output.py",

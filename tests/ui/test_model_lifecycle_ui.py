@@ -133,6 +133,10 @@ def test_1_the_summary_shows_the_approval_outcome(horovod, served, page, screens
     assert served.xcom(PIPELINE, run_id, "summary")["approval"] == {
         "asked": True, "approved": True, "by": "admin", "reason": served.xcom(PIPELINE, run_id, "approve")["reason"]}
     assert "champion" in horovod["deployed"]["aliases"]
+    # the embedded registry, with no MLflow UI served over it: no MLflow link (issue 40: they led nowhere)
+    for task_id, link in (("deploy", "MLflow model version"), ("evaluate", "MLflow evaluation (plot, report)")):
+        path = f"/dags/{PIPELINE}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/links"
+        assert served.api("GET", path)["extra_links"] == {link: None}, task_id
 
 
 # --- 2. the Horovod champion is scored -------------------------------------------------------------------
