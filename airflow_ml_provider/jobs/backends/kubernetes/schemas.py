@@ -14,7 +14,7 @@ and what it would drop without a word, with no cluster.
 Where the CRD schemas come from at run time: the package itself (``crds/``, beside this module): each pinned CRD
 file byte for byte (gzip-compressed), with a copy of requirements/crds.lock, and each file's sha256 checked
 against that lock before it is read, so a damaged or edited copy is refused naming the file. Nothing is fetched:
-a check runs where CI has no network and no ../shared. The files are the upstream projects' (Kubeflow MPI
+a check runs where CI has no network and no local mirror. The files are the upstream projects' (Kubeflow MPI
 operator and Trainer, Volcano, JobSet, Kueue), all Apache-2.0, as crds/NOTICE says; ``python
 scripts/fetch_crds.py --package`` writes them from the verified cache when the lock changes, and
 tests/unit/jobs/backends/test_offline_validation.py fails while they differ from it.
