@@ -18,7 +18,12 @@ always serves the store, and every agent's connection to ``<job>-0.<job>`` retri
 The values come from the Job controller (kubernetes pkg/controller/job/indexed_job_utils.go
 ``addCompletionIndexEnvVariable``: every container gets ``JOB_COMPLETION_INDEX`` from the pod's completion index;
 job_controller.go: hostname ``<job>-<index>``) and the kubelet's ``$(VAR)`` expansion of the command
-(pkg/kubelet/container/helpers.go ``ExpandContainerCommandAndArgs``).
+(pkg/kubelet/container/helpers.go ``ExpandContainerCommandAndArgs``). The same in the Kubernetes docs (the
+kubernetes/kubernetes snapshot was too large to fetch here): "the control plane automatically sets the downward
+API to expose the index in the JOB_COMPLETION_INDEX environment variable"
+(https://kubernetes.io/docs/tasks/job/indexed-parallel-processing-static/), and JobSpec.completionMode: "the Pod
+hostname takes the form $(job-name)-$(index)" (the batch/v1 API reference). The torch lines are torch 2.13.0's,
+the version requirements/training.lock pins.
 """
 
 from __future__ import annotations
