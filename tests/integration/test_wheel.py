@@ -9,6 +9,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -93,6 +94,41 @@ def test_the_wheel_in_a_fresh_virtualenv_is_the_provider_airflow_lists(dist, tmp
 
     usage = _run([venv / "bin" / "airflow-ml", "--help"], env=env, cwd=tmp_path).stdout
     assert "render" in usage and "validate" in usage
+
+
+def test_the_installed_wheel_checks_cluster_jobs_offline_with_nothing_beside_it(dist, tmp_path):
+    """Issue 39: `airflow-ml check --backend <k8s>` from the wheel with the `kubernetes` extra, in a folder that has
+    only the recipes (no clone, no CRD mirror, no cache): the CRDs come from the package, the built-in kinds'
+    schemas from kubernetes-validate, and a job gaining an undeclared field fails naming it."""
+    venv = tmp_path / "venv"
+    _run([UV, "venv", "--quiet", "--python", sys.executable, venv])
+    python = venv / "bin" / "python"
+    wheel = _wheel(dist)
+    _run([UV, "pip", "install", "--quiet", "--python", python, "-c", REPO / "requirements" / "control.lock",
+          f"airflow-ml-provider[kubernetes] @ {wheel.as_uri()}"])
+    work = tmp_path / "work"
+    shutil.copytree(REPO / "recipes", work / "recipes")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHONPATH", "XDG_CACHE"))}
+    env |= {"AIRFLOW_HOME": str(tmp_path / "home"), "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}",
+            "HOME": str(tmp_path / "user"),  # no ~/.cache/airflow-ml-provider: nothing but the package
+            "AIRFLOW_CONN_ML_TRAINING_DEFAULT": json.dumps({"conn_type": "mltraining", "extra": {
+                "image": "registry.example/train:cpu"}})}
+    checked = subprocess.run([venv / "bin" / "airflow-ml", "check", "recipes", "--backend", "volcano", "--format",
+                              "json"], env=env, cwd=work, capture_output=True, text=True, timeout=600)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    cases = [case for case in json.loads(checked.stdout)["cases"] if case["name"] != "import"]
+    assert len(cases) == 4 and all("valid offline (Kubernetes 1.29 and 1.37, the pinned CRDs)" in line
+                                   for case in cases for line in case["details"]), cases
+    probe = ("import json, sys, yaml\n"
+             "from airflow_ml_provider.jobs.backends import get_backend\n"
+             "from airflow_ml_provider.jobs.backends.kubernetes import schemas\n"
+             "from airflow_ml_provider.jobs.spec import TrainingJobSpec\n"
+             "spec = TrainingJobSpec(framework='horovod', command=['python', 't.py'], num_workers=2, image='i:1')\n"
+             "(job,) = get_backend('volcano', api_client=None, namespace='ml').manifests('j', spec, {})\n"
+             "job['spec']['tasks'][1]['template']['spec']['containers'][0]['imagePullPolicyy'] = 'Always'\n"
+             "print(json.dumps(schemas.validate(job)))\n")
+    errors = json.loads(_run([python, "-c", probe], env=env, cwd=work).stdout)
+    assert errors and "undeclared field 'imagePullPolicyy'" in errors[0] and "CRD volcano-sh/volcano@" in errors[0]
 
 
 # The runtime modules a worker runs, and what they import that is not the standard library. Not here:
