@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import yaml
@@ -84,6 +85,31 @@ def test_statuses_follow_jobs_through_one_shared_watch(mpijobs, kube_cluster, na
     states, requests = asyncio.run(scenario())
     assert states[0] is JobState.PENDING and states[-2:] == [JobState.RUNNING, JobState.SUCCEEDED]
     assert requests == {"mpijobs": 2, "pods": 2}, "one list and one watch of each: no per-job polling"
+
+
+def test_the_shared_watch_lists_in_pages_and_keeps_a_slim_copy_of_each_job(mpijobs, kube_cluster, namespace,
+                                                                          monkeypatch):
+    """Five jobs listed two at a time by the real API server (its limit/continue), and what the watch holds of
+    each is what the status core reads, not the pod templates: bounded memory per job at 10,000 jobs."""
+    monkeypatch.setattr("airflow_ml_provider.jobs.backends.kubernetes.watch.PAGE", 2)
+    CollectionWatcher._shared.clear()
+    backend = TrainingBackendHook().get_backend("mpijob")
+    others = [JobIdentity("watch", f"page-{i}", "manual__1") for i in range(4)]
+    for identity in others:
+        mpijobs.submit(identity.name, SPEC, identity.labels())
+
+    async def scenario():
+        follower = asyncio.create_task(_states_until_terminal(backend, NAME, lambda: _succeed(kube_cluster, namespace)))
+        states = await asyncio.wait_for(follower, 60)
+        [watcher] = [w for w in CollectionWatcher._shared.values() if w.path.endswith("/mpijobs")]
+        return states, watcher.requests, watcher.objects
+
+    states, requests, kept = asyncio.run(scenario())
+    assert states[-1] is JobState.SUCCEEDED
+    assert requests == 4, "three pages of at most two jobs, then one watch"
+    assert sorted(kept) == sorted([NAME] + [identity.name for identity in others])
+    assert all("containers" not in json.dumps(obj) for obj in kept.values()), "no pod template is kept"
+    assert kept[NAME]["status"]["conditions"][-1]["type"] == "Succeeded" and kept[NAME]["metadata"]["uid"]
 
 
 def test_a_job_deleted_behind_our_back_ends_the_statuses_as_vanished(mpijobs, kube_cluster, namespace):

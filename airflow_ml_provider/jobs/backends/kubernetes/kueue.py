@@ -77,3 +77,12 @@ def workload_owner(workload: dict) -> str | None:
         if ref.get("controller") and ref.get("kind") and ref.get("name"):
             return owner_key(ref.get("apiVersion") or "", ref["kind"], ref["name"])
     return None
+
+
+def watched_workload(workload: dict) -> dict:
+    """What the shared Workload watch keeps of a Workload: what ``status.workload_status`` and ``workload_owner``
+    read (not its pod sets, which hold the job's pod templates)."""
+    meta = workload.get("metadata") or {}
+    return {"metadata": {key: meta[key] for key in ("name", "ownerReferences", "resourceVersion") if key in meta},
+            "spec": {"queueName": (workload.get("spec") or {}).get("queueName")},
+            "status": {"conditions": (workload.get("status") or {}).get("conditions") or []}}

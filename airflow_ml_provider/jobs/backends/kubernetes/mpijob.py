@@ -57,6 +57,8 @@ class MPIJobBackend(KubernetesBackend):
     kind = "MPIJob"
     frameworks = frozenset({Framework.HOROVOD, Framework.GENERIC})
     suspend_field = ("spec", "runPolicy", "suspend")  # Kueue's MPIJob integration (kubeflow.org/mpijob)
+    gang_fields = (("mpiReplicaSpecs", "Launcher", "template", "spec", "schedulerName"),
+                   ("runPolicy", "schedulingPolicy"))
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         refuse_unused(spec, self.name, "worker_port")  # workers talk MPI over ssh, not LightGBM's port

@@ -77,6 +77,7 @@ class VolcanoBackend(KubernetesBackend):
     api_version = "batch.volcano.sh/v1alpha1"
     kind = "Job"
     frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.PYTORCH, Framework.GENERIC})
+    gang_fields = (("schedulerName",), ("minAvailable",))
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         refuse_unused(spec, self.name, "clean_pod_policy")  # an MPIJob runPolicy field

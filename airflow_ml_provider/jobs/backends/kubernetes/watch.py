@@ -10,6 +10,11 @@ e.g. a CRD that is not installed) is retried a few times quickly (RBAC and new C
 to apply; those retries are logged at INFO), then ends every subscription with BackendAccessError
 carrying the API server's message, which the subscriber reports.
 
+The first list (and every re-list) is read in pages of ``PAGE`` objects (``limit``/``continue``), so that a
+namespace of 10,000 jobs is listed in requests that each end well within their timeout; a list whose
+continuation expires meanwhile (410) starts again. A watcher made with ``slim`` keeps only what it makes of
+each object (what the status core reads of a job, not its pod templates).
+
 A watcher made with ``keep`` keeps only what it makes of each object, grouped: a subscriber to a key
 gets every kept object filed under it (``{name: kept}``), each time one of them changes, so that a
 follower sees all the pods of its job, and a triggerer holds slim copies of a cluster's pods or Nodes
@@ -38,6 +43,7 @@ DELETED = {"deleted": True}  # delivered to a subscriber whose object was delete
 _WATCH_S = 240  # server-side lifetime of one watch request
 _REFUSALS = 3  # tries before a 401/403/404 is final: ~2 s of backoff in all
 FIRST_LIST_TIMEOUT_S = 60.0  # how long a subscriber waits for the collection's first list
+PAGE = 500  # objects per list request (the API server's own default chunk size for kubectl is 500)
 
 
 class ApiRefusal(RuntimeError):
@@ -76,6 +82,7 @@ class CollectionWatcher:
         selector: label selector limiting the watch to this provider's jobs.
         key: what a subscriber names an object by (default: its own name); objects it gives None are
             not kept. Kueue's Workloads are filed under the job that owns them.
+        slim: what of each object to keep and hand subscribers (default: all of it).
         keep: what of an object to keep (None: nothing, and the object leaves its group); with it,
             subscribers get groups (see the module's docstring), an empty one when nothing is kept.
     """
@@ -83,13 +90,15 @@ class CollectionWatcher:
     _shared: dict[tuple, CollectionWatcher] = {}
 
     def __init__(self, api_factory: Callable[[], Any], path: str, path_params: dict[str, str], selector: str,
-                 key: Callable[[dict], str | None] = _name, keep: Callable[[dict], dict | None] | None = None):
+                 key: Callable[[dict], str | None] = _name, keep: Callable[[dict], dict | None] | None = None,
+                 slim: Callable[[dict], dict] | None = None):
         self.api_factory = api_factory
         self.path = path
         self.path_params = dict(path_params)
         self.selector = selector
         self.key = key
         self.keep = keep
+        self.slim = slim or (lambda obj: obj)
         self.where = path.format(**path_params)  # for messages
         self.objects: dict[str, dict] = {}  # key -> the object, or with ``keep`` the group (never changed in place)
         self.listed = asyncio.Event()  # the first list is in (or the watch failed for good: see failure)
@@ -102,12 +111,13 @@ class CollectionWatcher:
     @classmethod
     def shared(cls, key: tuple, api_factory: Callable[[], Any], path: str, path_params: dict[str, str],
                selector: str, by: Callable[[dict], str | None] = _name,
-               keep: Callable[[dict], dict | None] | None = None) -> CollectionWatcher:
+               keep: Callable[[dict], dict | None] | None = None,
+               slim: Callable[[dict], dict] | None = None) -> CollectionWatcher:
         """The watcher of this collection in this event loop, started by whoever subscribes first."""
-        index = (key, path, tuple(sorted(path_params.items())), selector, by, keep)
+        index = (key, path, tuple(sorted(path_params.items())), selector, by, keep, slim)
         watcher = cls._shared.get(index)
         if watcher is None or not watcher.alive():
-            watcher = cls._shared[index] = cls(api_factory, path, path_params, selector, by, keep)
+            watcher = cls._shared[index] = cls(api_factory, path, path_params, selector, by, keep, slim)
         return watcher
 
     def alive(self) -> bool:
@@ -179,20 +189,12 @@ class CollectionWatcher:
                 backoff = min(backoff * 2, 30)
 
     async def _list(self, api) -> str:
-        self.requests += 1
-        listing = await api.call_api(self.path, "GET", path_params=self.path_params,
-                                     query_params=[("labelSelector", self.selector)],
-                                     response_types_map=OBJECT, auth_settings=["BearerToken"],
-                                     header_params={"Accept": "application/json"}, _return_http_data_only=True,
-                                     _request_timeout=60)
+        """List the collection page by page into ``objects``; returns the resourceVersion to watch from."""
         current: dict[str, dict] = {}
-        for item in listing.get("items", []):
-            if (key := self.key(item)) is None:
-                continue
-            if self.keep is None:
-                current[key] = item
-            elif (kept := self.keep(item)) is not None:
-                current.setdefault(key, {})[_name(item)] = kept
+        version = await self._pages(api, current)
+        while version is None:  # the continuation expired between two pages: list it again, whole
+            current = {}
+            version = await self._pages(api, current)
         previous, self.objects = self.objects, current
         if self.listed.is_set():  # a re-list: tell subscribers what changed meanwhile
             for name in set(previous) - set(current):
@@ -201,7 +203,39 @@ class CollectionWatcher:
                 if (_version(previous.get(name)) != _version(obj) if self.keep is None else previous.get(name) != obj):
                     self._deliver(name, obj)
         self.listed.set()  # the first list: each subscriber is handed its object once listed
-        return listing["metadata"]["resourceVersion"]
+        return version
+
+    async def _pages(self, api, current: dict[str, dict]) -> str | None:
+        """Read every page of one list into ``current``; its resourceVersion, or None when a continue token
+        expired (410) and the list must start again."""
+        token = ""
+        while True:
+            self.requests += 1
+            query = [("labelSelector", self.selector), ("limit", str(PAGE))] + ([("continue", token)] if token else [])
+            try:
+                listing = await api.call_api(self.path, "GET", path_params=self.path_params, query_params=query,
+                                             response_types_map=OBJECT, auth_settings=["BearerToken"],
+                                             header_params={"Accept": "application/json"},
+                                             _return_http_data_only=True, _request_timeout=60)
+            except Exception as exc:  # noqa: BLE001 - only an expired continuation is handled here
+                if token and getattr(exc, "status", None) == 410:
+                    log.info("listing %s: the continuation expired; listing it again", self.where)
+                    return None
+                raise
+            for item in listing.get("items") or []:
+                self._file(current, item)
+            token = (listing.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return listing["metadata"]["resourceVersion"]
+
+    def _file(self, current: dict[str, dict], item: dict) -> None:
+        """Keep what this watcher keeps of a listed ``item`` in ``current``."""
+        if (key := self.key(item)) is None:
+            return
+        if self.keep is None:
+            current[key] = self.slim(item)
+        elif (kept := self.keep(item)) is not None:
+            current.setdefault(key, {})[_name(item)] = kept
 
     async def _watch(self, api, version: str) -> str | None:
         """Follow changes from ``version``; returns where to continue, or None to re-list (410 Gone)."""
@@ -238,8 +272,8 @@ class CollectionWatcher:
                     self.objects.pop(name, None)
                     self._deliver(name, DELETED)
                 else:
-                    self.objects[name] = obj
-                    self._deliver(name, obj)
+                    self.objects[name] = kept = self.slim(obj)
+                    self._deliver(name, kept)
         return version
 
     def _regroup(self, key: str, obj: dict, deleted: bool) -> None:

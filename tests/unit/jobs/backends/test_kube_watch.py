@@ -177,3 +177,49 @@ def test_a_watcher_with_keep_hands_each_subscriber_its_whole_group_of_kept_objec
     first, after = asyncio.run(scenario())
     assert first == [{"x-0": {"version": "1"}, "x-1": {"version": "2"}}, {"y-0": {"version": "3"}}, {}]
     assert after == [{"x-0": {"version": "1"}}, {}], "a finished pod leaves its group; a group emptied is {}"
+
+
+class PagedApi(ScriptedApi):
+    """Five jobs in pages of two; the first listing's continuation expires (410) after its first page, as it
+    does when the server compacts its history between two pages of a long list."""
+
+    def __init__(self):
+        super().__init__()
+        self.watches = []
+        self.pages = []  # (limit, continue) of each list request
+        self.expired_once = False
+
+    async def call_api(self, path, method, query_params=(), path_params=None, **kwargs):
+        query = dict(query_params)
+        if "watch" in query:
+            self.calls.append("watch")
+            await asyncio.sleep(3600)
+        self.pages.append((query.get("limit"), query.get("continue")))
+        start = int(query.get("continue") or 0)
+        if start and not self.expired_once:
+            self.expired_once = True
+            error = ApiException(status=410, reason="Gone")
+            error.body = b'{"kind": "Status", "reason": "Expired", "code": 410}'
+            raise error
+        limit = int(query["limit"])
+        items = [job(f"j{i}", str(10 + i), "Running") for i in range(5)][start:start + limit]
+        more = start + limit < 5
+        return {"metadata": {"resourceVersion": "20", **({"continue": str(start + limit)} if more else {})},
+                "items": items}
+
+
+def test_the_list_is_read_in_pages_and_an_expired_continuation_lists_again(monkeypatch, caplog):
+    monkeypatch.setattr("airflow_ml_provider.jobs.backends.kubernetes.watch.PAGE", 2)
+
+    async def scenario():
+        api = PagedApi()
+        watcher = CollectionWatcher(_factory(api), PATH, PARAMS, "label")
+        async with watcher.subscribe("j4") as changes:
+            return api, (await changes.get())["metadata"]["name"], sorted(watcher.objects)
+
+    with caplog.at_level(logging.INFO):
+        api, first, kept = asyncio.run(scenario())
+    assert first == "j4" and kept == [f"j{i}" for i in range(5)]
+    assert api.pages == [("2", None), ("2", "2"), ("2", None), ("2", "2"), ("2", "4")], \
+        "page by page; the expired continuation starts the list again from its first page"
+    assert any("continuation expired" in record.getMessage() for record in caplog.records)

@@ -4,16 +4,20 @@ says, then its gang, Kueue's admission and its pods, table by table. The same fu
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.backends.kubernetes.disruption import owned_by
 from airflow_ml_provider.jobs.backends.kubernetes.indexed_job import IndexedJobBackend
 from airflow_ml_provider.jobs.backends.kubernetes.mpijob import MPIJobBackend
 from airflow_ml_provider.jobs.backends.kubernetes.status import Surroundings, compose
 from airflow_ml_provider.jobs.backends.kubernetes.trainjob import TrainJobBackend
 from airflow_ml_provider.jobs.backends.kubernetes.volcano import VolcanoBackend
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import REQUEUED, JobState
 
 P, R, RS, S, F, PE, GP, Q = (JobState.PENDING, JobState.RUNNING, JobState.RESTARTING, JobState.SUCCEEDED,
@@ -131,3 +135,29 @@ def test_the_eviction_words_and_the_refusal_codes_are_written_once():
     formats = [path for path, text in sources.items() if "get('reason', '')}: {" in text]
     assert [p.name for p in words] == ["status.py"] and [p.name for p in codes] == ["rest.py"], (words, codes)
     assert formats == [], "a condition's 'reason: message' is status.said's"
+
+
+GANG = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=3, image="img:1")
+TORCH = TrainingJobSpec(framework="pytorch", command=["python", "t.py"], num_workers=2, image="img:1")
+
+
+@pytest.mark.parametrize("kind,spec,options", [
+    ("mpijob", GANG, {"gang_scheduler": "volcano"}), ("mpijob", GANG, {"gang_scheduler": "scheduler-plugins"}),
+    ("mpijob", GANG, {}), ("volcano", GANG, {}), ("indexed-job", TORCH, {}), ("trainjob", TORCH, {}),
+])
+def test_what_the_watch_keeps_of_a_job_decides_as_the_whole_job_does(kind, spec, options):
+    """The shared watch keeps a slim copy of every job of a namespace (``watched``): it must decide the state,
+    the gang and the pods' owner exactly as the whole object would, at a fraction of its size."""
+    backend = get_backend(kind, api_client=None, namespace="ml", **options)
+    whole = backend.manifests("job", spec, {"airflow-ml/try": "1"})[0]
+    whole["metadata"].update(uid="u1", creationTimestamp=T0, resourceVersion="7")
+    pod = {"metadata": {"name": "job-worker-0", "labels": {"airflow-ml/try": "1"}, "creationTimestamp": T0,
+                        "ownerReferences": [{"apiVersion": whole["apiVersion"], "kind": whole["kind"], "uid": "u1"}]}}
+    for entry, status, *_rest in OBJECTS:
+        if entry is type(backend):
+            whole["status"] = status
+            slim = backend.watched(whole)
+            assert backend.job_status(slim) == backend.job_status(whole)
+            assert backend.pod_group(slim) == backend.pod_group(whole)
+            assert owned_by(pod, slim) == owned_by(pod, whole) is True
+    assert len(json.dumps(slim)) < len(json.dumps(whole)) / 3, "the pod templates are not kept"
