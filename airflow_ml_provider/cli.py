@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -83,7 +84,7 @@ def _check(args: argparse.Namespace) -> int:
     from airflow_ml_provider.ci.targets import Targets
 
     targets = Targets(args.backend, args.server_dry_run, args.namespace)
-    with contextlib.redirect_stdout(sys.stderr):  # Airflow's and the DAG files' output: stdout is the report's
+    with _stdout_to_stderr():  # Airflow's and the DAG files' output: stdout is the report's
         cases, recipes = _checked(paths, targets)
     render = {"text": results.as_text, "json": results.as_json, "junit": results.as_junit}[args.format]
     report = render(cases, recipes)
@@ -93,6 +94,22 @@ def _check(args: argparse.Namespace) -> int:
     else:
         print(report)
     return 1 if results.findings(cases) else 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send whatever is written to standard output meanwhile to standard error, at the file descriptor: Airflow's
+    log handlers hold the stdout stream they were configured with (an import error's traceback among their
+    lines), which ``contextlib.redirect_stdout`` does not reach, and a DAG file may print."""
+    sys.stdout.flush()
+    report = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(report, 1)
+        os.close(report)
 
 
 def _checked(paths, targets) -> tuple[list, Recipes]:

@@ -95,6 +95,28 @@ def test_a_dag_file_that_fails_to_import_is_one_finding_at_its_line(tmp_path):
     assert "NameError: name 'undefined_setting' is not defined" in finding["message"]
 
 
+@pytest.mark.parametrize("report_format", ["json", "junit"])
+def test_the_machine_readable_report_is_alone_on_stdout_while_a_dag_fails_to_import(tmp_path, report_format):
+    """``airflow-ml check DIR --format json | jq .``: Airflow logs the import error's traceback through a handler
+    that holds the stdout it was set up with, and a DAG file may print; all of that goes to stderr."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "broken_dag.py").write_text("from airflow.sdk import DAG\nimport no_such_module_here\n")
+    (dags / "chatty_dag.py").write_text('from airflow.sdk import DAG\nprint("hello from a DAG file")\n'
+                                        'with DAG("chatty", schedule=None):\n    pass\n')
+    home = tmp_path / "airflow"
+    home.mkdir()
+    done = subprocess.run([str(Path(sys.executable).parent / "airflow-ml"), "check", str(dags), "--format", report_format],
+                          env=_clean_env(home), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    if report_format == "json":
+        [finding] = _findings(done.stdout)
+        assert "No module named 'no_such_module_here'" in finding["message"]
+    else:
+        assert ElementTree.fromstring(done.stdout).get("failures") == "1"
+    assert "hello from a DAG file" in done.stderr and "no_such_module_here" in done.stderr, "nothing is lost"
+
+
 def test_a_task_whose_spec_is_invalid_with_its_default_params_is_one_finding(tmp_path):
     dag_file = tmp_path / "bad_spec_dag.py"
     dag_file.write_text(textwrap.dedent("""\
