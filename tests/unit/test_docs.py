@@ -137,3 +137,17 @@ def test_the_readmes_api_example_builds_its_dag_importing_no_follow_core():
     tasks, heavy = result.stdout.strip().splitlines()[-2:]
     assert tasks == "['train_horovod', 'train_lightgbm']"
     assert heavy == "[]"
+
+
+def test_the_readme_and_the_design_notes_name_every_backend_and_framework_registered():
+    """The README's backend table is the package's: each registered backend, with the frameworks it runs (a
+    backend or framework added without a word in the docs fails here), and the design notes name them all."""
+    from airflow_ml_provider.jobs.backends import BACKENDS, backends_for
+    from airflow_ml_provider.jobs.spec import Framework
+
+    rows = re.findall(r"^\| `([a-z-]+)`[^|]*\|[^|]*\| ([a-z, ]+) \|$", (REPO / "README.md").read_text(), re.M)
+    table = {backend: set(frameworks.split(", ")) for backend, frameworks in rows}
+    registered = {backend: {f.value for f in Framework if backend in backends_for(f.value)} for backend in BACKENDS}
+    assert table == registered
+    design = (REPO / "docs" / "design.md").read_text()
+    assert [name for name in [*BACKENDS, *(f.value for f in Framework)] if f"`{name}`" not in design] == []
