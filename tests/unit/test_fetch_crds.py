@@ -116,3 +116,18 @@ def test_a_tampered_local_mirror_is_refused_even_with_a_verified_cache(upstream,
     assert done.returncode == 1
     (message,) = done.stderr.strip().splitlines()
     assert f"CRD {TAMPERED}:" in message and f"AIRFLOW_ML_CRDS_DIR={mirror}" in message
+
+
+def test_package_writes_what_the_package_ships_from_the_verified_cache(upstream, tmp_path):
+    """`--package`'s output is the committed copy (airflow_ml_provider/jobs/backends/kubernetes/crds/) byte for byte:
+    the same cache gives the same gzip bytes (no timestamp), and the lock beside them."""
+    _, _, base_url = upstream
+    cache = tmp_path / "cache"
+    assert _run(tmp_path, "--no-mirror", AIRFLOW_ML_CRDS_BASE_URL=base_url).returncode == 0
+    dest = tmp_path / "package"
+    fetch_crds.package(PINS, cache, fetch_crds.LOCK, dest)
+    shipped = REPO / "airflow_ml_provider" / "jobs" / "backends" / "kubernetes" / "crds"
+    written = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert written == sorted([*(f"{pin.file}.gz" for pin in PINS), "crds.lock"])
+    for name in written:
+        assert (dest / name).read_bytes() == (shipped / name).read_bytes(), name

@@ -17,6 +17,7 @@ from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs import drivers
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.kubernetes import schemas
 from airflow_ml_provider.jobs.backends.kubernetes.kueue import PRIORITY_LABEL, QUEUE_LABEL, WORKLOAD_API
 from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
 from airflow_ml_provider.jobs.naming import JobIdentity
@@ -74,14 +75,17 @@ class KueueDouble:
         self.name = self.job["metadata"]["name"]
         self.workload = f"mpijob-{self.name}-5b2e1"[:63]  # Kueue: <kind>-<job>-<hash>, owned by the job
         path = f"/apis/{WORKLOAD_API}/namespaces/{namespace}/workloads"
-        cluster.request("POST", path, {
+        workload = {
             "apiVersion": WORKLOAD_API, "kind": "Workload",
             "metadata": {"name": self.workload, "namespace": namespace, "ownerReferences": [{
                 "apiVersion": MPIJOB[0], "kind": MPIJOB[1], "name": self.name, "uid": self.job["metadata"]["uid"],
                 "controller": True, "blockOwnerDeletion": True}]},
             "spec": {"queueName": "team-a", "priorityClassName": "high-priority", "podSets": [{
                 "name": "worker", "count": 2,
-                "template": {"spec": {"containers": [{"name": "worker", "image": "img:1"}]}}}]}})
+                "template": {"spec": {"containers": [{"name": "worker", "image": "img:1"}]}}}]}}
+        # what Kueue would create: valid for Kueue v0.19.2's CRD, no field the 1.20 server here would prune unseen
+        assert schemas.validate(workload) == []
+        cluster.request("POST", path, workload)
         self.workload_path = f"{path}/{self.workload}"
 
     def conditions(self, *conditions: dict) -> None:
