@@ -25,6 +25,7 @@ SLOW_FIRST = (
     "tests/integration/kubernetes/test_kueue.py",
     "tests/integration/test_wheel.py",
     "tests/integration/kubernetes/test_rendered_jobs_run.py",  # ~200 s
+    "tests/integration/images/",  # ~160 s: MPIJobs as containers of the training image, its programs checked
     "tests/integration/storage/test_resume_on_object_storage.py",  # ~190 s
     "tests/integration/restarts/test_triggerer_restart.py",  # ~180 s: a deployment, two triggerer crashes
     "tests/integration/kubernetes/test_sync_task_in_airflow.py",  # ~170 s

@@ -176,7 +176,8 @@ class KubernetesOptions(BaseModel):
     # run_as_user, every capability dropped; refused where the pods need root: the sshd of MPIJob and Volcano
     # Horovod workers), or "privileged" (no securityContext at all; the only level that allows hostPath volumes).
     pod_security: Literal["privileged", "baseline", "restricted"] = "baseline"
-    # The uid (and gid and fsGroup) the containers of a "restricted" job run as: the image's own user is root.
+    # The uid (and gid and fsGroup) the containers of a "restricted" job run as: the training image's own user
+    # (images/training/Dockerfile, USER 1000) by default.
     run_as_user: Annotated[int, Field(ge=1, le=2**31 - 1)] = 1000
 
 

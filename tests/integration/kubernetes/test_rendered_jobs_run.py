@@ -1,6 +1,9 @@
 """Rendered jobs that actually run: each Kubernetes backend's manifest, executed as its pods would.
 
-For indexed-job, volcano and mpijob, the test renders the manifest with the backend
+MPIJobs run as containers of the built training image instead (tests/integration/images/test_mpijob_runs.py,
+tests/mpi_operator.py); the rest move there as their controllers' stand-ins are written.
+
+For indexed-job and volcano, the test renders the manifest with the backend
 (``get_backend(...).manifests``; for trainjob, the JobSet that Trainer's controller makes of the stored
 TrainJob: tests/trainer_controller.py) and starts every pod's container, with its command, env and
 workingDir exactly as rendered, as a real process here (tests/pod_sandbox.py). The local training
@@ -26,17 +29,10 @@ What the test supplies is only what the cluster would, each with the upstream so
   ``OnPodCreate``, ``GenerateHosts``); ``VC_TASK_INDEX``/``VK_TASK_INDEX`` (plugins/env/env.go
   ``OnPodCreate``); the job's SSH key, authorized_keys and ssh ``config`` at /root/.ssh
   (plugins/ssh/ssh.go ``mountRsaKey``, ``generateRsaKey``, ``generateSSHConfig``);
-- mpijob: hostnames ``<job>-launcher``/``<job>-worker-<i>``, subdomain ``<job>``, ``/etc/mpi/hostfile``
-  (``<host>.<job>.<ns>.svc slots=<n>``) and ``discover_hosts.sh``, the launcher's ``OMPI_MCA_*``,
-  ``K_MPI_JOB_ROLE`` and NVIDIA-disabling env, the job's ECDSA key at /root/.ssh as id_rsa, id_rsa.pub
-  and authorized_keys (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go ``newConfigMap``,
-  ``updateDiscoverHostsInConfigMap``, ``newLauncherPodTemplate``, ``newWorker``, ``newSSHAuthSecret``,
-  ``setupSSHOnPod``);
 - the image's sshd setup, as images/training/Dockerfile makes it (host keys, ``StrictModes no``,
   ``SetEnv PATH``, the client's ``StrictHostKeyChecking no``), in a copy bind-mounted on /etc/ssh.
 
-Workers are started before their launcher, as the MPI operator's ``WaitForWorkersReady`` and
-Volcano's gang do. Needs root (namespaces) and Debian's openssh-server/client (scripts/install_sshd.sh).
+Workers are started before their launcher, as Volcano's gang does. Needs root (namespaces) and Debian's openssh-server/client (scripts/install_sshd.sh).
 """
 
 from __future__ import annotations
@@ -263,53 +259,6 @@ def _assert_horovod_trained(launcher_log: Path, tmp_path: Path) -> None:
     checksums = {e["rank"]: e["checksum"] for e in _events(launcher_log) if e.get("event") == "weights_checksum"}
     assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
     assert (tmp_path / "model" / "model.keras").stat().st_size > 0
-
-
-def _mpi_config(job: dict, directory: Path) -> Path:
-    """The operator's ``<job>-config`` ConfigMap as mounted on the launcher's /etc/mpi (mpi_job_controller.go
-    ``newConfigMap``: ``<worker>.<job>.<ns>.svc slots=<slotsPerWorker>`` for OpenMPI;
-    ``updateDiscoverHostsInConfigMap``: the running workers)."""
-    name, spec = job["metadata"]["name"], job["spec"]
-    hosts = [f"{name}-worker-{i}.{name}.{NAMESPACE}.svc" for i in range(spec["mpiReplicaSpecs"]["Worker"]["replicas"])]
-    directory.mkdir()
-    (directory / "hostfile").write_text("".join(f"{host} slots={spec['slotsPerWorker']}\n" for host in hosts))
-    (directory / "discover_hosts.sh").write_text("#!/bin/sh\n" + "".join(f"echo {host}\n" for host in hosts))
-    (directory / "hostfile").chmod(0o444)
-    (directory / "discover_hosts.sh").chmod(0o555)
-    return directory
-
-
-def test_mpijob_horovod_trains(tmp_path, image, cluster, ssh_image):
-    (job,) = get_backend("mpijob", api_client=None, namespace=NAMESPACE).manifests(
-        "hvd", _horovod_spec(tmp_path, image), {})
-    assert job["spec"]["mpiImplementation"] == "OpenMPI"
-    replicas = job["spec"]["mpiReplicaSpecs"]
-    (launcher,) = replicas["Launcher"]["template"]["spec"]["containers"]
-    (worker,) = replicas["Worker"]["template"]["spec"]["containers"]
-    workers = [f"hvd-worker-{i}" for i in range(replicas["Worker"]["replicas"])]  # workerName
-    for hostname in [*workers, "hvd-launcher"]:
-        cluster.add_pod(hostname, "hvd")  # newWorker/newLauncherPodTemplate: Subdomain = mpiJob.Name
-    # newSSHAuthSecret (an ECDSA P-521 key) mounted by setupSSHOnPod on /root/.ssh of every pod
-    ssh = {"/root/.ssh": ssh_key_dir(tmp_path / "mpi-ssh", ["-t", "ecdsa", "-b", "521"]), "/etc/ssh": ssh_image}
-    procs, logs = {}, {}
-    for hostname in workers:  # launcherCreationPolicy WaitForWorkersReady: workers first
-        logs[hostname] = tmp_path / f"{hostname}.log"
-        procs[hostname] = cluster.start(hostname, worker, image=image, workdir=tmp_path, log=logs[hostname],
-                                        extra_env={"K_MPI_JOB_ROLE": "worker"}, mounts=ssh)  # workerEnvVars
-        cluster.wait_port(hostname, 22)
-    launcher_env = {  # launcherEnvVars, ompiEnvVars + OMPI_MCA_orte_set_default_slots, nvidiaDisableEnvVars
-        "K_MPI_JOB_ROLE": "launcher", "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile", "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
-        "OMPI_MCA_orte_set_default_slots": str(job["spec"]["slotsPerWorker"]),
-        "NVIDIA_VISIBLE_DEVICES": "", "NVIDIA_DRIVER_CAPABILITIES": "",
-    }
-    logs["hvd-launcher"] = tmp_path / "hvd-launcher.log"
-    launched = cluster.start("hvd-launcher", launcher, image=image, workdir=tmp_path, log=logs["hvd-launcher"],
-                             extra_env=launcher_env, mounts={**ssh, "/etc/mpi": _mpi_config(job, tmp_path / "mpi")})
-    _wait_all({"hvd-launcher": launched}, logs)
-    _assert_horovod_trained(logs["hvd-launcher"], tmp_path)
-    for hostname in workers:
-        assert "Accepted publickey for root" in logs[hostname].read_text(), logs[hostname].read_text()[-2000:]
 
 
 def _torch_spec(tmp_path: Path, image: str, **fields) -> TrainingJobSpec:

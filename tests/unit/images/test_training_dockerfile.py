@@ -1,5 +1,6 @@
-"""images/training/Dockerfile cannot be built here (no base image registry is reachable), so what can be
-checked without building is: its versions come from the one source each (requirements/training.lock,
+"""images/training/Dockerfile, read without building it (`make image` builds it and
+tests/integration/images/test_training_image.py runs what the jobs invoke in it): its versions come from the one
+source each (requirements/training.lock,
 scripts/build_horovod.sh, the Makefile), the CPU variant takes the lock's `+cpu` torch from the Makefile's
 wheel index, the GPU variant builds Horovod with NCCL and takes CUDA builds of TensorFlow and torch at the
 lock's versions, the package goes in without Airflow, and what the Kubernetes backends run in it (sshd,
@@ -41,7 +42,9 @@ def runs() -> str:
 def test_versions_come_from_the_lock_the_horovod_script_and_the_makefile():
     lock_python = re.search(r"--python-version (\d+\.\d+)", LOCK.read_text()).group(1)
     assert arg_default("PYTHON_VERSION") == lock_python
-    assert arg_default("BASE_IMAGE").startswith(f"python:{lock_python}-")
+    # any Debian bookworm base (make image: a debootstrap one), whose python${PYTHON_VERSION} is the lock's
+    assert arg_default("BASE_IMAGE") == "debian:bookworm-slim"
+    assert re.search(r'apt-get install .*"python\$\{PYTHON_VERSION\}"\s+"python\$\{PYTHON_VERSION\}-venv"', runs())
     makefile_uv = re.search(r"^UV_VERSION := (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
     assert arg_default("UV_VERSION") == makefile_uv
     pinned = re.findall(r"\b([A-Za-z0-9_.-]+(?:\[[^\]]*\])?)==([0-9][^\s\"']*)", DOCKERFILE.read_text())
@@ -76,7 +79,7 @@ def test_the_gpu_variant_takes_tensorflow_at_the_locks_version_and_builds_horovo
 
 
 def test_the_package_goes_in_without_airflow_and_the_ignore_file_sends_only_what_is_copied():
-    assert re.search(r'uv pip install --python "\$\{VENV\}/bin/python" --no-deps \.', runs())
+    assert re.search(r'uv pip install --compile-bytecode --python "\$\{VENV\}/bin/python" --no-deps \.', runs())
     assert "find_spec('airflow') is None" in runs()
     ignore = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().splitlines()
     sources = {args.split()[0] for op, args in instructions() if op == "COPY" and not args.startswith("--from")}

@@ -91,10 +91,11 @@ class MPIJobBackend(KubernetesBackend):
         # restartPolicy only in the replica specs: the operator copies each onto its pods (mpi_job_controller.go
         # :1500 and :1616, setRestartPolicy :1693-1699) and records a Warning event on the MPIJob for a launcher
         # template that sets one too (:1609-1615, "SetPodTemplateRestartPolicy").
+        # as_root: the workers' sshd, and the launcher's ssh with the key the operator mounts under /root/.ssh
         launcher = pod_template(spec, labels, "launcher", [container(spec, "launcher", launch, with_accelerators=False)],
-                                restart_policy=None, with_accelerators=False, **scheduler)
+                                restart_policy=None, with_accelerators=False, as_root=True, **scheduler)
         worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
-                              restart_policy=None, **scheduler)
+                              restart_policy=None, as_root=True, **scheduler)
         return [{
             "apiVersion": self.api_version,
             "kind": self.kind,

@@ -48,14 +48,21 @@ def check_pod_security(spec: TrainingJobSpec, backend: str, needs_root: str | No
         refuse_unused(spec, f"{backend} (pod_security {level!r})", "run_as_user")
 
 
-def pod_security_context(spec: TrainingJobSpec) -> dict | None:
+# The user a pod that needs root runs as. The training image's own user is not root (images/training/Dockerfile:
+# USER 1000, kubernetes.run_as_user's default), so a pod whose sshd needs root says so (PSS baseline allows it).
+ROOT = {"runAsUser": 0, "runAsGroup": 0}
+
+
+def pod_security_context(spec: TrainingJobSpec, as_root: bool = False) -> dict | None:
     """The pod's securityContext for ``kubernetes.pod_security``. Both levels set seccomp RuntimeDefault
     (PSS baseline allows RuntimeDefault/Localhost/undefined, restricted requires one of the first two);
-    "restricted" also runs as ``run_as_user`` (non-zero, runAsNonRoot true, non-root groups)."""
+    "restricted" also runs as ``run_as_user`` (non-zero, runAsNonRoot true, non-root groups). ``as_root`` (the
+    pods that run sshd: never "restricted", check_pod_security refuses it) runs as root on every level: the
+    image's own user is not."""
     options = spec.kubernetes
     if options.pod_security == "privileged":
-        return None
-    context: dict = {"seccompProfile": {"type": "RuntimeDefault"}}
+        return dict(ROOT) if as_root else None
+    context: dict = {"seccompProfile": {"type": "RuntimeDefault"}, **(ROOT if as_root else {})}
     if options.pod_security == "restricted":
         uid = options.run_as_user
         context.update(runAsNonRoot=True, runAsUser=uid, runAsGroup=uid, fsGroup=uid)
@@ -128,9 +135,11 @@ def container(spec: TrainingJobSpec, name: str, command: list[str], *, with_acce
 
 
 def pod_template(spec: TrainingJobSpec, labels: dict[str, str], role: str, containers: list[dict], *,
-                 restart_policy: str | None = "Never", with_accelerators: bool = True, **pod_fields) -> dict:
+                 restart_policy: str | None = "Never", with_accelerators: bool = True, as_root: bool = False,
+                 **pod_fields) -> dict:
     """The pod template of one role. ``restart_policy`` None leaves it out (where the controller sets it
-    from a field of its own: an MPIJob's replica spec, a training runtime's template)."""
+    from a field of its own: an MPIJob's replica spec, a training runtime's template); ``as_root``: see
+    pod_security_context."""
     options = spec.kubernetes
     node_selector = dict(options.node_selector)
     if with_accelerators and spec.resources.gpu_type:
@@ -140,7 +149,7 @@ def pod_template(spec: TrainingJobSpec, labels: dict[str, str], role: str, conta
         "containers": containers,
         **pod_fields,
     }
-    if security := pod_security_context(spec):
+    if security := pod_security_context(spec, as_root):
         pod["securityContext"] = security
     if node_selector:
         pod["nodeSelector"] = node_selector

@@ -126,10 +126,11 @@ class VolcanoBackend(KubernetesBackend):
         # PodFailed policy fires (under OnFailure the kubelet restarted it in place: CrashLoopBackOff, the job
         # Running until its deadline). The workers' sshd may restart in place: no policy reads their PodFailed
         # (a fixed-size job's lost worker fails horovodrun on the master; an elastic one's ring goes on).
+        # as_root: the workers' sshd, and the master's ssh with the key the ssh plugin mounts under /root/.ssh
         master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
-                              restart_policy="Never", with_accelerators=False, **_deadline(spec))
+                              restart_policy="Never", with_accelerators=False, as_root=True, **_deadline(spec))
         worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
-                              restart_policy="OnFailure", **_deadline(spec))
+                              restart_policy="OnFailure", as_root=True, **_deadline(spec))
         workers_task = {"name": "worker", "replicas": spec.max_workers or spec.num_workers, "template": worker}
         if spec.elastic:
             # max_workers pods (the pod discovery lists the Running ones), min_workers of them in the gang: a task's

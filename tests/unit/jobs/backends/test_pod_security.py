@@ -20,6 +20,7 @@ RUNS = [("mpijob", "horovod"), ("mpijob", "generic"), ("volcano", "horovod"), ("
         ("indexed-job", "generic"), ("trainjob", "pytorch")]
 NEEDS_ROOT = {("mpijob", "horovod"), ("mpijob", "generic"), ("volcano", "horovod")}
 PVC = {"name": "data", "mount_path": "/data", "claim": "datasets"}
+ROOT = {"runAsUser": 0, "runAsGroup": 0}
 
 
 def spec(framework: str, **kubernetes) -> TrainingJobSpec:
@@ -72,6 +73,18 @@ def test_every_pod_passes_baseline_by_default(kind, framework):
         assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
+@pytest.mark.parametrize("kind,framework", RUNS)
+def test_only_the_sshd_pods_ask_for_root_the_rest_run_as_the_images_user(kind, framework):
+    """The training image's USER is not root (images/training/Dockerfile): sshd and its ssh clients need root, so
+    those pods ask for uid 0; every other pod names no user and runs as the image's."""
+    for pod in pods(kind, spec(framework)):
+        context = pod["spec"]["securityContext"]
+        if (kind, framework) in NEEDS_ROOT:
+            assert {k: context.get(k) for k in ROOT} == ROOT, (kind, framework)
+        else:
+            assert "runAsUser" not in context and "runAsGroup" not in context, (kind, framework)
+
+
 @pytest.mark.parametrize("kind,framework", [run for run in RUNS if run not in NEEDS_ROOT])
 def test_restricted_pods_pass_restricted_where_the_framework_needs_no_root(kind, framework):
     for pod in pods(kind, spec(framework, pod_security="restricted", run_as_user=2000)):
@@ -96,7 +109,8 @@ def test_a_host_path_volume_needs_pod_security_privileged(kind, framework):
                                                  "'baseline' forbids hostPath volumes"):
         backend.render("job", spec(framework, **host), {})
     for pod in pods(kind, spec(framework, pod_security="privileged", **host)):
-        assert "securityContext" not in pod["spec"], "privileged: no securityContext, as before"
+        # privileged: no securityContext, but for the user of the sshd pods (the image's own is not root)
+        assert pod["spec"].get("securityContext") == (ROOT if (kind, framework) in NEEDS_ROOT else None)
         assert [v for v in violations(pod, "baseline") if "HostPath" in v]
 
 

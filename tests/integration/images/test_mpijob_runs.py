@@ -1,0 +1,113 @@
+"""Rendered MPIJobs that run as the MPI operator runs them: every pod a container of the built training image.
+
+The manifest is the mpijob backend's (``get_backend("mpijob").manifests``); what kubeflow/mpi-operator v0.8.0 makes
+of it (its Secret, ConfigMap, worker pods and launcher Job, each step citing the operator's code) is
+tests/mpi_operator.py, and the pods run with podman on a network whose DNS answers each pod's
+``<hostname>.<job>.<ns>.svc`` name (tests/pod_containers.py). Nothing of the host's environment is in a pod: the
+image's Python, Horovod, sshd and ssh do everything, as the pod's user. The job's volume is a folder standing for
+its PersistentVolumeClaim, writable by the image's user.
+
+Replaces the process-level MPIJob run that tests/integration/kubernetes/test_rendered_jobs_run.py made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi_operator import MPIOperator
+from pod_containers import PodNetwork
+from training_image import image_user
+
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "ml"
+JOB_TIMEOUT_S = 420
+CLAIM = {"name": "work", "mount_path": "/work", "claim": "work"}
+
+
+@pytest.fixture
+def claims(tmp_path, training_image) -> dict[str, Path]:
+    """The job's PVC: a folder the image's user owns, as a provisioned volume for that user."""
+    work = tmp_path / "work"
+    work.mkdir()
+    uid, _, gid = image_user(training_image).partition(":")
+    os.chown(work, int(uid), int(gid or uid))
+    return {"work": work}
+
+
+@pytest.fixture
+def network(training_image):
+    pods = PodNetwork(training_image, NAMESPACE)
+    yield pods
+    pods.close()
+
+
+def _events(text: str) -> list[dict]:
+    """The trainer's JSON lines, without the ``[<rank>]<stdout>:`` that horovodrun puts before a rank's lines."""
+    lines = (line.partition("<stdout>:")[2] if line.startswith("[") else line for line in text.splitlines())
+    return [json.loads(line) for line in lines if line.startswith('{"')]
+
+
+def _mpijob(name: str, spec: TrainingJobSpec) -> dict:
+    (job,) = get_backend("mpijob", api_client=None, namespace=NAMESPACE).manifests(name, spec, {})
+    return job
+
+
+def _run(job: dict, network: PodNetwork, tmp_path: Path, claims: dict[str, Path]) -> tuple[MPIOperator, int | None]:
+    operator = MPIOperator(job, network, tmp_path / "controller", claims)
+    try:
+        return operator, operator.run(JOB_TIMEOUT_S)
+    finally:
+        operator.close()
+
+
+def test_mpijob_horovod_trains_in_the_image(tmp_path, training_image, network, claims):
+    spec = TrainingJobSpec(framework="horovod", num_workers=2, image=training_image, model_dir="/work/model",
+                           env={"OMP_NUM_THREADS": "1"}, kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", "1"])
+    job = _mpijob("hvd", spec)
+    operator, code = _run(job, network, tmp_path, claims)
+    launcher = network.logs(operator.launcher)
+    assert code == 0, f"launcher exited {code}:\n{launcher[-4000:]}"
+    events = _events(launcher)
+    checksums = {e["rank"]: e["checksum"] for e in events if e.get("event") == "weights_checksum"}
+    assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
+    assert [e for e in events if e.get("event") == "result"][-1]["accuracy"] > 0.5
+    assert (claims["work"] / "model" / "model.keras").stat().st_size > 0
+    for worker in operator.workers:  # the ranks ran there, over ssh with the operator's key, as root
+        assert "Accepted publickey for root" in network.logs(worker), network.logs(worker)[-2000:]
+
+
+def test_mpijob_generic_preprocess_runs_in_the_image(tmp_path, training_image, network, claims):
+    """The pipeline's generic job (its preprocessing shard) on mpijob: horovodrun's Gloo launcher starts the rank on
+    the worker over ssh (the image has no MPI), and the cleaned shard lands on the job's volume."""
+    rng = np.random.default_rng(3)
+    np.savez(claims["work"] / "raw.npz", X=rng.normal(size=(50, 4)) * 10, y=rng.integers(0, 2, 50).astype(float))
+    spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.preprocess", "--input",
+                                    "/work/raw.npz", "--output", "/work/clean.npz", "--clip", "3"])
+    job = _mpijob("prep", spec)
+    assert job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][0] == "horovodrun"
+    operator, code = _run(job, network, tmp_path, claims)
+    launcher = network.logs(operator.launcher)
+    assert code == 0, f"launcher exited {code}:\n{launcher[-4000:]}"
+    with np.load(claims["work"] / "clean.npz") as clean:
+        assert clean["X"].shape == (50, 4) and np.abs(clean["X"]).max() <= 3
+    assert "Accepted publickey for root" in network.logs(operator.workers[0])
+
+
+def test_a_failing_mpijob_launcher_fails_and_is_not_restarted_in_place(tmp_path, training_image, network, claims):
+    """restartPolicy Never on the launcher, backoffLimit 0 (the provider's default): one launcher pod, exit non-zero."""
+    spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.preprocess", "--input",
+                                    "/work/missing.npz", "--output", "/work/out.npz"])
+    operator, code = _run(_mpijob("fail", spec), network, tmp_path, claims)
+    assert code not in (0, None), network.logs(operator.launcher)[-3000:]
+    assert len(operator.launcher_pods) == 1 and network.restarts(operator.launcher) == 0
