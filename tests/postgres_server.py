@@ -58,6 +58,7 @@ class PostgresServer:
         self.process: subprocess.Popen | None = None
         self._names = itertools.count(1)
         self._lock = threading.Lock()
+        (self.root / "owner").write_text(str(os.getpid()))  # for _remove_abandoned
         self._template: str | None = None
         owner = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
         self._user = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []} if owner else {}
@@ -171,12 +172,25 @@ def unavailable() -> str | None:
     return None
 
 
+def _remove_abandoned() -> None:
+    """The folders of servers whose test process died without removing them (killed: its server died with
+    it, the folder stayed)."""
+    for owner in Path("/tmp").glob("pg-*/owner"):
+        try:
+            os.kill(int(owner.read_text()), 0)
+        except ProcessLookupError:
+            shutil.rmtree(owner.parent, ignore_errors=True)
+        except (OSError, ValueError):
+            continue
+
+
 def shared() -> PostgresServer:
     """This process's server, started on first use; a test skips where none can be started."""
     global _shared
     if _shared is None:
         if (reason := unavailable()) is not None:
             pytest.skip(reason)
+        _remove_abandoned()
         _shared = PostgresServer(bin_dir()).start()
         atexit.register(stop_shared)
     return _shared
