@@ -71,3 +71,16 @@ def test_the_recipes_jobs_are_valid_offline_on_every_cluster_backend(backend, tm
         else:
             assert case["status"] == "failed" and f"framework: the {backend} backend runs" in case["message"], case
     assert code == (0 if all(RECIPE_JOBS[job] in RUNS[backend] for job in jobs) else 1)
+
+
+def test_the_shipped_dags_jobs_are_valid_offline_on_volcano(tmp_path, monkeypatch):
+    """Volcano runs every framework: each job of the shipped DAGs (the training pipeline's, the recipes', the
+    quickstart's) renders there and passes the offline validation; the two known only at run time are skipped."""
+    _connection(monkeypatch, image="registry.example/train:cpu", image_horovod="registry.example/train:gpu")
+    report = tmp_path / "report.json"
+    code = main(["check", str(REPO / "dags"), "--backend", "volcano", "--format", "json", "--output", str(report)])
+    cases = [case for case in json.loads(report.read_text())["cases"] if case["name"] != "import"]
+    jobs = [case for case in cases if case["status"] != "skipped"]
+    assert code == 0 and len(jobs) >= 15, cases
+    assert all(case["status"] == "ok" and case["details"] and "valid offline (Kubernetes 1.29 and 1.37, the pinned "
+               "CRDs)" in case["details"][0] for case in jobs), jobs
