@@ -104,22 +104,26 @@ def crd_schema(api_version: str, kind: str, folder: Path = PACKAGED_CRDS) -> tup
     return None
 
 
-def _closed(node: Any, root: bool = False) -> Any:
+def _closed(node: Any, root: bool = False, branch: bool = False) -> Any:
     """``node`` (a structural OpenAPI v3 schema) as a JSON Schema in which a field the schema does not declare is
     an error, as a server's pruning would drop it: an object schema without ``additionalProperties`` and without
-    ``x-kubernetes-preserve-unknown-fields`` admits only its ``properties``."""
+    ``x-kubernetes-preserve-unknown-fields`` admits only its ``properties``. Inside ``allOf``/``anyOf``/``oneOf``/
+    ``not`` (``branch``) nothing is closed: a structural schema declares its fields outside them, and a branch only
+    restates some of them (closing it would refuse the others)."""
     if not isinstance(node, dict):
         return node
     out = {key: value for key, value in node.items() if key not in ("description", "x-kubernetes-validations")}
     for key in ("properties", "patternProperties"):
         if key in out:
-            out[key] = {name: _closed(sub) for name, sub in out[key].items()}
-    for key in ("items", "additionalProperties", "not"):
+            out[key] = {name: _closed(sub, branch=branch) for name, sub in out[key].items()}
+    for key in ("items", "additionalProperties"):
         if isinstance(out.get(key), dict):
-            out[key] = _closed(out[key])
+            out[key] = _closed(out[key], branch=branch)
+    if isinstance(out.get("not"), dict):
+        out["not"] = _closed(out["not"], branch=True)
     for key in ("allOf", "anyOf", "oneOf"):
         if key in out:
-            out[key] = [_closed(sub) for sub in out[key]]
+            out[key] = [_closed(sub, branch=True) for sub in out[key]]
     if out.pop("x-kubernetes-int-or-string", False):
         out.pop("anyOf", None)
         out["type"] = ["integer", "string"]
@@ -130,7 +134,7 @@ def _closed(node: Any, root: bool = False) -> Any:
     if root:
         out.setdefault("properties", {})["metadata"] = {"type": "object"}  # ObjectMeta: checked on its own
     is_object = out.get("type") == "object" or "properties" in out
-    if is_object and not preserve and "additionalProperties" not in out:
+    if is_object and not preserve and not branch and "additionalProperties" not in out:
         if embedded:
             props = out.setdefault("properties", {})
             for name in ("apiVersion", "kind"):

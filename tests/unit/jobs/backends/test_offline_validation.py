@@ -189,3 +189,28 @@ def test_a_packaged_crd_that_is_not_the_pinned_file_is_refused(tmp_path):
     with pytest.raises(schemas.SchemaError, match=r"^CRD kubeflow.org_mpijobs.yaml: .* is not the file "
                                                   r"requirements/crds.lock pins"):
         schemas.validate(obj, crds=folder)
+
+
+def test_the_crd_schema_is_read_as_a_server_prunes_it():
+    """The structural-schema extensions as the API server reads them: preserve-unknown-fields keeps a field,
+    int-or-string and nullable widen the type, an embedded resource keeps apiVersion/kind/metadata, a
+    ``{type: object}`` without properties keeps nothing, and an anyOf branch restating a field closes nothing."""
+    import jsonschema
+
+    schema = schemas._closed({"type": "object", "properties": {
+        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "port": {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+        "maybe": {"type": "string", "nullable": True},
+        "embedded": {"type": "object", "x-kubernetes-embedded-resource": True, "properties": {"spec": {"type": "object"}}},
+        "empty": {"type": "object"},
+        "either": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+                   "anyOf": [{"properties": {"a": {"minLength": 1}}, "required": ["a"]},
+                             {"properties": {"b": {"minLength": 1}}, "required": ["b"]}]}}})
+    check = jsonschema.Draft202012Validator(schema)
+    good = {"free": {"anything": [1]}, "port": "http", "maybe": None, "either": {"a": "x", "b": "y"},
+            "embedded": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}}, "empty": {}}
+    assert list(check.iter_errors(good)) == []
+    assert list(check.iter_errors({**good, "port": 8080})) == []
+    for bad in ({"empty": {"x": 1}}, {"embedded": {"status": {}}}, {"either": {"a": "x", "c": 1}}, {"maybe": 1},
+                {"port": 1.5}, {"extra": 1}):
+        assert list(check.iter_errors({**good, **bad})), bad
