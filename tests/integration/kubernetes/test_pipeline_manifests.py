@@ -16,6 +16,7 @@ import pytest
 import yaml
 from dag_runs import load_dag
 
+from airflow_ml_provider.jobs.backends.kubernetes import schemas
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.operators.params import placement
 from support import REPO
@@ -124,6 +125,7 @@ def test_the_same_dag_renders_manifests_the_api_server_accepts(pipeline, cluster
     job = JobIdentity.from_context({"ti": ti}).name
     assert f"{ROOT}/artifacts/{job}/checkpoints" in text and f"{ROOT}/artifacts/{job}/model" in text
     assert DATA in text, "the job reads its data from the artifact root"
+    assert schemas.validate_all(objects) == []  # Kubernetes 1.29's and 1.37's schemas, the pinned CRDs, offline
 
     jobs = task.runner.backend
     assert jobs.name == backend and jobs.namespace == cluster_connection
@@ -175,7 +177,9 @@ def test_the_spot_params_place_every_pod_of_the_training_job(pipeline, cluster_c
     if backend == "trainjob":
         request.getfixturevalue("trainer_cluster")
     task, ti = _render(pipeline, f"train_{framework}", backend, framework, **SPOT)
-    specs = [spec for obj in yaml.safe_load_all(task.manifest) for spec in _pod_specs(obj)]
+    objects = list(yaml.safe_load_all(task.manifest))
+    assert schemas.validate_all(objects) == []  # every release of the range keeps the placement fields, offline too
+    specs = [spec for obj in objects for spec in _pod_specs(obj)]
     assert specs
     for spec in specs:
         assert spec["nodeSelector"] == SPOT["node_selector"]
