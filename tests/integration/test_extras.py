@@ -132,3 +132,21 @@ def test_each_framework_extra_loads_that_frameworks_model_file(tmp_path, extra, 
     code = save + ("import numpy as np\nfrom airflow_ml_provider.runtime.predict import load_predictor\n"
                    f"print(load_predictor({file!r})(np.ones((3, 4), dtype=np.float32)).shape)")
     assert _promise(TRAINING_PYTHON, (extra,), code, tmp_path) == "(3, 2)"
+
+
+VALIDATE_A_VOLCANO_JOB = (
+    "from airflow_ml_provider.jobs.backends import get_backend\n"
+    "from airflow_ml_provider.jobs.backends.kubernetes import schemas\n"
+    "from airflow_ml_provider.jobs.spec import TrainingJobSpec\n"
+    "spec = TrainingJobSpec(framework='lightgbm', command=['python', 't.py'], num_workers=2, image='i:1')\n"
+    "objs = get_backend('volcano', api_client=None, namespace='ml').manifests('j', spec, {})\n"
+    "objs[0]['spec']['tasks'][0]['template']['spec']['containers'][0]['imagePullPolicyy'] = 'Always'\n"
+    "print(schemas.validate_all(objs))\n")
+
+
+def test_the_kubernetes_extra_validates_cluster_jobs_offline(tmp_path):
+    """`airflow-ml check`'s offline validation (docs/cluster.md) with the kubernetes extra alone: the CRDs from the
+    package, ObjectMeta and the built-in kinds from kubernetes-validate (without the extra no Kubernetes backend
+    imports at all: the kubernetes client is the extra's too)."""
+    found = _promise(sys.executable, ("kubernetes",), VALIDATE_A_VOLCANO_JOB, tmp_path)
+    assert "undeclared field 'imagePullPolicyy'" in found and "CRD volcano-sh/volcano@" in found, found
