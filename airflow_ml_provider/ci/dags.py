@@ -24,8 +24,8 @@ from airflow_ml_provider.ci.targets import Targets
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.operators.config import JobConfig
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
-from airflow_ml_provider.operators.job_run import BaseJobOperator
-from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
+from airflow_ml_provider.operators.job_run import BaseJobOperator, spec_on
+from airflow_ml_provider.operators.search import HyperparameterSearchOperator, trial_spec_builder
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.recipes.dag import InvalidRecipeOperator
 from airflow_ml_provider.search.template import check_template, placeholder, render_trial
@@ -96,9 +96,8 @@ def _check_task(dag: Any, task: BaseOperator, params: dict[str, Any], index: int
             if isinstance(operator, EvaluateModelOperator) and not isinstance(operator.training, dict):
                 operator.training = RuntimeValue(f"XCom of {operator.training}")  # the training task's result
             later = _whole_at_run_time(operator)
-            operator.__dict__.pop("runner", None)  # built again from the rendered fields
             backend = targets.backend(targets.name(operator.job.get("backend")))
-            spec = operator.runner.build_spec(identity.name, operator.runner.hook.job_setup(backend))
+            spec = spec_on(operator, backend, identity.name)  # of the rendered fields
             case.details = _send(targets, backend, identity, spec) + [
                 f"job.{key}: an upstream task's result, known at run time: checked without it" for key in later]
     except Exception as exc:  # noqa: BLE001 - every refusal is a finding, named by its field
@@ -136,9 +135,9 @@ def _check_search(dag: Any, search: HyperparameterSearchOperator, params: dict[s
                   targets: Targets) -> list[str]:
     """What the search task checks before its first trial, then its first trial's job (each parameter at
     its first grid value or lower bound) rendered for the backend."""
-    setup = search._search_setup()
+    setup = search.search_setup()
     space, settings = setup.space, setup.settings
-    search._check_budget(settings, space)
+    search.check_trial_budget(settings, space)
     trial = search.trial
     if isinstance(trial, BaseTrainingOperator):
         trial = copy.copy(trial)
@@ -146,13 +145,12 @@ def _check_search(dag: Any, search: HyperparameterSearchOperator, params: dict[s
             setattr(trial, name, without_xcom_args(getattr(trial, name)))
         placeholders = {**params, **{name: placeholder(name) for name in space.params}}
         BaseOperator.render_template_fields(trial, check_context(dag, search, placeholders, RUN_ID))
-        trial.__dict__.pop("runner", None)
     elif isinstance(trial, dict):
         placeholders = {**params, **{name: placeholder(name) for name in space.params}}
         trial = search.render_template(trial, check_context(dag, search, placeholders, RUN_ID))
     trial_backend = trial.job.get("backend") if isinstance(trial, BaseTrainingOperator) else None
     backend = targets.backend(targets.name(search.backend or trial_backend))
-    template = _spec_builder(trial, search.hook.job_setup(backend))
+    template = trial_spec_builder(trial, search.hook.job_setup(backend))
     first = JobIdentity(identity.dag_id, identity.task_id, RUN_ID, identity.map_index, trial=0)
     check_template(template(first.name), space)
     values = {name: (param.grid() or [getattr(param, "low", None)])[0] for name, param in space.params.items()}

@@ -192,36 +192,11 @@ class TrainingBackendHook(BaseHook):
         store.check()
         return store.locate(data_dir(store.root, dag_id, key))
 
-    def job_artifact_dir(self, backend: Backend, name: str) -> str | None:
-        """The job's directory (model/, checkpoints/ below it) under the configured artifact root, else
-        the backend's own default (local: ``<local root>/artifacts/<name>``; Kubernetes: None)."""
-        return self.job_artifact_dirs(backend)(name)
-
-    def job_artifact_dirs(self, backend: Backend) -> Callable[[str], str | None]:
-        """``job_artifact_dir`` for many jobs, the connection read once."""
-        return self._artifact_dirs(backend, self.extras())
-
     def _artifact_dirs(self, backend: Backend, extras: dict[str, Any]) -> Callable[[str], str | None]:
         if extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None):
             root = self._artifact_store(backend.name, extras).root
             return lambda name: job_artifact_dir(root, name)
         return backend.default_artifact_dir
-
-    def default_image(self, backend: str, framework: str) -> str | None:
-        """A cluster backend's image for ``framework`` from the connection; locally None (the backend's
-        ``local_image`` applies)."""
-        return _image(self.extras(), backend, framework)
-
-    def job_environment(self, backend: str, check: bool = True) -> JobEnvironment:
-        """What a job's workers need to reach the artifact root (see JobEnvironment), once the root was
-        found usable through its connection (``ArtifactStore.check``: a wrong bucket, refused credentials
-        or a down endpoint fail the task before any job starts, naming the root and the connection).
-        ``check=False`` for a spec that is only rendered (the UI's rendered manifest): no call to the store."""
-        extras = self.extras()
-        store = self._artifact_store(backend, extras)
-        if check:
-            _check(store, self.ml_conn_id)
-        return self._environment(backend, store, extras)
 
     def _environment(self, backend: str, store: ArtifactStore | None, extras: dict[str, Any]) -> JobEnvironment:
         if store is None:

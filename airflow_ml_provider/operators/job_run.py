@@ -6,7 +6,6 @@ log sources."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, XComArg, conf
@@ -18,6 +17,8 @@ from airflow_ml_provider.operators.config import JobConfig, JobRequest, OnFinish
 from airflow_ml_provider.operators.links import job_links
 
 if TYPE_CHECKING:
+    from airflow_ml_provider.jobs.backends.base import Backend
+    from airflow_ml_provider.jobs.spec import TrainingJobSpec
     from airflow_ml_provider.operators.job_runner import JobRunner
 
 
@@ -66,6 +67,7 @@ class BaseJobOperator(BaseOperator):
         self.elasticsearch_conn_id = elasticsearch_conn_id
         self.deferrable = deferrable
         self.manifest = ""  # filled at render time: what the backend will create, for the rendered view
+        self._runner: JobRunner | None = None  # this try's (see runner)
 
     def job_request(self) -> JobRequest:
         """What this task's job runs."""
@@ -79,22 +81,28 @@ class BaseJobOperator(BaseOperator):
         """The task's return value, from the job's summary."""
         return result
 
-    @cached_property
-    def runner(self) -> JobRunner:
-        """Built from the rendered fields (rebuilt once they are rendered); only execution builds one."""
+    def make_runner(self) -> JobRunner:
+        """A runner of the job as the fields stand now (rendered, once they are); only execution and checks
+        make one. Raises ValueError naming the field of the job or outputs that is invalid."""
         from airflow_ml_provider.operators.job_runner import JobRunner
 
         return JobRunner(self, self.job_request, job=self.job, outputs=self.job_outputs(), follow=self.follow,
                          on_finish=self.on_finish, ml_conn_id=self.ml_conn_id,
                          elasticsearch_conn_id=self.elasticsearch_conn_id, deferrable=self.deferrable)
 
+    @property
+    def runner(self) -> JobRunner:
+        """This try's runner: the one made when the fields were rendered, else one made now."""
+        if self._runner is None:
+            self._runner = self.make_runner()
+        return self._runner
+
     def render_template_fields(self, context, jinja_env=None) -> None:
         """Also render the job's manifest (or local launch plan), so the UI's rendered view shows exactly
         what is submitted. Secrets appear only as Secret references."""
         super().render_template_fields(context, jinja_env)
-        self.__dict__.pop("runner", None)
         try:
-            self.runner  # noqa: B018 - validates the rendered job/outputs, naming the field
+            self._runner = self.make_runner()  # of the rendered fields
         except ValueError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
         self.manifest = self.runner.manifest(context)
@@ -107,3 +115,10 @@ class BaseJobOperator(BaseOperator):
 
     def on_kill(self) -> None:
         self.runner.cancel()
+
+
+def spec_on(operator: BaseJobOperator, backend: Backend, name: str) -> TrainingJobSpec:
+    """The spec ``operator``'s job ``name`` gets on ``backend``, as a search builds its trials' and
+    ``airflow-ml check`` each job's: through the operator's runner and the connection's setup for the backend."""
+    runner = operator.make_runner()
+    return runner.build_spec(name, runner.hook.job_setup(backend))

@@ -60,6 +60,7 @@ class JobRunner:
         self.job: tuple[Backend, str] | None = None  # the job this try submitted: on_kill cancels it
         self.framework = Framework.GENERIC  # the request's, once a spec was built
         self.spec: TrainingJobSpec | None = None  # this try's, built once (see prepare)
+        self._identity: JobIdentity | None = None  # this try's, read from the context once (see identity)
 
     @property
     def log(self):
@@ -120,20 +121,26 @@ class JobRunner:
         except SpecError as exc:
             raise AirflowFailException(f"{self.task.task_id}: {exc}") from None
 
+    def identity(self, context) -> JobIdentity:
+        """This try's job identity (its name and labels), read from the context once."""
+        if self._identity is None:
+            self._identity = JobIdentity.from_context(context)
+        return self._identity
+
     def prepare(self, context) -> TrainingJobSpec:
         """This try's spec, built once: at render time (the manifest shows it), else at execution."""
         if self.spec is None:
-            self.spec = self.build_spec(JobIdentity.from_context(context).name)
+            self.spec = self.build_spec(self.identity(context).name)
         return self.spec
 
     def manifest(self, context) -> str:
         """What the backend will create (or the local launch plan), for the UI's rendered view."""
-        identity = JobIdentity.from_context(context)
+        identity = self.identity(context)
         return self.backend.render(identity.name, self.prepare(context), identity.labels())
 
     def run(self, context) -> dict[str, Any]:
         """Submit (or attach to) the task's job and follow it to its summary."""
-        identity, backend = JobIdentity.from_context(context), self.backend
+        identity, backend = self.identity(context), self.backend
         environment = self.setup.checked()  # the artifact store, checked before anything reads it
         spec = self.spec = self._in_generation(self.prepare(context), identity.name, self._choose_generation(identity))
         self.job = (backend, identity.name)  # set first: a kill during submission still cancels the job
@@ -146,7 +153,8 @@ class JobRunner:
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
         source = self.source(backend, identity.name)
         follower = Follower(job_options(task_log_capped(self.follow), backend, identity.name, spec, source))
-        return self._follow(context, backend, identity.name, follower, source)
+        return self._drive(context, backend, identity.name, follower, self._wait(context, backend, identity.name,
+                                                                                follower, source))
 
     def resume(self, context, event: dict[str, Any]) -> dict[str, Any]:
         """The trigger's final event (the task resumed from deferral): conclude, or resubmit and follow again."""
@@ -154,7 +162,7 @@ class JobRunner:
         self.job = (backend, name)
         self.spec = self._in_generation(self.prepare(context), name, self._generation(name, bump=False))
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
-        return self._conclude(context, backend, name, follower, Step.from_dict(event))
+        return self._drive(context, backend, name, follower, Step.from_dict(event))
 
     def cancel(self) -> None:
         """The task was killed: cancel the job this try submitted, if any."""
@@ -207,8 +215,17 @@ class JobRunner:
             return spec
         return TrainingJobSpec.model_validate({**spec.model_dump(), **self.artifact_dirs(self.setup, name, generation)})
 
-    def _follow(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> dict[str, Any]:
-        """Wait for the job (in the triggerer when deferrable), then act on the follower's decision."""
+    def _drive(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
+        """Act on the follower's decisions until one ends the task: a preemption resubmits the job and waits
+        again (in a loop: each resubmission is one more turn, never a deeper call)."""
+        while step.action is Action.RESUBMIT:
+            source = self._resubmit(context, backend, name, follower, step)
+            step = self._wait(context, backend, name, follower, source)
+        return self._conclude(backend, name, follower, step)
+
+    def _wait(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> Step:
+        """Wait for the follower's decision on the job: here, or in the triggerer when deferrable (the task
+        defers: ``resume`` picks up the trigger's event)."""
         metrics = job_metrics(context, name, self.framework.value)
         if self.deferrable:
             save_before_deferring(context, follower.state)
@@ -218,12 +235,10 @@ class JobRunner:
                                            state_key=task_key(context), metric_tags=metrics.tags),
                 method_name="execute_complete",
             )
-        step = SyncDriver(follower, self.log, backend, name, source, on_step=metrics).run()
-        return self._conclude(context, backend, name, follower, step)
+        return SyncDriver(follower, self.log, backend, name, source, on_step=metrics).run()
 
-    def _conclude(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
-        if step.action is Action.RESUBMIT:
-            return self._resubmit(context, backend, name, follower, step)
+    def _conclude(self, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
+        """The job's summary when it finished, else the task's failure (a retry when the follower allows one)."""
         state = step.status.state if step.status else JobState.FAILED
         try:
             if step.action is Action.FINISH:
@@ -246,8 +261,9 @@ class JobRunner:
         """The image the job ran (lineage): its spec's, else the local backend's environment."""
         return (self.spec.image if self.spec else None) or getattr(backend, "image", None)
 
-    def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
-        """Start the preempted job again under its name, told where to resume; no Airflow retry is spent."""
+    def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> LogSource:
+        """Start the preempted job again under its name, told where to resume (no Airflow retry is spent);
+        returns the new attempt's log."""
         base = self.spec
         self.log.warning(
             "Job %s was preempted (%s). Resubmitting it (preemption %d of at most %d; not an Airflow retry), "
@@ -258,12 +274,12 @@ class JobRunner:
         source = self.source(backend, name)
         self.job = (backend, name)
         try:
-            resubmit(backend, name, base, JobIdentity.from_context(context).labels(), follower, step.resume,
+            resubmit(backend, name, base, self.identity(context).labels(), follower, step.resume,
                      source.restarts_with_job, **self.setup.checked().submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(
                 f"{self.task.task_id}: backend {backend.name} refused the resubmission: {exc}") from None
-        return self._follow(context, backend, name, follower, source)
+        return source
 
 
 _GENERATION = re.compile(r"retrain-(\d+)")

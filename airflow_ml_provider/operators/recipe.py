@@ -116,13 +116,13 @@ class RecipeTrialOperator(TrainingJobOperator):
 
     def _fill(self, context, params: dict[str, Any]) -> None:
         """What the command's run-time placeholders stand for (at execution: a mapped task's instance is
-        not rendered through its own ``render_template_fields``); the job's spec is then built again."""
+        not rendered through its own ``render_template_fields``); the job's runner is then made of them."""
         self._param_values = params
         if self._run_dir is None and any(RUN_DIR in argument for argument in self.command):
             ti = context["ti"]
             hook = TrainingBackendHook(self.ml_conn_id)
             self._run_dir = str(hook.run_data_dir(ti.dag_id, ti.run_id, self.job.get("backend")))
-        self.__dict__.pop("runner", None)
+        self._runner = self.make_runner()
 
     def build_command(self) -> list[str]:
         """The trial's argv with the run's data folder and Param values filled in."""

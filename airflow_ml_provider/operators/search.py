@@ -119,7 +119,7 @@ class HyperparameterSearchOperator(BaseOperator):
             if not _templated(self.search):
                 settings = self._settings()
                 if space is not None:
-                    self._check_budget(settings, space)
+                    self.check_trial_budget(settings, space)
         except SearchSpaceError as exc:
             raise SearchSpaceError(f"{self.task_id}: {exc}") from None
 
@@ -133,14 +133,14 @@ class HyperparameterSearchOperator(BaseOperator):
         from airflow_ml_provider.search.study import study_name
 
         identity = JobIdentity.from_context(context)
-        search = self._search_setup()
+        search = self.search_setup()
         space, settings = search.space, search.settings
-        _user_error(self.task_id, lambda: self._check_budget(settings, space))  # before any trial is created
+        _user_error(self.task_id, lambda: self.check_trial_budget(settings, space))  # before any trial is created
         trial = self._render_trial(context, space)
         trial_backend = trial.job.get("backend") if isinstance(trial, BaseTrainingOperator) else None
         setup = self.hook.job_setup(self.backend or trial_backend)  # one connection read for every trial
         backend, environment = setup.backend, setup.checked()  # what workers need to reach artifact_root
-        template = _spec_builder(trial, setup)
+        template = trial_spec_builder(trial, setup)
         first = trial_identity(identity, 0).name
         _user_error(self.task_id, lambda: check_template(template(first), space))
 
@@ -174,13 +174,13 @@ class HyperparameterSearchOperator(BaseOperator):
         """The trigger ran the search to its end: record every trial in MLflow and summarize."""
         if event.get("status") != "done":
             raise AirflowException(f"{self.task_id}: the search stopped in the triggerer: {event.get('message')}")
-        search = self._search_setup()
+        search = self.search_setup()
         study = search.study(event["study_name"])
         with self._tracking(JobIdentity.from_context(context)) as mlflow:
             run_id = mlflow.start(study, search.settings, search.space) if mlflow else None
             return self._conclude(study, search.settings, mlflow, run_id)
 
-    def _search_setup(self):
+    def search_setup(self):
         """The rendered space and settings, validated (a mistake fails the task naming the field), and the storage."""
         from airflow_ml_provider.search.study import SearchSetup
 
@@ -225,7 +225,7 @@ class HyperparameterSearchOperator(BaseOperator):
         return parse_settings(**self.search)
 
     @staticmethod
-    def _check_budget(settings, space: SearchSpace) -> None:
+    def check_trial_budget(settings, space: SearchSpace) -> None:
         """Trials at once and in all, bounded by ``[ml_training] search_max_parallel``/``search_max_trials``."""
         check_budget(settings, space, conf.getint("ml_training", "search_max_parallel", fallback=MAX_PARALLEL),
                      conf.getint("ml_training", "search_max_trials", fallback=MAX_TRIALS), "[ml_training] search_")
@@ -256,7 +256,7 @@ class HyperparameterSearchOperator(BaseOperator):
 
 
 
-def _spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
+def trial_spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],
                   setup: JobSetup) -> Callable[[str], TrainingJobSpec]:
     """Job name -> the trial's spec (placeholders still in it): the job's own directories under the
     artifact root, and the settings its workers need to reach it (a training operator adds both itself)."""

@@ -6,8 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_ml_provider.jobs.backends.base import Backend
-from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
+from airflow_ml_provider.jobs.spec import Framework
 from airflow_ml_provider.operators.config import (
     JobRequest,
     OnFinish,
@@ -85,10 +84,6 @@ class BaseTrainingOperator(BaseJobOperator):
 
     def job_outputs(self) -> dict[str, Any]:
         return self.outputs
-
-    def build_spec(self, backend: Backend, name: str) -> TrainingJobSpec:
-        """The job's spec on ``backend`` (a search builds its trials' this way)."""
-        return self.runner.build_spec(name, self.runner.hook.job_setup(backend))
 
 
 class TrainingJobOperator(BaseTrainingOperator):

@@ -55,7 +55,7 @@ def test_the_shipped_role_covers_every_call_of_a_job_s_life(kind, framework, kub
     backend = hook.get_backend(kind)
     name = JobIdentity("rbac", f"train-{framework}", "manual__1").name
     spec = TrainingJobSpec(framework=framework, command=["python", "train.py"], num_workers=2,
-                           image=hook.default_image(kind, framework))
+                           image=hook.job_setup(backend).image(framework))
     assert backend.submit(name, spec, {}) is True
     assert backend.status(name).state is JobState.PENDING
     assert asyncio.run(asyncio.wait_for(_first_status(backend, name), 60)).state is JobState.PENDING

@@ -15,6 +15,7 @@ from s3_server import ACCESS_KEY, SECRET_KEY
 
 from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 
 pytestmark = pytest.mark.integration
@@ -33,16 +34,21 @@ def s3_root(s3, bucket, monkeypatch) -> str:
     return root
 
 
+def _cluster(kind: str):
+    """A cluster backend with no cluster behind it: what a job's setup reads of the connection needs none."""
+    return get_backend(kind, api_client=None, namespace="ml")
+
+
 def test_without_configuration_artifacts_stay_where_the_local_backend_always_kept_them():
     hook = TrainingBackendHook()
     backend = hook.get_backend("local")
     assert isinstance(backend, LocalBackend)
     root = str(Path(os.environ["AIRFLOW_HOME"]) / "ml")
     assert hook.artifact_store("local").root == root
-    assert hook.job_artifact_dir(backend, "aml-train-1") == backend.default_artifact_dir("aml-train-1") == (
+    assert hook.job_setup(backend).artifact_dir("aml-train-1") == backend.default_artifact_dir("aml-train-1") == (
         f"{root}/artifacts/aml-train-1")
     assert hook.artifact_store("mpijob") is None
-    environment = hook.job_environment("local")
+    environment = hook.job_setup("local").checked()
     assert (environment.env, environment.secret_env, environment.secrets) == ({}, {}, {})
     assert ModelRegistryHook().settings().artifact_root == Path(root, "mlartifacts").as_uri()
 
@@ -51,7 +57,7 @@ def test_the_setting_applies_when_the_connection_names_no_root(monkeypatch, tmp_
     monkeypatch.setenv("AIRFLOW__ML_TRAINING__ARTIFACT_ROOT", str(tmp_path / "pvc"))
     hook = TrainingBackendHook()
     backend = hook.get_backend("local")
-    assert hook.job_artifact_dir(backend, "aml-x-1") == f"{tmp_path}/pvc/artifacts/aml-x-1"
+    assert hook.job_setup(backend).artifact_dir("aml-x-1") == f"{tmp_path}/pvc/artifacts/aml-x-1"
     assert hook.artifact_store("indexed-job").root == f"{tmp_path}/pvc"
     monkeypatch.setenv("AIRFLOW__ML_TRAINING__ARTIFACT_ROOT", "relative/dir")
     with pytest.raises(AirflowFailException, match="artifact_root: 'relative/dir' must be an absolute path"):
@@ -65,7 +71,7 @@ def test_an_s3_root_is_read_and_written_with_the_aws_connection(s3, bucket, s3_r
     hook = TrainingBackendHook()
     store = hook.artifact_store("local")
     assert (store.root, store.conn_id) == (s3_root, "s3_artifacts")
-    assert hook.job_artifact_dir(hook.get_backend("local"), "aml-train-1") == f"{s3_root}/artifacts/aml-train-1"
+    assert hook.job_setup("local").artifact_dir("aml-train-1") == f"{s3_root}/artifacts/aml-train-1"
     assert hook.artifact_store("mpijob").root == s3_root
     path = store.path("artifacts", "aml-train-1", "model", "note.txt")
     path.write_text("written through ObjectStoragePath")
@@ -76,18 +82,18 @@ def test_an_s3_root_is_read_and_written_with_the_aws_connection(s3, bucket, s3_r
 
 def test_local_jobs_get_the_connection_credentials_as_secrets_and_cluster_jobs_only_references(s3, s3_root):
     hook = TrainingBackendHook()
-    local = hook.job_environment("local")
+    local = hook.job_setup("local").checked()
     assert local.env == {"AWS_ENDPOINT_URL_S3": s3.url, "AWS_DEFAULT_REGION": "us-east-1"}
     assert local.secrets == {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
     assert local.submit_kwargs() == {"secrets": local.secrets} and local.secret_env == {}
-    cluster = hook.job_environment("volcano")
+    cluster = hook.job_setup(_cluster("volcano")).checked()
     assert cluster.env == local.env and cluster.secrets == {} and cluster.submit_kwargs() == {}
     own = {"secret_env": {"WANDB_API_KEY": {"secret": "wandb", "key": "key"}}, "service_account": "trainer"}
     assert cluster.merged_kubernetes(own) == {"service_account": "trainer",
                                               "secret_env": {**SECRET_REFS, **own["secret_env"]}}
     assert cluster.merged_env({"AWS_DEFAULT_REGION": "eu-west-1"})["AWS_DEFAULT_REGION"] == "eu-west-1"
-    assert (hook.default_image("mpijob", "horovod"), hook.default_image("indexed-job", "lightgbm"),
-            hook.default_image("local", "lightgbm")) == ("registry.example/train-gpu:1", "registry.example/train:1", None)
+    assert (hook.job_setup(_cluster("mpijob")).image("horovod"), hook.job_setup(_cluster("indexed-job")).image("lightgbm"),
+            hook.job_setup("local").image("lightgbm")) == ("registry.example/train-gpu:1", "registry.example/train:1", None)
 
 
 def test_the_embedded_registry_keeps_mlflow_artifacts_under_the_s3_root(s3, bucket, s3_root, tmp_path):

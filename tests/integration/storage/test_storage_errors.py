@@ -57,7 +57,7 @@ def test_a_wrong_s3_root_fails_naming_the_root_and_the_connection(wrong_root):
     _names_root_and_connection(str(prepared.value), *wrong_root)
     print(f"\n{prepared.value}")
     with pytest.raises(AirflowFailException) as submitted:  # what a training task needs before it submits
-        TrainingBackendHook().job_environment("local")
+        TrainingBackendHook().job_setup("local").checked()
     assert str(submitted.value).startswith("connection ml_training_default: ")
     _names_root_and_connection(str(submitted.value), *wrong_root)
 

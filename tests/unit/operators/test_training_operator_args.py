@@ -6,6 +6,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from airflow_ml_provider.operators.job_run import spec_on
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
 
 
@@ -20,13 +21,13 @@ from airflow_ml_provider.operators.training import HorovodTrainingOperator, Ligh
 def test_bad_specs_fail_the_task_without_retry(kwargs, field, tmp_path):
     operator = HorovodTrainingOperator(task_id="train", **kwargs)
     with pytest.raises(AirflowFailException, match=rf"train: TrainingJobSpec\.{field}"):
-        operator.build_spec(LocalBackend(tmp_path), "job")
+        spec_on(operator, LocalBackend(tmp_path), "job")
 
 
 def test_lightgbm_operator_passes_data_and_params_as_argv_data(tmp_path):
     operator = LightGBMTrainingOperator(task_id="lgbm", train_data="/d/train; rm -rf /.npz",
                                         lightgbm_params={"num_leaves": 7}, num_boost_round=5, num_workers=2)
-    spec = operator.build_spec(LocalBackend(tmp_path), "job")
+    spec = spec_on(operator, LocalBackend(tmp_path), "job")
     assert spec.command[:3] == ["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer"]
     assert spec.command[spec.command.index("--train-data") + 1] == "/d/train; rm -rf /.npz"
     assert spec.command[spec.command.index("--params-json") + 1] == '{"num_leaves": 7}'
