@@ -47,7 +47,7 @@ def test_run_dir_is_the_runs_own_data_folder_shared_by_its_experiments(airflow_d
     assert str(folder).startswith(TrainingBackendHook().artifact_store().root + "/data/")
 
 
-def test_recipe_params_reach_the_trials_as_data_and_the_sweep_reports_its_best_trial(airflow_db, capfd):
+def test_recipe_params_reach_the_trials_as_data_and_the_sweep_reports_its_best_trial(airflow_db, capfd, monkeypatch):
     """Issue 25 D11: a recipe's Params (its trigger form) reach every trial as argv data, never scanned for
     another placeholder or run by a shell, and ``sweep.best`` names the best trial in its log, its XCom
     and an MLflow run its link opens."""
@@ -55,6 +55,8 @@ def test_recipe_params_reach_the_trials_as_data_and_the_sweep_reports_its_best_t
 
     marker = Path("/tmp/aml-recipe-param")
     marker.unlink(missing_ok=True)
+    # an MLflow UI served over the embedded registry (make ui sets this): the best trial's link goes there
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__MLFLOW_UI_URL", "http://mlflow.example.com")
     label = "{{run_dir}} {{params.scale}} $(touch /tmp/aml-recipe-param) ü é"
     result = run(load_dag(TEST_DAGS / "ml_recipe_test_dags.py", "params_best"), {"scale": 2.5, "label": label,
                                                                                 "repeat": 3})
@@ -72,7 +74,8 @@ def test_recipe_params_reach_the_trials_as_data_and_the_sweep_reports_its_best_t
     with ModelRegistryHook().mlflow() as mlflow:
         recorded = mlflow.MlflowClient().get_run(best["mlflow_run_id"])
     assert (recorded.data.metrics["best_score"], recorded.data.params["x"]) == (7.5, "3")
-    assert best["url"].endswith(f"/#/experiments/{recorded.info.experiment_id}/runs/{best['mlflow_run_id']}")
+    assert best["url"] == (f"http://mlflow.example.com/#/experiments/{recorded.info.experiment_id}"
+                           f"/runs/{best['mlflow_run_id']}")
 
 
 def test_a_param_the_schema_cannot_refuse_fails_the_first_task_naming_it(airflow_db):
