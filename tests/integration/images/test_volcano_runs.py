@@ -1,0 +1,121 @@
+"""Rendered Volcano Jobs that run as Volcano runs them: every pod a container of the built training image.
+
+The manifest is the volcano backend's; what Volcano's job controller and its svc, ssh, env and pytorch plugins
+make of it, and how its policies end it, is tests/volcano_controller.py (each step citing Volcano's code); the pods
+run with podman on a network whose DNS answers ``<pod>.<job>`` (tests/pod_containers.py). Replaces the
+process-level Volcano runs that tests/integration/kubernetes/test_rendered_jobs_run.py made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pod_containers import PodNetwork
+from training_image import image_user
+from volcano_controller import VolcanoController
+
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "ml"
+JOB_TIMEOUT_S = 420
+CLAIM = {"name": "work", "mount_path": "/work", "claim": "work"}
+
+
+@pytest.fixture
+def claims(tmp_path, training_image) -> dict[str, Path]:
+    """The job's PVC: a folder the image's user owns, as a provisioned volume for that user."""
+    work = tmp_path / "work"
+    work.mkdir()
+    uid, _, gid = image_user(training_image).partition(":")
+    os.chown(work, int(uid), int(gid or uid))
+    return {"work": work}
+
+
+@pytest.fixture
+def network(training_image):
+    pods = PodNetwork(training_image, NAMESPACE)
+    yield pods
+    pods.close()
+
+
+def _events(text: str) -> list[dict]:
+    lines = (line.partition("<stdout>:")[2] if line.startswith("[") else line for line in text.splitlines())
+    return [json.loads(line) for line in lines if line.startswith('{"')]
+
+
+def _run(name: str, spec: TrainingJobSpec, network: PodNetwork, tmp_path: Path, claims) -> tuple[VolcanoController, str]:
+    (job,) = get_backend("volcano", api_client=None, namespace=NAMESPACE).manifests(name, spec, {})
+    controller = VolcanoController(job, network, tmp_path / "controller", claims)
+    return controller, controller.run(JOB_TIMEOUT_S)
+
+
+def _lightgbm_spec(image: str, claims, **fields) -> TrainingJobSpec:
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(2400, 8))
+    y = (X[:, 0] + 0.5 * X[:, 1] - X[:, 2] * X[:, 3] + rng.normal(scale=0.5, size=len(X)) > 0).astype(np.float64)
+    np.savez(claims["work"] / "train.npz", X=X[:2000], y=y[:2000])
+    np.savez(claims["work"] / "valid.npz", X=X[2000:], y=y[2000:])
+    return TrainingJobSpec(**{
+        "framework": "lightgbm", "num_workers": 2, "image": image, "model_dir": "/work/model",
+        "env": {"OMP_NUM_THREADS": "1"}, "kubernetes": {"volumes": [CLAIM]},
+        "command": ["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data", "/work/train.npz",
+                    "--valid-data", "/work/valid.npz", "--num-boost-round", "20", "--params-json", '{"num_leaves": 7}'],
+        **fields})
+
+
+def test_volcano_lightgbm_trains_in_the_image(tmp_path, training_image, network, claims):
+    controller, phase = _run("lgb", _lightgbm_spec(training_image, claims), network, tmp_path, claims)
+    logs = {h: network.logs(h) for h, _, _ in controller.pod_specs}
+    assert phase == "Completed", logs
+    results = [e for e in _events(logs["lgb-worker-0"]) if e.get("event") == "result"]
+    assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8, logs["lgb-worker-0"][-3000:]
+    assert '"event": "result"' not in logs["lgb-worker-1"], "VC_TASK_INDEX 1 must not act as rank 0"
+    assert (claims["work"] / "model" / "model.txt").exists()
+
+
+def test_volcano_horovod_trains_in_the_image(tmp_path, training_image, network, claims):
+    spec = TrainingJobSpec(framework="horovod", num_workers=2, image=training_image, model_dir="/work/model",
+                           env={"OMP_NUM_THREADS": "1"}, kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", "1"])
+    controller, phase = _run("hvd", spec, network, tmp_path, claims)
+    master = network.logs("hvd-master-0")
+    assert phase == "Completed", master[-4000:]  # the master's TaskCompleted -> CompleteJob
+    checksums = {e["rank"]: e["checksum"] for e in _events(master) if e.get("event") == "weights_checksum"}
+    assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
+    assert (claims["work"] / "model" / "model.keras").stat().st_size > 0
+    for worker in ("hvd-worker-0", "hvd-worker-1"):  # the ranks ran there, over ssh with the plugin's key
+        assert "Accepted publickey for root" in network.logs(worker), network.logs(worker)[-2000:]
+
+
+def test_volcano_pytorch_takes_the_plugins_numbering_and_trains_in_the_image(tmp_path, training_image, network,
+                                                                              claims):
+    spec = TrainingJobSpec(framework="pytorch", num_workers=2, image=training_image, model_dir="/work/model",
+                           checkpoint_dir="/work/checkpoints", env={"OMP_NUM_THREADS": "1"},
+                           kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.torch_ddp", "--epochs", "2"])
+    controller, phase = _run("ddp", spec, network, tmp_path, claims)
+    logs = {h: network.logs(h) for h, _, _ in controller.pod_specs}
+    assert phase == "Completed", {h: log[-3000:] for h, log in logs.items()}
+    checksums = {e["rank"]: e["checksum"] for log in logs.values() for e in _events(log)
+                 if e.get("event") == "weights_checksum"}
+    assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
+    assert [e["rank"] for e in _events(logs["ddp-master-0"]) if e.get("event") == "weights_checksum"] == [0]
+    assert (claims["work"] / "model" / "model.pt").stat().st_size > 0
+
+
+def test_a_crashing_volcano_trainer_aborts_the_job_instead_of_looping(tmp_path, training_image, network, claims):
+    """Issue 39 F3, run: restartPolicy Never makes the crash a Failed pod, whose PodFailed -> AbortJob ends the job
+    (under OnFailure the pod restarted in place, CrashLoopBackOff, and the job stayed Running)."""
+    spec = _lightgbm_spec(training_image, claims, command=[
+        "python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data", "/work/missing.npz",
+        "--valid-data", "/work/valid.npz"])
+    controller, phase = _run("crash", spec, network, tmp_path, claims)
+    assert phase == "Aborted" and controller.retries == 0
+    assert all(network.restarts(h) == 0 for h, _, _ in controller.pod_specs)
