@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", str(REPO / ".airflow-demo"))
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# The MLflow UI that `make mlflow-ui` / `make ui` serve over the demo's embedded registry (scripts/ui.py's default
+# port): the runs' MLflow links point there (a deployment without a UI has none).
+os.environ.setdefault("AIRFLOW__ML_TRAINING__MLFLOW_UI_URL", "http://127.0.0.1:5000")
 
 
 LOG = Path(os.environ["AIRFLOW_HOME"]) / "demo-airflow.log"
