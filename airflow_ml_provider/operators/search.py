@@ -129,6 +129,7 @@ class HyperparameterSearchOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
+        from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
         from airflow_ml_provider.search.runner import TrialScheduler, trial_identity
         from airflow_ml_provider.search.study import study_name
 
@@ -141,6 +142,7 @@ class HyperparameterSearchOperator(BaseOperator):
         setup = self.hook.job_setup(self.backend or trial_backend)  # one connection read for every trial
         backend, environment = setup.backend, setup.checked()  # what workers need to reach artifact_root
         template = trial_spec_builder(trial, setup)
+        logs_conn_id = trial_logs_conn_id(trial, setup)
         first = trial_identity(identity, 0).name
         _user_error(self.task_id, lambda: check_template(template(first), space))
 
@@ -156,7 +158,7 @@ class HyperparameterSearchOperator(BaseOperator):
                 trigger=SearchTrigger(
                     name, search.storage_url, settings.model_dump(mode="json"), self.search_space,
                     portable_template(template, setup.artifact_dir, first), dataclasses.asdict(identity),
-                    backend.name, self.ml_conn_id, _follow_options(trial).to_dict(),
+                    backend.name, self.ml_conn_id, _follow_options(trial).to_dict(), logs_conn_id,
                 ),
                 method_name="execute_complete",
             )
@@ -166,6 +168,7 @@ class HyperparameterSearchOperator(BaseOperator):
                 backend, study, space, settings, template, identity, log=self.log,
                 on_trial_finished=(lambda trial: mlflow.log_trial(trial, settings.objective_metric)) if mlflow else None,
                 follow=_follow_options(trial), submit_kwargs=environment.submit_kwargs(),
+                log_source=lambda job: job_log_source(backend, job, logs_conn_id),
             )
             self._scheduler.run()
             return self._conclude(study, settings, mlflow, run_id)
@@ -254,6 +257,13 @@ class HyperparameterSearchOperator(BaseOperator):
                     mask_secret(password)
         return url
 
+
+
+def trial_logs_conn_id(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any], setup: JobSetup) -> str | None:
+    """The Elasticsearch connection a trial's log is read from, as its task's would be: a training operator's
+    own ``elasticsearch_conn_id``, else the training connection's (none: from the backend)."""
+    own = trial.elasticsearch_conn_id if isinstance(trial, BaseTrainingOperator) else None
+    return own or setup.logs_conn_id
 
 
 def trial_spec_builder(trial: BaseTrainingOperator | TrainingJobSpec | dict[str, Any],

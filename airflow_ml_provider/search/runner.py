@@ -27,6 +27,7 @@ from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmit
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED, JobState, JobStatus
+from airflow_ml_provider.logs.source import LogSource
 from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_budget
 from airflow_ml_provider.search.template import render_trial
 
@@ -77,8 +78,9 @@ class TrialScheduler:
                  template: TrialTemplate, identity: JobIdentity, *,
                  on_trial_finished: Callable[[FrozenTrial], None] | None = None,
                  log: logging.Logger | None = None, follow: FollowOptions | None = None,
-                 submit_kwargs: dict[str, Any] | None = None):
+                 submit_kwargs: dict[str, Any] | None = None, log_source: Callable[[str], LogSource] | None = None):
         self.backend = backend
+        self.log_source = log_source or backend.log_source  # a trial's log: where its task's would be read
         self.study = study
         self.space = space
         self.settings = settings
@@ -216,7 +218,7 @@ class TrialScheduler:
 
     def _track(self, trial: optuna.Trial, name: str, spec: TrainingJobSpec, labels: dict[str, str],
                reported: set[int]) -> None:
-        source = self.backend.log_source(name)
+        source = self.log_source(name)
         options = job_options(self.follow, self.backend, name, spec, source)
         driver = SyncDriver(Follower(options), self.log, self.backend, name, source)
         self.running[trial.number] = _Running(trial, name, spec, labels, driver, reported)

@@ -33,11 +33,14 @@ class SearchTrigger(SerializedTrigger):
             the trials' directories under its artifact root and the credentials their workers get: no
             secret is in these arguments, which the metadata database stores).
         follow: FollowOptions (log rules, preemption budget) for every trial's job, as a dict.
+        elasticsearch_conn_id: where the trials' logs are read, as the search task found it (None: from the
+            backend); the same source whether the search runs in the worker or here.
     """
 
     def __init__(self, study_name: str, storage_url: str, settings: dict[str, Any], search_space: dict[str, Any],
                  trial_spec: dict[str, Any], identity: dict[str, Any], backend: str | None = None,
-                 ml_conn_id: str = TrainingBackendHook.default_conn_name, follow: dict[str, Any] | None = None):
+                 ml_conn_id: str = TrainingBackendHook.default_conn_name, follow: dict[str, Any] | None = None,
+                 elasticsearch_conn_id: str | None = None):
         super().__init__()
         self.study_name = study_name
         self.storage_url = storage_url
@@ -48,6 +51,7 @@ class SearchTrigger(SerializedTrigger):
         self.backend = backend
         self.ml_conn_id = ml_conn_id
         self.follow = follow or {}
+        self.elasticsearch_conn_id = elasticsearch_conn_id
 
     async def run(self):
         scheduler = None
@@ -73,6 +77,7 @@ class SearchTrigger(SerializedTrigger):
 
     def _scheduler(self):
         # Optuna loads here, in the triggerer, when the search runs.
+        from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
         from airflow_ml_provider.jobs.follow import FollowOptions
         from airflow_ml_provider.jobs.naming import JobIdentity
         from airflow_ml_provider.search.runner import TrialScheduler
@@ -85,4 +90,5 @@ class SearchTrigger(SerializedTrigger):
         return TrialScheduler(setup.backend, search.study(self.study_name), search.space, search.settings, template,
                               JobIdentity(**self.identity),
                               log=self.log, follow=FollowOptions.from_dict(self.follow) if self.follow else None,
-                              submit_kwargs=setup.checked().submit_kwargs())
+                              submit_kwargs=setup.checked().submit_kwargs(),
+                              log_source=lambda name: job_log_source(setup.backend, name, self.elasticsearch_conn_id))

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, task
 
+from airflow_ml_provider.operators.search import HyperparameterSearchOperator
 from airflow_ml_provider.operators.training import TrainingJobOperator
 from airflow_ml_provider.sensors.elasticsearch_log import ElasticsearchLogSensor
 
@@ -52,3 +53,18 @@ with DAG("ml_test_es_training_logs", schedule=None, catchup=False, tags=["test"]
                         elasticsearch_conn_id="es_logs_dag", follow={"poll_interval": 0.2}, retries=0)
     TrainingJobOperator(task_id="train_es_deferred", command=["python", "-c", _TRAIN], num_workers=2,
                         ml_conn_id="ml_training_es", deferrable=True, follow={"poll_interval": 0.2}, retries=0)
+
+# A search's trials read their logs where a training task of the connection would: from Elasticsearch.
+_OBJECTIVE = ("import json, sys; x = float(sys.argv[1]); print('trial says', x, flush=True); "
+              "print(json.dumps({'event': 'result', 'score': round(1 - (x - 0.3) ** 2, 6)}))")
+_ES_SEARCH = {
+    "trial": {"framework": "generic", "num_workers": 1, "command": ["python", "-c", _OBJECTIVE, "{{ params.x }}"]},
+    "search_space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+    "search": {"sampler": "random", "n_trials": 2, "max_parallel": 2, "objective_metric": "score", "seed": 0,
+               "pruner": "none", "poll_interval": 0.2},
+    "backend": "local", "ml_conn_id": "ml_training_es", "track_mlflow": False, "retries": 0,
+}
+
+with DAG("ml_test_es_search_logs", schedule=None, catchup=False, tags=["test"]) as es_search_logs:
+    HyperparameterSearchOperator(task_id="search", **_ES_SEARCH)
+    HyperparameterSearchOperator(task_id="search_deferred", deferrable=True, **_ES_SEARCH)

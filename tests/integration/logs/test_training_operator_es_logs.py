@@ -59,3 +59,33 @@ def test_training_operators_read_their_log_from_elasticsearch(run_dag, es, es_ur
         streamed = re.findall(rf"\[info +\] \[({re.escape(job)}-[a-z0-9-]+)\] (.*?) +\[[\w.]+\]", text)
         assert len(from_file) == 2 * 3 + 4 + 1
         assert streamed == from_file, task
+
+
+def test_a_searchs_trials_read_their_logs_from_elasticsearch_as_a_training_task_does(run_dag, es, es_url, index,
+                                                                                      monkeypatch, capfd, tmp_path):
+    """The training connection names an Elasticsearch connection: a search's trials (waiting in the worker and
+    deferred to the triggerer) follow their jobs' logs from it, as its training tasks do, not from the files."""
+    es_conn = {**json.loads(connection_env(es_url)), "extra": {"index_pattern": index, "settle_s": 8}}
+    monkeypatch.setenv("AIRFLOW_CONN_ES_LOGS_DAG", json.dumps(es_conn))
+    root = str(tmp_path / "ml")
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_ES", json.dumps(
+        {"conn_type": "ml_training", "extra": {"elasticsearch_conn_id": "es_logs_dag", "local_root": root}}))
+    backend = TrainingBackendHook("ml_training_es").get_backend("local")
+    stop = threading.Event()
+    shipper = threading.Thread(target=ship, args=(Elasticsearch(es_url), index, backend),
+                               kwargs={"stop": stop, "poll_interval": 0.1})
+    shipper.start()
+    try:
+        result = run_dag("ml_test_es_search_logs")
+    finally:
+        stop.set()
+        shipper.join(30)
+
+    assert result.task_states == {"search": "success", "search_deferred": "success"}
+    out = capfd.readouterr()
+    # The shipper names each line's pod <job>-rank-0; a trial reading its file would show it as [rank 0].
+    streamed = re.findall(r"\[(aml-[a-z0-9-]+-rank-0)\] trial says", out.out + out.err)
+    assert len(set(streamed)) == 4, streamed
+    assert "[rank 0] trial says" not in out.out + out.err
+    for task in ("search", "search_deferred"):
+        assert result.xcom[task]["best_value"] is not None
