@@ -78,8 +78,8 @@ image:
 chromium:
 	scripts/install_chromium.sh
 
-# Debian's openssh server and client, as in the training image, for the rendered MPIJob/Volcano Horovod
-# jobs that the tests run (tests/integration/kubernetes/test_rendered_jobs_run.py); idempotent.
+# Debian's openssh client's ssh-keygen (and its server): the tests' MPI operator and Volcano stand-ins make each
+# job's SSH key with it, as the controllers do (tests/mpi_operator.py, tests/volcano_controller.py); idempotent.
 sshd:
 	scripts/install_sshd.sh
 # bubblewrap: the sandbox each local job runs in (airflow_ml_provider/jobs/backends/local/sandbox.py).

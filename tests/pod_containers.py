@@ -9,7 +9,7 @@ container on it): a pod is one container, named after the pod, with
   cluster.local`` and ``ndots:5`` (kubernetes pkg/kubelet/network/dns/dns.go, ``generateSearchesForDNSClusterFirst``,
   ``defaultDNSOptions``), plus the pod's ``dnsConfig.searches``, so that the short forms resolve as they do there;
 - the container's env as rendered (the downward API's ``fieldRef`` values from ``fields``), then what the controller
-  appends, and ``$(VAR)`` in command and args expanded as the kubelet does (pod_sandbox.expand);
+  appends, and ``$(VAR)`` in command and args expanded as the kubelet does (``expand``);
 - the pod's user: its securityContext's runAsUser/runAsGroup, else the image's USER; allowPrivilegeEscalation false
   as ``no-new-privileges``, a capabilities drop list as ``--cap-drop``;
 - volumes: a persistentVolumeClaim from ``claims`` (claim name -> host folder), the controller's ConfigMaps and
@@ -27,10 +27,46 @@ import time
 import uuid
 from pathlib import Path
 
-from pod_sandbox import container_env, expand
 from training_image import RUNTIME, podman
 
 RESTART = {"Never": "no", "OnFailure": "on-failure", "Always": "always"}
+
+
+def container_env(container: dict, fields: dict[str, str] | None = None) -> dict[str, str]:
+    """The container's env as the manifest gives it: plain values, and the downward API's ``fieldRef``
+    values from ``fields`` (fieldPath -> the pod's value, e.g. a Job controller's completion-index
+    annotation), as the kubelet resolves them. These tests put no secrets in: a secret reference fails."""
+    env = {}
+    for var in container.get("env", []):
+        source = var.get("valueFrom")
+        if source is None:
+            env[var["name"]] = var["value"]
+            continue
+        path = (source.get("fieldRef") or {}).get("fieldPath")
+        assert path in (fields or {}), f"env {var['name']}: only the given fieldRefs are resolved here"
+        env[var["name"]] = fields[path]
+    return env
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """The kubelet's ``$(VAR)`` expansion of a container's command and args (kubernetes
+    third_party/forked/golang/expansion/expand.go ``Expand``, called by pkg/kubelet/container/helpers.go
+    ``ExpandContainerCommandAndArgs``): a defined variable's value, ``$$`` for a literal ``$``, anything
+    else kept as written."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            if text[i + 1] == "$":
+                out.append("$")
+                i += 2
+                continue
+            if text[i + 1] == "(" and (end := text.find(")", i + 2)) != -1 and text[i + 2:end] in env:
+                out.append(env[text[i + 2:end]])
+                i = end + 1
+                continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
 
 
 def kubelet_searches(namespace: str) -> list[str]:

@@ -14,8 +14,10 @@ pkg/controllers/job/ there:
   (``generateRsaKey`` :202-233, ``generateSSHConfig`` :262-285) in the Secret ``<job>-ssh``, mounted at
   /root/.ssh with mode 0600 (``mountRsaKey`` :144-200; const.go:21-36);
 - env plugin (plugins/env/env.go:45-58): ``VK_TASK_INDEX`` and ``VC_TASK_INDEX``, the pod's index in its task;
-- pytorch plugin (plugins/distributed-framework/pytorch/pytorch.go ``OnPodCreate``): MASTER_ADDR, MASTER_PORT,
-  WORLD_SIZE, RANK;
+- pytorch plugin (plugins/distributed-framework/pytorch/pytorch.go ``OnPodCreate`` :91-146): MASTER_ADDR (the
+  master task's pod 0, ``generateMasterAddr`` :159), MASTER_PORT (--port, default 23456: :35-36, :78), WORLD_SIZE
+  (the master and worker tasks' replicas, ``getTotalReplicas`` :148-157), RANK (0 for the master, 1 + the index
+  for a worker);
 - lifecycle: a pod of restartPolicy Never that exits non-zero is Failed and raises PodFailed
   (job_controller_handler.go:272-281; OnFailure pods restart in place and raise nothing); a pod's success that
   completes its task raises TaskCompleted (:283-287); the task's policies are looked up first, then the job's

@@ -7,7 +7,7 @@ tests/mpi_operator.py, and the pods run with podman on a network whose DNS answe
 image's Python, Horovod, sshd and ssh do everything, as the pod's user. The job's volume is a folder standing for
 its PersistentVolumeClaim, writable by the image's user.
 
-Replaces the process-level MPIJob run that tests/integration/kubernetes/test_rendered_jobs_run.py made.
+These replace the process-level pod runs (tests/pod_sandbox.py) the suite had before.
 """
 
 from __future__ import annotations

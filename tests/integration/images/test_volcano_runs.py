@@ -2,8 +2,7 @@
 
 The manifest is the volcano backend's; what Volcano's job controller and its svc, ssh, env and pytorch plugins
 make of it, and how its policies end it, is tests/volcano_controller.py (each step citing Volcano's code); the pods
-run with podman on a network whose DNS answers ``<pod>.<job>`` (tests/pod_containers.py). Replaces the
-process-level Volcano runs that tests/integration/kubernetes/test_rendered_jobs_run.py made.
+run with podman on a network whose DNS answers ``<pod>.<job>`` (tests/pod_containers.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The trainjob backend (Kubeflow Trainer v2) against a real kube-apiserver with Trainer's and JobSet's real
 CRDs: the TrainJob is accepted and keeps every field, the JobSet Trainer makes of it (played by
 tests/trainer_controller.py) is accepted too, and the job's states come from its conditions and its
-JobSet's counts, followed through the shared watch. Its pods run in tests/integration/kubernetes/
-test_rendered_jobs_run.py."""
+JobSet's counts, followed through the shared watch. Its pods run as containers of the training image in
+tests/integration/images/test_indexed_job_runs.py."""
 
 from __future__ import annotations
 

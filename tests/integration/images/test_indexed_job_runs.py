@@ -1,0 +1,124 @@
+"""Rendered Indexed Jobs (the indexed-job backend's, and the Job of a TrainJob's JobSet) that run as the Job
+controller runs them: every pod a container of the built training image.
+
+The indexed-job manifest is the backend's; a TrainJob's pods are those of the JobSet Trainer's controller makes of
+the rendered TrainJob (tests/trainer_controller.py: the runtime's template, the PET_* variables, JobSet's names).
+What the Job controller does with either is tests/job_controller.py; the pods run with podman on a network whose
+DNS answers ``<hostname>.<subdomain>`` (tests/pod_containers.py), as the image's own non-root user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from job_controller import IndexedJob
+from pod_containers import PodNetwork
+from trainer_controller import jobset_for, pods_of
+from training_image import image_user
+
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "ml"
+JOB_TIMEOUT_S = 420
+CLAIM = {"name": "work", "mount_path": "/work", "claim": "work"}
+
+
+@pytest.fixture
+def claims(tmp_path, training_image) -> dict[str, Path]:
+    """The job's PVC: a folder the image's user owns, as a provisioned volume for that user."""
+    work = tmp_path / "work"
+    work.mkdir()
+    uid, _, gid = image_user(training_image).partition(":")
+    os.chown(work, int(uid), int(gid or uid))
+    return {"work": work}
+
+
+@pytest.fixture
+def network(training_image):
+    pods = PodNetwork(training_image, NAMESPACE)
+    yield pods
+    pods.close()
+
+
+def _events(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith('{"')]
+
+
+def _torch_spec(image: str, **fields) -> TrainingJobSpec:
+    return TrainingJobSpec(**{
+        "framework": "pytorch", "num_workers": 2, "image": image, "model_dir": "/work/model",
+        "checkpoint_dir": "/work/checkpoints", "env": {"OMP_NUM_THREADS": "1"}, "kubernetes": {"volumes": [CLAIM]},
+        "command": ["python", "-m", "airflow_ml_provider.runtime.torch_ddp", "--epochs", "2"], **fields})
+
+
+def _assert_ddp_trained(logs: dict[str, str], node0: str, claims) -> None:
+    """Both ranks (one per pod) trained as one group: the same final weights; pod ``node0`` is rank 0."""
+    checksums = {e["rank"]: e["checksum"] for log in logs.values() for e in _events(log)
+                 if e.get("event") == "weights_checksum"}
+    assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, {h: v[-3000:] for h, v in logs.items()}
+    assert [e["rank"] for e in _events(logs[node0]) if e.get("event") == "weights_checksum"] == [0]
+    assert (claims["work"] / "model" / "model.pt").stat().st_size > 0
+
+
+def test_indexed_job_lightgbm_trains_in_the_image(tmp_path, training_image, network, claims):
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(2400, 8))
+    y = (X[:, 0] + 0.5 * X[:, 1] - X[:, 2] * X[:, 3] + rng.normal(scale=0.5, size=len(X)) > 0).astype(np.float64)
+    np.savez(claims["work"] / "train.npz", X=X[:2000], y=y[:2000])
+    np.savez(claims["work"] / "valid.npz", X=X[2000:], y=y[2000:])
+    spec = TrainingJobSpec(
+        framework="lightgbm", num_workers=2, image=training_image, model_dir="/work/model",
+        env={"OMP_NUM_THREADS": "1"}, kubernetes={"volumes": [CLAIM]}, scheduling={"gang": False},
+        command=["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data", "/work/train.npz",
+                 "--valid-data", "/work/valid.npz", "--num-boost-round", "20", "--params-json", '{"num_leaves": 7}'])
+    job, service = get_backend("indexed-job", api_client=None, namespace=NAMESPACE).manifests("lgb", spec, {})
+    assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+    controller = IndexedJob("lgb", job["spec"], network, claims)
+    assert controller.run(JOB_TIMEOUT_S) == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
+    results = [e for e in _events(network.logs("lgb-0")) if e.get("event") == "result"]
+    assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8
+    assert '"event": "result"' not in network.logs("lgb-1"), "index 1 must not act as rank 0"
+    assert (claims["work"] / "model" / "model.txt").exists()
+
+
+def test_indexed_job_pytorch_meets_at_pod_0_and_trains_in_the_image(tmp_path, training_image, network, claims):
+    job, service = get_backend("indexed-job", api_client=None, namespace=NAMESPACE).manifests(
+        "ddp", _torch_spec(training_image, scheduling={"gang": False}), {})
+    controller = IndexedJob("ddp", job["spec"], network, claims)
+    # pod 1 first: it waits at the rendezvous for pod 0
+    assert controller.run(JOB_TIMEOUT_S, order=[1, 0]) == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
+    _assert_ddp_trained({h: network.logs(h) for h in ("ddp-0", "ddp-1")}, "ddp-0", claims)
+
+
+def test_trainjob_pods_take_trainers_numbering_and_train_in_the_image(tmp_path, training_image, network, claims):
+    (trainjob,) = get_backend("trainjob", api_client=None, namespace=NAMESPACE).manifests(
+        "ddp", _torch_spec(training_image), {})
+    jobset = jobset_for({**trainjob, "metadata": {**trainjob["metadata"], "uid": "0"}})
+    pods = pods_of(jobset)
+    assert [pod["hostname"] for pod in pods] == ["ddp-node-0-0", "ddp-node-0-1"]
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    job_spec = replicated["template"]["spec"]
+    assert job_spec["template"]["spec"]["restartPolicy"] == "Never" and job_spec["backoffLimit"] == 0  # F6
+    # the JobSet's Job <jobset>-<replicated job>-0; its pods' subdomain the JobSet's
+    controller = IndexedJob(f"ddp-{replicated['name']}-0", job_spec, network, claims, subdomain=pods[0]["subdomain"])
+    assert controller.run(JOB_TIMEOUT_S, order=[1, 0]) == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
+    _assert_ddp_trained({h: network.logs(h) for h in ("ddp-node-0-0", "ddp-node-0-1")}, "ddp-node-0-0", claims)
+
+
+def test_a_crashing_indexed_job_pod_fails_the_job_without_a_retry(tmp_path, training_image, network, claims):
+    """backoffLimit 0 (the provider's default) and restartPolicy Never: one failed pod fails the Job, no new pod."""
+    spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           scheduling={"gang": False},
+                           command=["python", "-m", "airflow_ml_provider.runtime.preprocess", "--input",
+                                    "/work/missing.npz", "--output", "/work/out.npz"])
+    job, _ = get_backend("indexed-job", api_client=None, namespace=NAMESPACE).manifests("crash", spec, {})
+    controller = IndexedJob("crash", job["spec"], network, claims)
+    assert controller.run(JOB_TIMEOUT_S) == "Failed"
+    assert controller.failures == 1 and len(controller.pod_names[0]) == 1
