@@ -10,8 +10,10 @@ from typing import Any
 
 import yaml
 
-from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.hooks.training_backend import _image as default_image  # what JobSetup.image answers
+from airflow_ml_provider.hooks.training_backend import (  # what JobSetup.image answers
+    TrainingBackendHook,
+    image_for,
+)
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend, JobSubmissionError
 from airflow_ml_provider.jobs.backends.kubernetes import schemas
@@ -54,7 +56,7 @@ class Targets:
         (``JobRunner.build_spec``: the job's own image, else the connection's ``image_<framework>``/``image``)."""
         if spec.image:
             return spec
-        image = default_image(self.hook.extras(), backend.name, spec.framework.value)
+        image = image_for(self.hook.settings().images(), backend.name, spec.framework.value)
         return TrainingJobSpec(**{**spec.model_dump(), "image": image}) if image else spec
 
     def check(self, backend: Backend, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[str]:
@@ -78,7 +80,7 @@ class Targets:
 
     def _cluster(self) -> tuple[Any, str]:
         """(API client, namespace): no client without ``--server-dry-run`` (manifests are only rendered)."""
-        namespace = self._namespace or self.hook.extras().get("namespace")
+        namespace = self._namespace or self.hook.settings().namespace
         if self.server is None:
             return None, namespace or "default"
         if self._client is None:

@@ -20,6 +20,7 @@ from airflow_ml_provider.hooks.artifact_store import (
     ArtifactStoreError,
     JobEnvironment,
 )
+from airflow_ml_provider.hooks.training_connection import TrainingConnection
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import Backend
 from airflow_ml_provider.jobs.backends.local.sandbox import SandboxLimits, sqlite_files
@@ -58,36 +59,36 @@ class TrainingBackendHook(BaseHook):
         super().__init__()
         self.ml_conn_id = ml_conn_id
 
-    def extras(self) -> dict[str, Any]:
+    def settings(self) -> TrainingConnection:
+        """The connection's extras, checked (none defined: every default). Raises ValueError naming the key."""
         try:
-            return conn_types.checked(self.get_connection(self.ml_conn_id)).extra_dejson
+            extras = conn_types.checked(self.get_connection(self.ml_conn_id)).extra_dejson
         except AirflowNotFoundException:
-            return {}
+            extras = {}
+        return TrainingConnection.parse(self.ml_conn_id, extras)
 
-    def backend_name(self, name: str | None = None, extras: dict[str, Any] | None = None) -> str:
+    def backend_name(self, name: str | None = None, settings: TrainingConnection | None = None) -> str:
         """``name``, else the connection's default backend, else ``local``."""
-        extras = self.extras() if extras is None else extras
-        return name or extras.get("backend") or "local"
+        settings = self.settings() if settings is None else settings
+        return name or settings.backend or "local"
 
     def data_roots(self) -> list[str]:
         """The folders a Param may read data from (``data_path``): the ``data_roots`` extra (a list, or
         comma-separated), else ``[ml_training] data_roots`` (comma-separated), else ``$AIRFLOW_HOME/data``
         and the local root's ``data`` folder (where runs keep their prepared data)."""
-        extras = self.extras()
-        value = extras.get("data_roots") or conf.get("ml_training", "data_roots", fallback="")
-        roots = value if isinstance(value, list) else str(value).split(",")
-        roots = [str(root).strip() for root in roots if str(root).strip()]
+        settings = self.settings()
+        roots = settings.data_roots or [root.strip() for root in conf.get("ml_training", "data_roots", fallback="")
+                                        .split(",") if root.strip()]
         if roots:
             return roots
         airflow_home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
-        return [os.path.join(airflow_home, "data"), os.path.join(self._local_root(extras), "data")]
+        return [os.path.join(airflow_home, "data"), os.path.join(self._local_root(settings), "data")]
 
     def local_images(self) -> list[str]:
         """The Python environments a Param may pick on the local backend: the ``local_image`` extra,
         ``$AIRFLOW_ML_LOCAL_IMAGE`` and ``[ml_training] local_images`` (comma-separated)."""
-        extras = self.extras()
         listed = conf.get("ml_training", "local_images", fallback="").split(",")
-        return [image.strip() for image in (extras.get("local_image"), os.environ.get("AIRFLOW_ML_LOCAL_IMAGE"),
+        return [image.strip() for image in (self.settings().local_image, os.environ.get("AIRFLOW_ML_LOCAL_IMAGE"),
                                             *listed) if image and image.strip()]
 
     def job_setup(self, backend: str | Backend | None = None) -> JobSetup:
@@ -95,44 +96,43 @@ class TrainingBackendHook(BaseHook):
         connection's; or a backend already built), where its artifacts live, what its workers need to reach
         them (not checked yet: :meth:`JobSetup.checked`), its default image and its log's Elasticsearch
         connection. A task asks this once per try; a search once for all its trials."""
-        extras = self.extras()
+        settings = self.settings()
         if not isinstance(backend, Backend):
-            backend = self._backend(backend, extras)
-        store = self._artifact_store(backend.name, extras)
+            backend = self._backend(backend, settings)
+        store = self._artifact_store(backend.name, settings)
         return JobSetup(
-            conn_id=self.ml_conn_id, backend=backend, store=store, artifact_dir=self._artifact_dirs(backend, extras),
-            environment=self._environment(backend.name, store, extras),
-            images={key: value for key, value in extras.items() if key == "image" or key.startswith("image_")},
-            logs_conn_id=extras.get("elasticsearch_conn_id") or None,
+            conn_id=self.ml_conn_id, backend=backend, store=store, artifact_dir=self._artifact_dirs(backend, settings),
+            environment=self._environment(backend.name, store, settings), images=settings.images(),
+            logs_conn_id=settings.elasticsearch_conn_id,
         )
 
     def get_backend(self, name: str | None = None) -> Backend:
-        return self._backend(name, self.extras())
+        return self._backend(name, self.settings())
 
-    def _backend(self, name: str | None, extras: dict[str, Any]) -> Backend:
-        name = self.backend_name(name, extras)
+    def _backend(self, name: str | None, settings: TrainingConnection) -> Backend:
+        name = self.backend_name(name, settings)
         if name == "local":
             return get_backend(
                 "local",
-                root=self._local_root(extras),
-                image=extras.get("local_image") or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
-                etcd=extras.get("etcd"),
-                **({"orphan_grace_s": float(extras["orphan_grace_s"])} if extras.get("orphan_grace_s") else {}),
+                root=self._local_root(settings),
+                image=settings.local_image or os.environ.get("AIRFLOW_ML_LOCAL_IMAGE") or None,
+                etcd=settings.etcd,
+                **({"orphan_grace_s": settings.orphan_grace_s} if settings.orphan_grace_s else {}),
                 max_workers=conf.getint("ml_training", "local_max_workers", fallback=0) or None,
-                **({"sandbox": extras["local_sandbox"]} if extras.get("local_sandbox") else {}),
+                **({"sandbox": settings.local_sandbox} if settings.local_sandbox else {}),
                 hide=airflow_private_paths(),
-                limits=self._sandbox_limits(extras),
+                limits=self._sandbox_limits(settings),
             )
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-        kubernetes = KubernetesHook(conn_id=self.kubernetes_conn_id(extras))
-        namespace = extras.get("namespace") or kubernetes.get_namespace() or "default"
+        kubernetes = KubernetesHook(conn_id=self.kubernetes_conn_id(settings))
+        namespace = settings.namespace or kubernetes.get_namespace() or "default"
         return get_backend(name, api_client=kubernetes.api_client, namespace=namespace,
-                           async_api_factory=self.async_api_factory(extras), watch_key=self.kubernetes_conn_id(extras),
-                           gang_scheduler=extras.get("gang_scheduler") or None,
-                           queueing=extras.get("queueing") or None, **_trainjob_options(name, extras))
+                           async_api_factory=self.async_api_factory(settings),
+                           watch_key=self.kubernetes_conn_id(settings), gang_scheduler=settings.gang_scheduler,
+                           queueing=settings.queueing, **_trainjob_options(name, settings))
 
-    def _sandbox_limits(self, extras: dict[str, Any]) -> SandboxLimits:
+    def _sandbox_limits(self, settings: TrainingConnection) -> SandboxLimits:
         """Each sandboxed local job's bounds (``[ml_training] local_job_*``) and the endpoints it may reach: the
         configured ones and the artifact store's S3 endpoint, when it has one.
 
@@ -144,7 +144,7 @@ class TrainingBackendHook(BaseHook):
                 "tmp_mb": conf.getint("ml_training", "local_job_tmp_mb", fallback=0)}
         bounds = {name: value for name, value in read.items() if value}  # unset (0): SandboxLimits' own default
         egress = [e.strip() for e in conf.get("ml_training", "local_job_egress", fallback="").split(",") if e.strip()]
-        store = self._artifact_store("local", extras)
+        store = self._artifact_store("local", settings)
         if store is not None and (endpoint := store.worker_settings().get(S3_ENDPOINT_ENV)):
             egress.append(endpoint)
         try:
@@ -155,19 +155,19 @@ class TrainingBackendHook(BaseHook):
     def artifact_store(self, backend: str | None = None) -> ArtifactStore | None:
         """Where jobs on ``backend`` keep artifacts. None for a cluster backend with no root configured
         (its pods cannot see this machine's disk), so its jobs get no default directories."""
-        return self._artifact_store(backend, self.extras())
+        return self._artifact_store(backend, self.settings())
 
-    def _artifact_store(self, backend: str | None, extras: dict[str, Any]) -> ArtifactStore | None:
-        root = extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None)
+    def _artifact_store(self, backend: str | None, settings: TrainingConnection) -> ArtifactStore | None:
+        root = settings.artifact_root or conf.get("ml_training", "artifact_root", fallback=None)
         if not root:
-            if (backend or extras.get("backend") or "local") != "local":
+            if (backend or settings.backend or "local") != "local":
                 return None
-            root = self._local_root(extras)
+            root = self._local_root(settings)
         try:
             root = check_root(root)
         except ValueError as exc:
             raise AirflowFailException(f"connection {self.ml_conn_id}: {exc}") from None
-        return ArtifactStore(root, extras.get("artifact_conn_id") or None)
+        return ArtifactStore(root, settings.artifact_conn_id)
 
     def run_data_dir(self, dag_id: str, run_id: str, backend: str | None = None) :
         """Where a DAG run keeps its data shards: ``<artifact_root>/data/<dag_id>/<run key>``
@@ -185,57 +185,58 @@ class TrainingBackendHook(BaseHook):
         store = self.artifact_store(backend or None)
         if store is None:
             raise ArtifactStoreError(
-                f"backend {backend or self.extras().get('backend')!r} has no artifact_root: set the "
+                f"backend {backend or self.settings().backend!r} has no artifact_root: set the "
                 f"{self.ml_conn_id} connection's artifact_root extra (s3://..., gs://... or a path mounted in "
                 "every pod) so that its jobs can read the data this run prepares"
             )
         store.check()
         return store.locate(data_dir(store.root, dag_id, key))
 
-    def _artifact_dirs(self, backend: Backend, extras: dict[str, Any]) -> Callable[[str], str | None]:
-        if extras.get("artifact_root") or conf.get("ml_training", "artifact_root", fallback=None):
-            root = self._artifact_store(backend.name, extras).root
+    def _artifact_dirs(self, backend: Backend, settings: TrainingConnection) -> Callable[[str], str | None]:
+        if settings.artifact_root or conf.get("ml_training", "artifact_root", fallback=None):
+            root = self._artifact_store(backend.name, settings).root
             return lambda name: job_artifact_dir(root, name)
         return backend.default_artifact_dir
 
-    def _environment(self, backend: str, store: ArtifactStore | None, extras: dict[str, Any]) -> JobEnvironment:
+    def _environment(self, backend: str, store: ArtifactStore | None, settings: TrainingConnection) -> JobEnvironment:
         if store is None:
             return JobEnvironment()
         try:
             if backend == "local":
                 return JobEnvironment(env=store.worker_settings(), secrets=store.worker_credentials())
-            return JobEnvironment(env=store.worker_settings(), secret_env=extras.get("artifact_secret_env") or {})
+            return JobEnvironment(env=store.worker_settings(), secret_env={
+                name: ref.model_dump() for name, ref in settings.artifact_secret_env.items()})
         except ArtifactStoreError as exc:
             raise AirflowFailException(f"connection {self.ml_conn_id}: {exc}") from None
 
-    def _local_root(self, extras: dict[str, Any]) -> str:
+    def _local_root(self, settings: TrainingConnection) -> str:
         airflow_home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
-        return extras.get("local_root") or os.path.join(airflow_home, "ml")
+        return settings.local_root or os.path.join(airflow_home, "ml")
 
-    def kubernetes_conn_id(self, extras: dict[str, Any] | None = None) -> str:
-        extras = self.extras() if extras is None else extras
-        return extras.get("kubernetes_conn_id") or "kubernetes_default"
+    def kubernetes_conn_id(self, settings: TrainingConnection | None = None) -> str:
+        settings = self.settings() if settings is None else settings
+        return settings.kubernetes_conn_id or "kubernetes_default"
 
-    def async_api_factory(self, extras: dict[str, Any] | None = None) -> Callable[[], Any]:
+    def async_api_factory(self, settings: TrainingConnection | None = None) -> Callable[[], Any]:
         """Opens an async Kubernetes API client from the same connection (for watches in the triggerer)."""
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-        conn_id = self.kubernetes_conn_id(extras)
+        conn_id = self.kubernetes_conn_id(settings)
         return lambda: AsyncKubernetesHook(conn_id=conn_id).get_conn()
 
 
-def _image(extras: dict[str, Any], backend: str, framework: str) -> str | None:
+def image_for(images: dict[str, str], backend: str, framework: str) -> str | None:
     """A cluster backend's image for ``framework``: ``image_<framework>``, else ``image``; locally None."""
     if backend == "local":
         return None
-    return extras.get(f"image_{framework}") or extras.get("image") or None
+    return images.get(f"image_{framework}") or images.get("image") or None
 
 
-def _trainjob_options(backend: str, extras: dict[str, Any]) -> dict[str, str]:
+def _trainjob_options(backend: str, settings: TrainingConnection) -> dict[str, str]:
     """The runtime a TrainJob names, for the ``trainjob`` backend only (where the connection sets it)."""
     if backend != "trainjob":
         return {}
-    runtime = {"training_runtime": extras.get("training_runtime"), "training_runtime_kind": extras.get("training_runtime_kind")}
+    runtime = {"training_runtime": settings.training_runtime, "training_runtime_kind": settings.training_runtime_kind}
     return {key: value for key, value in runtime.items() if value}
 
 
@@ -274,7 +275,7 @@ class JobSetup:
 
     def image(self, framework: str) -> str | None:
         """The default image of a job of ``framework`` on this backend (locally None: ``local_image``)."""
-        return _image(self.images, self.backend.name, framework)
+        return image_for(self.images, self.backend.name, framework)
 
     def checked(self) -> JobEnvironment:
         """The environment, once the artifact store was found usable (``ArtifactStore.check``: a wrong

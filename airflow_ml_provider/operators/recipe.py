@@ -51,8 +51,7 @@ def check_image(task_id: str, image: str | None, backend: str | None, ml_conn_id
         found = os.path.realpath(image) in {os.path.realpath(path) for path in allowed}
         more = "the connection's local_image, $AIRFLOW_ML_LOCAL_IMAGE and [ml_training] local_images"
     else:
-        extras = hook.extras()
-        allowed = sorted({str(v) for k, v in extras.items() if (k == "image" or k.startswith("image_")) and v})
+        allowed = sorted(set(hook.settings().images().values()))
         found = image in allowed
         more = f"the {ml_conn_id} connection's image and image_<framework> extras"
     if not found:

@@ -9,7 +9,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from airflow_ml_provider.get_provider_info import get_provider_info
-from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.hooks.training_connection import TrainingConnection
 from support import REPO
 
 
@@ -47,7 +47,7 @@ def test_airflow_providers_manager_lists_hook_and_trigger():
 # --- the connection forms, as the UI's API serves them ----------------------------------------------------
 
 HOOK_MODULES = {  # where each connection's extras are read
-    "mltraining": ("airflow_ml_provider/hooks/training_backend.py", "airflow_ml_provider/operators/training.py"),
+    "mltraining": ("airflow_ml_provider/hooks/training_connection.py",),
     "mlregistry": ("airflow_ml_provider/hooks/model_registry.py",),
 }
 
@@ -76,11 +76,12 @@ def test_connection_forms_show_only_the_fields_their_hooks_read():
     assert not (registry.host.hidden or registry.login.hidden or registry.password.hidden)
     assert registry.host.title == "Tracking URI" and "http://mlflow:5000" in registry.host.placeholder
     for conn_type, modules in HOOK_MODULES.items():
-        source = "\n".join((REPO / module).read_text() for module in modules)
         declared = set(meta[conn_type].extra_fields)
-        read = set(re.findall(r"extras(?:\(\))?(?:\.get\(|\[)\"(\w+)\"", source))
-        if 'f"image_{framework}"' in source:
-            read |= {f"image_{framework.value}" for framework in Framework}
+        if conn_type == "mltraining":  # its extras are read once, into TrainingConnection's fields
+            read = set(TrainingConnection.model_fields)
+        else:
+            source = "\n".join((REPO / module).read_text() for module in modules)
+            read = set(re.findall(r"extras(?:\(\))?(?:\.get\(|\[)\"(\w+)\"", source))
         assert declared - read == set(), f"{conn_type}: fields the hook never reads"
         assert read - declared == set(), f"{conn_type}: extras the hook reads that the form lacks"
 

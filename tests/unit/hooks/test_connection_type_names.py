@@ -24,7 +24,7 @@ def test_every_connection_type_is_a_uri_scheme():
 
 
 @pytest.mark.parametrize(("old", "new", "read"), [
-    ("ml_training", "mltraining", lambda: TrainingBackendHook("ml_renamed").extras()),
+    ("ml_training", "mltraining", lambda: TrainingBackendHook("ml_renamed").settings().artifact_root),
     ("ml_registry", "mlregistry", lambda: ModelRegistryHook("ml_renamed").settings().artifact_root),
 ])
 def test_a_connection_of_the_old_type_still_reads_with_a_deprecation_warning(monkeypatch, old, new, read):
@@ -32,9 +32,9 @@ def test_a_connection_of_the_old_type_still_reads_with_a_deprecation_warning(mon
     monkeypatch.setenv("AIRFLOW_CONN_ML_RENAMED", json.dumps({"conn_type": old, **fields}))
     with pytest.warns(AirflowProviderDeprecationWarning,
                       match=rf"connection 'ml_renamed': the connection type '{old}' is deprecated; make it '{new}'"):
-        assert read() in ({"artifact_root": "s3://bucket/mlflow"}, "s3://bucket/mlflow")
+        assert read() == "s3://bucket/mlflow"
 
     monkeypatch.setenv("AIRFLOW_CONN_ML_RENAMED", json.dumps({"conn_type": new, **fields}))
     with warnings.catch_warnings():
         warnings.simplefilter("error", AirflowProviderDeprecationWarning)
-        assert read() in ({"artifact_root": "s3://bucket/mlflow"}, "s3://bucket/mlflow")
+        assert read() == "s3://bucket/mlflow"

@@ -11,7 +11,7 @@ from airflow_ml_provider.hooks.artifact_store import JobEnvironment
 from airflow_ml_provider.hooks.training_backend import JobSetup
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.operators.search import HyperparameterSearchOperator, _spec_builder
+from airflow_ml_provider.operators.search import HyperparameterSearchOperator, trial_spec_builder
 from airflow_ml_provider.recipes import RecipeError, parse_recipe
 from airflow_ml_provider.recipes.dag import build_dag
 from airflow_ml_provider.search.space import SearchSettings, parse_space
@@ -63,7 +63,7 @@ def test_a_search_experiment_becomes_one_search_task(tmp_path):
     # what each trial's job runs: constants filled in, searched values substituted as data
     backend = LocalBackend(tmp_path)  # no artifact root configured: the backend's own per-job dirs
     setup = JobSetup("ml_training_default", backend, None, backend.default_artifact_dir, JobEnvironment())
-    template = _spec_builder(tune.trial, setup)("aml-tune-trial-0")
+    template = trial_spec_builder(tune.trial, setup)("aml-tune-trial-0")
     check_template(template, parse_space(tune.search_space))
     spec = render_trial(template, {"num_leaves": 31, "learning_rate": 0.05, "rounds": 40, "note": "{{ 7 * 7 }}"})
     assert spec.command[3:] == ["--train-data", "/data/train.npz", "--num-boost-round", "40", "--note", "{{ 7 * 7 }}",
