@@ -21,7 +21,7 @@ RULES = {
     "retry_on": [r"Connection reset by peer"],
     "metrics": [r"loss=(?P<loss>[0-9.]+)"],
 }
-COMMON = {"elasticsearch_conn_id": "es_logs_dag", "poke_interval": 0.2, "timeout": 300, **RULES}
+COMMON = {"elasticsearch_conn_id": "es_logs_dag", "poke_interval": 0.2, "timeout": 300, "follow": {"rules": RULES}}
 
 with DAG("ml_test_es_log_sensor", schedule=None, catchup=False, tags=["test"]) as es_log_sensor:
 

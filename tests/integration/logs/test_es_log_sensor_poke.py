@@ -27,8 +27,9 @@ class RecordingTI:
 def sensor(monkeypatch, url: str, index: str, **kwargs) -> ElasticsearchLogSensor:
     monkeypatch.setenv("AIRFLOW_CONN_ES_POKE", connection_env(url, index_pattern=index, settle_s=0))
     return ElasticsearchLogSensor(task_id="watch", job="job-poke", elasticsearch_conn_id="es_poke",
-                                  succeed_on=["Training finished"], metrics=[r"loss=(?P<loss>[0-9.]+)"],
-                                  deferrable=False, poke_interval=0.01, **kwargs)
+                                  follow={"rules": {"succeed_on": ["Training finished"],
+                                                    "metrics": [r"loss=(?P<loss>[0-9.]+)"]}, **kwargs},
+                                  deferrable=False, poke_interval=0.01)
 
 
 def test_poke_rides_out_an_outage_and_continues_from_its_cursor(es, index, proxy, monkeypatch):
@@ -49,7 +50,7 @@ def test_poke_rides_out_an_outage_and_continues_from_its_cursor(es, index, proxy
 
 def test_poke_fails_once_an_outage_outlasts_the_grace_period(es, index, proxy, monkeypatch):
     load(es, index, training_log("job-poke", pods=1, lines=5))
-    watch, context = sensor(monkeypatch, proxy.url, index, outage_grace_period=0.2), {"ti": RecordingTI()}
+    watch, context = sensor(monkeypatch, proxy.url, index, outage_grace_s=0.2), {"ti": RecordingTI()}
     proxy.set_mode("refuse")
     with pytest.raises(AirflowException, match="longer than the 0.2 s grace period"):
         for _ in range(100):
