@@ -13,14 +13,11 @@ if TYPE_CHECKING:
 
 # Written and kept current by the MPI operator (v2) in the launcher's /etc/mpi: the Running worker pods.
 MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
-# Gloo's timeout in an elastic job, on every backend. It is the longest a re-forming ring waits for a
-# joining worker's process to start and reach it (importing TensorFlow takes 4-10 s alone, 20+ s on a
-# loaded 2-core machine, more with CUDA to initialize; past the timeout every rank aborts: measured with
-# a worker delayed 40 s under Horovod's default of 30 s, and seen in CI at 60 s, where a joining worker
-# on a 2-core machine running three test processes did not reach the ring in time and the whole job
-# failed), and the longest a survivor may wait on a peer that is gone (Horovod 0.28.1: a survivor
-# blocked on a receive from the other survivor, which re-forms without closing its old connections,
-# learns of the loss only when it expires). A slower recovery is cheaper than a failed job.
+# Gloo's timeout in an elastic job, on every backend: the longest a re-forming ring waits for a joining worker's
+# process to start and reach it (importing TensorFlow alone takes 4-10 s, 20+ s on a loaded machine, more with
+# CUDA to initialize; past it every rank aborts), and the longest a survivor may wait on a peer that is gone
+# (Horovod 0.28.1's survivors learn of a loss only when a receive expires). A slower recovery is cheaper than a
+# failed job; the measurements behind the value are in docs/testing.md.
 ELASTIC_GLOO_TIMEOUT_S = 120
 
 
