@@ -38,11 +38,6 @@ def dag_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def serves_mlflow_ui() -> bool:
-    return False  # no MLflow link is opened here; the registry is read with MLflow's client
-
-
-@pytest.fixture(scope="module")
 def served(stack):
     for dag_id in (PIPELINE, SCORING, SWEEP):
         stack.wait_for_dag(dag_id)
@@ -50,10 +45,13 @@ def served(stack):
 
 
 @pytest.fixture(scope="module")
-def registry(ui_home):
-    """The deployment's embedded MLflow registry (SQLite under its AIRFLOW_HOME), read as MLflow reads it."""
+def registry(mlflow_ui, ui_home):
+    """The deployment's registry, read as MLflow reads it: its tracking server (tests/deployments.py), or where
+    none can run here (no .venv-mlflow) the embedded SQLite store under its AIRFLOW_HOME."""
     from mlflow import MlflowClient
 
+    if mlflow_ui:
+        return MlflowClient(tracking_uri=mlflow_ui["url"], registry_uri=mlflow_ui["url"])
     return MlflowClient(tracking_uri=f"sqlite:///{ui_home / 'ml' / 'mlflow.db'}")
 
 
@@ -124,7 +122,7 @@ def horovod(served, page, screenshots) -> dict:
 
 
 @needs_horovod
-def test_1_the_summary_shows_the_approval_outcome(horovod, served, page, screenshots):
+def test_1_the_summary_shows_the_approval_outcome(horovod, served, page, screenshots, mlflow_ui):
     run_id = horovod["run_id"]
     assert horovod["state"] == "success", states(served, PIPELINE, run_id)
     assert states(served, PIPELINE, run_id)["train_horovod"] == "success"
@@ -133,10 +131,12 @@ def test_1_the_summary_shows_the_approval_outcome(horovod, served, page, screens
     assert served.xcom(PIPELINE, run_id, "summary")["approval"] == {
         "asked": True, "approved": True, "by": "admin", "reason": served.xcom(PIPELINE, run_id, "approve")["reason"]}
     assert "champion" in horovod["deployed"]["aliases"]
-    # the embedded registry, with no MLflow UI served over it: no MLflow link (issue 40: they led nowhere)
+    # the MLflow links go to the tracking server (issue 40: they went to a UI that nothing served); none on
+    # the embedded registry, which no UI serves here
     for task_id, link in (("deploy", "MLflow model version"), ("evaluate", "MLflow evaluation (plot, report)")):
         path = f"/dags/{PIPELINE}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/links"
-        assert served.api("GET", path)["extra_links"] == {link: None}, task_id
+        url = served.api("GET", path)["extra_links"][link]
+        assert url.startswith(f"{mlflow_ui['url']}/#/") if mlflow_ui else url is None, (task_id, url)
 
 
 # --- 2. the Horovod champion is scored -------------------------------------------------------------------
