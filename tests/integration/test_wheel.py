@@ -1,5 +1,5 @@
 """The provider as a user installs it: `python -m build` makes a wheel and an sdist; the wheel, installed
-into a fresh virtualenv with the pinned Airflow (requirements/control.lock), is the provider Airflow
+into a fresh virtualenv with the pinned Airflow (the published constraints file), is the provider Airflow
 lists, with its hooks and connection types, and the `airflow-ml` command runs. The `training` extra
 names what the workers' trainers import; one version everywhere."""
 
@@ -71,10 +71,9 @@ def test_the_wheel_in_a_fresh_virtualenv_is_the_provider_airflow_lists(dist, tmp
     venv = tmp_path / "venv"
     _run([UV, "venv", "--quiet", "--python", sys.executable, venv])
     python = venv / "bin" / "python"
-    pins = (REPO / "requirements" / "control.lock").read_text()
-    airflow_pin = re.search(r"^apache-airflow==\S+$", pins, re.MULTILINE).group(0)
-    _run([UV, "pip", "install", "--quiet", "--python", python, "-c", REPO / "requirements" / "control.lock",
-          _wheel(dist), airflow_pin])
+    constraints = REPO / "constraints" / f"constraints-{airflow_ml_provider.__version__}.txt"  # the published one
+    airflow_pin = re.search(r"^apache-airflow==\S+$", constraints.read_text(), re.MULTILINE).group(0)
+    _run([UV, "pip", "install", "--quiet", "--python", python, "-c", constraints, _wheel(dist), airflow_pin])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHONPATH"))}
     env |= {"AIRFLOW_HOME": str(tmp_path / "home"), "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"}
     where = _run([python, "-c", "import airflow_ml_provider; print(airflow_ml_provider.__file__)"], env=env,
