@@ -35,7 +35,7 @@ from pathlib import Path
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.drivers import SyncDriver, follow_async
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.source import LogLine
 
@@ -67,7 +67,7 @@ def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec, follow: str
     return elapsed, lines, timing["workers_ended_at"] - timing["workers_started_at"]
 
 
-def follow_job(backend: LocalBackend, name: str, follow: str, on_step) -> Step:
+def follow_job(backend: LocalBackend, name: str, follow: str, on_step) -> Decision:
     """Follow the job to the follower's decision with the driver a sync (or deferred) task uses."""
     follower = Follower(FollowOptions(poll_interval=POLL_INTERVAL))
     source = backend.log_source(name)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.logs.controls import visible_lines
 from airflow_ml_provider.logs.display import format_line
@@ -53,11 +53,11 @@ class SyncDriver:
 
     def __init__(self, follower: Follower, log: logging.Logger, backend: Backend | None = None,
                  name: str | None = None, source: LogSource | None = None, owns_job: bool = True,
-                 clock: Callable[[], float] = time.time, on_step: Callable[[Step], None] | None = None):
+                 clock: Callable[[], float] = time.time, on_step: Callable[[Decision], None] | None = None):
         self.follower, self.log, self.backend, self.name = follower, log, backend, name
         self.source, self.owns_job, self.clock, self.on_step = source, owns_job, clock, on_step
 
-    def poll(self) -> Step:
+    def poll(self) -> Decision:
         """One round, without sleeping."""
         status = batch = None
         if self.backend is not None:
@@ -74,19 +74,19 @@ class SyncDriver:
                 batch = exc
         return self._act(self.follower.round(status, batch, self.clock()))
 
-    def poll_ready(self) -> Step:
+    def poll_ready(self) -> Decision:
         """Rounds without sleeping while more lines are ready: the first step that waits or decides."""
         while (step := self.poll()).action is Action.WAIT and step.delay == 0:
             pass
         return step
 
-    def run(self) -> Step:
+    def run(self) -> Decision:
         """Follow until the follower decides; returns its final step (never WAIT). Not from a thread
         that is running an event loop (await ``follow_async`` there)."""
         return asyncio.run(follow_async(self.follower, self.log, self.backend, self.name, self.source,
                                         self.owns_job, clock=self.clock, on_step=self.on_step))
 
-    def _act(self, step: Step) -> Step:
+    def _act(self, step: Decision) -> Decision:
         if _report(step, self.log, self.on_step, self.backend, self.name, self.owns_job):
             self.backend.cancel(self.name)
         return step
@@ -98,7 +98,7 @@ def _has_log(status: JobStatus | Exception | None) -> bool:
     return not isinstance(status, Exception) and not (status is not None and status.state is JobState.QUEUED)
 
 
-def _report(step: Step, log: logging.Logger, on_step: Callable[[Step], None] | None, backend: Backend | None,
+def _report(step: Decision, log: logging.Logger, on_step: Callable[[Decision], None] | None, backend: Backend | None,
             name: str | None, owns_job: bool) -> bool:
     """What both drivers do with a step before their own I/O: show its warnings and lines, hand it to
     ``on_step`` (e.g. observability.JobMetrics); True when the driver must now cancel its own job."""
@@ -120,7 +120,7 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
                        name: str | None = None, source: LogSource | None = None, owns_job: bool = True,
                        on_progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
                        clock: Callable[[], float] = time.time,
-                       on_step: Callable[[Step], None] | None = None) -> Step:
+                       on_step: Callable[[Decision], None] | None = None) -> Decision:
     """Follow until the follower decides; returns its final step (never WAIT).
 
     Statuses come from ``backend.statuses()`` (the shared watch on Kubernetes, polling elsewhere),
@@ -183,7 +183,7 @@ def _showing(lines: list, follower: Follower, before: Any) -> dict[str, Any]:
 
 
 async def _round(follower: Follower, backend: Backend | None, name: str | None, source: LogSource | None,
-                 owns_job: bool, latest: dict[str, Any], clock: Callable[[], float]) -> Step:
+                 owns_job: bool, latest: dict[str, Any], clock: Callable[[], float]) -> Decision:
     status, batch = latest.get("error") or latest.get("status"), None
     if isinstance(status, Exception):
         return follower.round(status, None, clock())

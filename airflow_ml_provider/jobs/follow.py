@@ -33,9 +33,9 @@ _REASONS_SHOWN = frozenset({JobState.QUEUED, JobState.GANG_PENDING})  # a new re
 
 
 class Action(str, Enum):
-    WAIT = "wait"  # read again after ``Step.delay`` seconds
+    WAIT = "wait"  # read again after ``Decision.delay`` seconds
     FINISH = "finish"  # the job succeeded (or a succeed_on rule matched) and its log is complete
-    RESUBMIT = "resubmit"  # the job was preempted: start it again under its name, from ``Step.resume``
+    RESUBMIT = "resubmit"  # the job was preempted: start it again under its name, from ``Decision.resume``
     FAIL = "fail"  # the job failed, vanished, timed out, was refused, or a fail_on/retry_on rule matched
 
 
@@ -53,7 +53,7 @@ class ResumePoint:
 
 
 @dataclass(frozen=True)
-class Step:
+class Decision:
     action: Action
     lines: list[LogLine] = field(default_factory=list)  # new lines to show, up to a rule's match
     delay: float = 0.0  # WAIT: seconds before the next round (0: more lines are ready, read now)
@@ -76,7 +76,7 @@ class Step:
                 "resume": self.resume.__dict__ if self.resume else None}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Step:
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
         match = data.get("match")
         return cls(
             Action(data["action"]), message=data.get("message", ""), retryable=data.get("retryable", True),
@@ -120,7 +120,7 @@ class Follower:
 
     # -- rounds -----------------------------------------------------------------------------------------
 
-    def round(self, status: JobStatus | Exception | None, batch: LogBatch | Exception | None, now: float) -> Step:
+    def round(self, status: JobStatus | Exception | None, batch: LogBatch | Exception | None, now: float) -> Decision:
         """One round from what a driver read: the job's status or the error reading it, then the next
         batch of lines or the error reading it (None: not followed, or not read after a status error).
         The one place that turns a read error into a step: a vanished job, a refusal, a backend that
@@ -135,7 +135,7 @@ class Follower:
             return self.unavailable(str(batch), now)
         return self.observe(status, batch, now)
 
-    def observe(self, status: JobStatus | None, batch: LogBatch | None, now: float) -> Step:
+    def observe(self, status: JobStatus | None, batch: LogBatch | None, now: float) -> Decision:
         """One round: ``status`` read first (None when following a log alone), then ``batch`` (None
         when following a status alone). A terminal status followed by an empty read, at least
         ``settle_s`` after the job ended, means every line has been seen. Lines enter here, their control
@@ -159,49 +159,49 @@ class Follower:
             return self._verdict(match, progress)
         if (limit := self.options.max_queue_s) is not None and status is not None and self.waiting_since is not None \
                 and now - self.waiting_since >= limit:
-            return Step(Action.FAIL, **progress, cancel=True, retryable=False,
+            return Decision(Action.FAIL, **progress, cancel=True, retryable=False,
                         message=f"the job was not admitted by its queue within max_queue_s ({limit:g} s); "
                                 f"the queue's last reason: {status.message or 'none given'}")
         if self.options.deadline is not None and now >= self.options.deadline and not (status and status.ended):
-            return Step(Action.FAIL, **progress, cancel=True, timed_out=True,
+            return Decision(Action.FAIL, **progress, cancel=True, timed_out=True,
                         message=f"the job did not finish by its deadline ({self.options.deadline - now:+.0f} s)")
         more = batch is not None and len(batch.lines) >= self.options.max_lines
         if more:
-            return Step(Action.WAIT, **progress, delay=0.0)
+            return Decision(Action.WAIT, **progress, delay=0.0)
         if status is None or not status.ended:
             self.ended_at = None
-            return Step(Action.WAIT, **progress, delay=self.options.poll_interval)
+            return Decision(Action.WAIT, **progress, delay=self.options.poll_interval)
         if self.ended_at is None:
             self.ended_at = now
         if batch is not None and (lines or now - self.ended_at < self.options.settle_s):
             delay = 0.0 if lines else self.ended_at + self.options.settle_s - now
-            return Step(Action.WAIT, **progress, delay=delay)
+            return Decision(Action.WAIT, **progress, delay=delay)
         return self._ended(status, progress)
 
-    def unavailable(self, error: str, now: float) -> Step:
+    def unavailable(self, error: str, now: float) -> Decision:
         """The log store could not be read: wait with backoff, fail (retryably) past the grace period."""
         if self.outage_since is None:
             self.outage_since = now
         self.outage_failures += 1
         elapsed = now - self.outage_since
         if elapsed > self.options.outage_grace_s:
-            return Step(Action.FAIL, message=f"the log store was unreadable for {elapsed:.0f} s, longer than the "
+            return Decision(Action.FAIL, message=f"the log store was unreadable for {elapsed:.0f} s, longer than the "
                                              f"{self.options.outage_grace_s:g} s grace period: {error}")
         delay = min(max(self.options.poll_interval, 1.0) * 2 ** (self.outage_failures - 1), 30.0)
-        return Step(Action.WAIT, delay=delay, warnings=[
+        return Decision(Action.WAIT, delay=delay, warnings=[
             f"log store unavailable ({error}); retrying in {delay:.1f} s from the same position; the task "
             f"fails only if this lasts over {self.options.outage_grace_s:g} s"])
 
-    def vanished(self, error: str) -> Step:
-        return Step(Action.FAIL, message=f"the job vanished: {error}")
+    def vanished(self, error: str) -> Decision:
+        return Decision(Action.FAIL, message=f"the job vanished: {error}")
 
-    def unreachable(self, error: str) -> Step:
+    def unreachable(self, error: str) -> Decision:
         """The backend stayed unreachable through its own retries: another try of the task may succeed."""
-        return Step(Action.FAIL, message=f"the backend could not be reached: {error}")
+        return Decision(Action.FAIL, message=f"the backend could not be reached: {error}")
 
-    def refused(self, error: str) -> Step:
+    def refused(self, error: str) -> Decision:
         """A permanent refusal by the backend (no permission, no such resource kind): retrying cannot help."""
-        return Step(Action.FAIL, message=f"the backend refused to report the job: {error}", retryable=False)
+        return Decision(Action.FAIL, message=f"the backend refused to report the job: {error}", retryable=False)
 
     def resubmitted(self, new_log: bool) -> None:
         """The driver started the preempted job again: its new attempt's end is still to come, and with
@@ -285,26 +285,26 @@ class Follower:
         lasted, self.outage_since, self.outage_failures = now - self.outage_since, None, 0
         return [f"log store reachable again after {lasted:.1f} s; continuing from the saved position"]
 
-    def _verdict(self, match: RuleMatch, progress: dict) -> Step:
+    def _verdict(self, match: RuleMatch, progress: dict) -> Decision:
         if match.verdict is Verdict.SUCCEED:
-            return Step(Action.FINISH, **progress, match=match)
+            return Decision(Action.FINISH, **progress, match=match)
         where = f"its log matched {match.verdict.value}_on {match.pattern!r}: [{match.line.source}] {match.line.text}"
-        return Step(Action.FAIL, **progress, match=match, cancel=True, message=where,
+        return Decision(Action.FAIL, **progress, match=match, cancel=True, message=where,
                     retryable=match.verdict is Verdict.RETRY)
 
-    def _ended(self, status: JobStatus, progress: dict) -> Step:
+    def _ended(self, status: JobStatus, progress: dict) -> Decision:
         if status.state is JobState.SUCCEEDED:
-            return Step(Action.FINISH, **progress)
+            return Decision(Action.FINISH, **progress)
         if status.state is JobState.PREEMPTED and self.preemptions < self.options.max_preemptions:
             self.preemptions += 1
             checkpoint = self.tracker.checkpoint
             resume = ResumePoint(checkpoint["path"], checkpoint.get("step"), checkpoint.get("epoch")) if checkpoint else None
-            return Step(Action.RESUBMIT, **progress, resume=resume, message=status.message or "no reason given")
+            return Decision(Action.RESUBMIT, **progress, resume=resume, message=status.message or "no reason given")
         codes = ", ".join(f"rank {rank}: {code}" for rank, code in sorted(status.exit_codes.items()))
         reason = f"job {status.state.value}: {status.message or 'no reason given'} (exit codes: {codes or 'none recorded'})"
         if status.state is JobState.PREEMPTED:
             reason += f"; preempted {self.preemptions + 1} time(s), the most max_preemptions allows"
-        return Step(Action.FAIL, **progress, message=reason)
+        return Decision(Action.FAIL, **progress, message=reason)
 
 
 def _cut(text: str, chars: int) -> str:

@@ -18,7 +18,7 @@ from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options, replay
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmit
 from airflow_ml_provider.jobs.spec import Framework, SpecError, TrainingJobSpec
@@ -162,7 +162,7 @@ class JobRunner:
         self.job = (backend, name)
         self.spec = self._in_generation(self.prepare(context), name, self._generation(name, bump=False))
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
-        return self._drive(context, backend, name, follower, Step.from_dict(event))
+        return self._drive(context, backend, name, follower, Decision.from_dict(event))
 
     def cancel(self) -> None:
         """The task was killed: cancel the job this try submitted, if any."""
@@ -215,7 +215,7 @@ class JobRunner:
             return spec
         return TrainingJobSpec.model_validate({**spec.model_dump(), **self.artifact_dirs(self.setup, name, generation)})
 
-    def _drive(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
+    def _drive(self, context, backend: Backend, name: str, follower: Follower, step: Decision) -> dict[str, Any]:
         """Act on the follower's decisions until one ends the task: a preemption resubmits the job and waits
         again (in a loop: each resubmission is one more turn, never a deeper call)."""
         while step.action is Action.RESUBMIT:
@@ -223,7 +223,7 @@ class JobRunner:
             step = self._wait(context, backend, name, follower, source)
         return self._conclude(backend, name, follower, step)
 
-    def _wait(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> Step:
+    def _wait(self, context, backend: Backend, name: str, follower: Follower, source: LogSource) -> Decision:
         """Wait for the follower's decision on the job: here, or in the triggerer when deferrable (the task
         defers: ``resume`` picks up the trigger's event)."""
         metrics = job_metrics(context, name, self.framework.value)
@@ -237,7 +237,7 @@ class JobRunner:
             )
         return SyncDriver(follower, self.log, backend, name, source, on_step=metrics).run()
 
-    def _conclude(self, backend: Backend, name: str, follower: Follower, step: Step) -> dict[str, Any]:
+    def _conclude(self, backend: Backend, name: str, follower: Follower, step: Decision) -> dict[str, Any]:
         """The job's summary when it finished, else the task's failure (a retry when the follower allows one)."""
         state = step.status.state if step.status else JobState.FAILED
         try:
@@ -261,7 +261,7 @@ class JobRunner:
         """The image the job ran (lineage): its spec's, else the local backend's environment."""
         return (self.spec.image if self.spec else None) or getattr(backend, "image", None)
 
-    def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Step) -> LogSource:
+    def _resubmit(self, context, backend: Backend, name: str, follower: Follower, step: Decision) -> LogSource:
         """Start the preempted job again under its name, told where to resume (no Airflow retry is spent);
         returns the new attempt's log."""
         base = self.spec

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from airflow_ml_provider import labels
 from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.preemption import resubmit
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
@@ -261,7 +261,7 @@ class TrialScheduler:
         self._start(run.trial, self.space.suggest(run.trial))  # the values it drew
         return True
 
-    def _resubmit(self, run: _Running, step: Step) -> None:
+    def _resubmit(self, run: _Running, step: Decision) -> None:
         """A preempted trial starts again under its name, from its last checkpoint (no new trial is spent)."""
         follower = run.driver.follower
         self.log.warning("Trial %d: job %s was preempted (%s); resubmitting it (preemption %d), resuming from %s",
@@ -274,7 +274,7 @@ class TrialScheduler:
             self._end(run)
             self._fail(run.trial, f"its preempted job was not resubmitted: {exc}")
 
-    def _report(self, run: _Running, step: Step) -> bool:
+    def _report(self, run: _Running, step: Decision) -> bool:
         """Report the new steps to the trial, then ask the pruner; True when the trial was pruned.
 
         The decision depends on the reported values alone, not on whether the job happens to have

@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_ml_provider.hooks.elasticsearch_logs import ElasticsearchLogsHook
 from airflow_ml_provider.jobs.drivers import SyncDriver
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.operators.task_log import task_log_capped
 from airflow_ml_provider.triggers.durable import save_before_deferring, task_key
@@ -127,7 +127,7 @@ class ElasticsearchLogSensor(BaseSensorOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
-        return self._conclude(context, follower, Step.from_dict(event))
+        return self._conclude(context, follower, Decision.from_dict(event))
 
     def poke(self, context) -> bool | PokeReturnValue:
         """Reads every line there is now; the sensor's own timeout is Airflow's (no deadline here)."""
@@ -140,7 +140,7 @@ class ElasticsearchLogSensor(BaseSensorOperator):
             return False
         return PokeReturnValue(True, self._conclude(context, self._driver.follower, step))
 
-    def _conclude(self, context, follower: Follower, step: Step) -> dict[str, Any]:
+    def _conclude(self, context, follower: Follower, step: Decision) -> dict[str, Any]:
         metrics = follower.tracker.summary()
         context["ti"].xcom_push(key=METRICS_XCOM_KEY, value=metrics)
         if step.timed_out:

@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.drivers import SyncDriver
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
 
@@ -66,9 +66,9 @@ class TrainingJobSensor(BaseSensorOperator):
         return self._decided(step)
 
     def execute_complete(self, context, event: dict[str, Any]) -> None:
-        self._decided(Step.from_dict(event))
+        self._decided(Decision.from_dict(event))
 
-    def _decided(self, step: Step) -> bool:
+    def _decided(self, step: Decision) -> bool:
         if step.action is Action.FINISH:
             return True
         if step.action is Action.WAIT:

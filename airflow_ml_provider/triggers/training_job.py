@@ -10,7 +10,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.drivers import follow_async
-from airflow_ml_provider.jobs.follow import Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Decision, Follower, FollowOptions
 from airflow_ml_provider.observability import JobMetrics
 from airflow_ml_provider.triggers.durable import DurableFollowTrigger
 
@@ -69,6 +69,6 @@ class TrainingJobTrigger(DurableFollowTrigger):
         await asyncio.to_thread(backend.cancel, self.job_name)
 
 
-def event(job_name: str, step: Step, follower: Follower) -> dict[str, Any]:
+def event(job_name: str, step: Decision, follower: Follower) -> dict[str, Any]:
     """A final step as a JSON-serializable trigger event, with what the task needs to continue."""
     return {"job_name": job_name, **step.to_dict(), "options": follower.options.to_dict(), "state": follower.state}

@@ -13,7 +13,7 @@ from airflow_ml_provider.observability import JobMetrics
 
 
 @dataclass
-class FakeStep:  # the fields of jobs.follow.Step that JobMetrics reads
+class FakeDecision:  # the fields of jobs.follow.Decision that JobMetrics reads
     status: JobStatus | None = None
     points: list = field(default_factory=list)
 
@@ -26,10 +26,10 @@ def test_state_changes_points_and_throughput(datagrams):
     now = [100.0]
     metrics = JobMetrics("job-1", "dag", "task", "lightgbm", clock=lambda: now[0])
     running = JobStatus(JobState.RUNNING)
-    metrics(FakeStep(running, [("loss", 10, 0.5), ("auc", 10, 0.8)]))
+    metrics(FakeDecision(running, [("loss", 10, 0.5), ("auc", 10, 0.8)]))
     now[0] = 104.0
-    metrics(FakeStep(running, [("loss", 30, 0.25)]))  # 20 steps in 4 s
-    metrics(FakeStep(JobStatus(JobState.SUCCEEDED)))
+    metrics(FakeDecision(running, [("loss", 30, 0.25)]))  # 20 steps in 4 s
+    metrics(FakeDecision(JobStatus(JobState.SUCCEEDED)))
     assert datagrams() == [
         "airflow.ml_training.job_state.running:1|c",
         "airflow.ml_training.metric.loss:0.5|g",
@@ -47,5 +47,5 @@ def test_a_broken_metrics_backend_never_breaks_following(monkeypatch, caplog):
         raise OSError("no route to host")
 
     monkeypatch.setattr(stats, "incr", broken)
-    JobMetrics("job-1", "dag", "task", "generic")(FakeStep(JobStatus(JobState.RUNNING)))
+    JobMetrics("job-1", "dag", "task", "generic")(FakeDecision(JobStatus(JobState.RUNNING)))
     assert "Could not emit training metrics for job job-1: no route to host" in caplog.text

@@ -13,7 +13,7 @@ from kube_cluster import resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.drivers import SyncDriver
-from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions, Step
+from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
@@ -32,7 +32,7 @@ class Run(threading.Thread):
     def __init__(self, backend, name: str):
         super().__init__(daemon=True, name=f"follow {name}")
         self.states: list[JobState] = []
-        self.step: Step | None = None
+        self.step: Decision | None = None
         self.driver = SyncDriver(Follower(FollowOptions(poll_interval=300)), LOG, backend, name, owns_job=False,
                                  on_step=lambda step: self.states.append(step.status.state))
 
