@@ -123,7 +123,7 @@ class MPIOperator:
     def _running(self, pod: str) -> bool:
         try:
             return self.pods.state(pod)["Status"] == "running"
-        except subprocess.CalledProcessError:
+        except (subprocess.CalledProcessError, ValueError, KeyError):  # gone, or podman busy: not Running now
             return False
 
     def _pod(self, role: str, hostname: str) -> tuple[dict, dict, dict[str, str]]:

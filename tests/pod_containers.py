@@ -81,6 +81,7 @@ class PodNetwork:
         self.image, self.namespace = image, namespace
         self.network = f"aml-{uuid.uuid4().hex[:8]}"
         self.pods: dict[str, str] = {}  # hostname -> container name
+        self.closed = False
         podman("network", "create", self.network)
 
     def start(self, hostname: str, subdomain: str, pod: dict, container: dict, *,
@@ -88,6 +89,7 @@ class PodNetwork:
               claims: dict[str, Path] | None = None, fields: dict[str, str] | None = None) -> str:
         """Start ``container`` of pod spec ``pod`` as pod ``hostname`` under Service ``subdomain``; ``mounts``
         (mount path -> host folder) are the controller's ConfigMap and Secret volumes, ``claims`` the PVCs."""
+        assert not self.closed, f"pod {hostname}: the network is gone"
         name = f"{self.network}-{hostname}"
         env = {**container_env(container, fields), **(extra_env or {})}
         fqdn = f"{hostname}.{subdomain}.{self.namespace}.svc.cluster.local"
@@ -161,7 +163,10 @@ class PodNetwork:
         podman("kill", self.pods[hostname], check=False)
 
     def close(self) -> None:
-        for name in self.pods.values():
+        """Every container on the network (also one a controller thread started late), then the network."""
+        self.closed = True
+        listed = podman("ps", "--all", "--filter", f"network={self.network}", "--format", "{{.Names}}", check=False)
+        for name in {*self.pods.values(), *listed.stdout.split()}:
             podman("rm", "--force", "--time", "0", name, check=False)
         podman("network", "rm", "--force", self.network, check=False)
 

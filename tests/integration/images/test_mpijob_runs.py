@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -111,3 +113,46 @@ def test_a_failing_mpijob_launcher_fails_and_is_not_restarted_in_place(tmp_path,
     operator, code = _run(_mpijob("fail", spec), network, tmp_path, claims)
     assert code not in (0, None), network.logs(operator.launcher)[-3000:]
     assert len(operator.launcher_pods) == 1 and network.restarts(operator.launcher) == 0
+
+
+def test_elastic_mpijob_loses_a_worker_container_mid_run_and_finishes_on_the_rest(tmp_path, training_image, network,
+                                                                                 claims):
+    """Elastic Horovod on MPIJob (F2 and F9, run): max_workers worker pods, the launcher at once (AtStartup), its
+    horovodrun reading the operator's discover_hosts.sh (bare names: --slots-per-host). One worker's container is
+    killed mid-run; the operator's script stops listing it (it is no longer Running) and the ring goes on without
+    it to the last step."""
+    total = 200
+    spec = TrainingJobSpec(framework="horovod", num_workers=3, min_workers=1, max_workers=3, image=training_image,
+                           checkpoint_dir="/work/checkpoints", env={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"},
+                           kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.horovod_elastic", "--total-steps",
+                                    str(total)])
+    job = _mpijob("ela", spec)
+    assert job["spec"]["launcherCreationPolicy"] == "AtStartup" and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+    operator = MPIOperator(job, network, tmp_path / "controller", claims)
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.update(code=operator.run_launcher(JOB_TIMEOUT_S + 300)))
+    try:
+        operator.start_workers()  # and the launcher at once (AtStartup): the ring grows as the workers run
+        runner.start()
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while time.monotonic() < deadline and not (operator.launcher in network.pods and any(
+                # 3 workers in the ring, 10 steps trained on them
+                e.get("event") == "metrics" and e.get("workers") == 3 and e.get("step", 0) >= 10
+                for e in _events(network.logs(operator.launcher)))):
+            time.sleep(2)
+        sizes = [e.get("workers") for e in _events(network.logs(operator.launcher)) if e.get("event") == "metrics"]
+        network.kill("ela-worker-1")
+        runner.join(JOB_TIMEOUT_S + 330)
+    finally:
+        operator.close()
+        if runner.is_alive():  # the launcher still runs: stop it, so that the thread ends before the network goes
+            network.kill(operator.launcher)
+            runner.join(60)
+    launcher = network.logs(operator.launcher)
+    assert outcome.get("code") == 0, f"launcher exited {outcome.get('code')}:\n{launcher[-5000:]}"
+    events = _events(launcher)
+    changes = [e for e in events if e.get("event") == "membership"]
+    assert any((c["previous_size"], c["size"]) == (3, 2) for c in changes), (changes, sizes)
+    [result] = [e for e in events if e.get("event") == "result"]
+    assert result["steps"] == total and result["workers"] == 2, result
