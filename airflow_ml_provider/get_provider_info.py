@@ -347,7 +347,7 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "ML Training",
                 "python-modules": [
-                    "airflow_ml_provider.operators.job_run",
+                    "airflow_ml_provider.operators.base_job",
                     "airflow_ml_provider.operators.training",
                     "airflow_ml_provider.operators.search",
                     "airflow_ml_provider.operators.preprocess",

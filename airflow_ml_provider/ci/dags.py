@@ -22,9 +22,9 @@ from airflow_ml_provider.ci.context import RuntimeValue, check_context, holds_ru
 from airflow_ml_provider.ci.results import Case, relative
 from airflow_ml_provider.ci.targets import Targets
 from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.operators.base_job import BaseJobOperator, spec_on
 from airflow_ml_provider.operators.config import JobConfig
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
-from airflow_ml_provider.operators.job_run import BaseJobOperator, spec_on
 from airflow_ml_provider.operators.search import HyperparameterSearchOperator, trial_spec_builder
 from airflow_ml_provider.operators.training import BaseTrainingOperator
 from airflow_ml_provider.recipes.dag import InvalidRecipeOperator

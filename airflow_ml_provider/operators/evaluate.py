@@ -20,8 +20,8 @@ from airflow_ml_provider.hooks.model_registry import (
 )
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.base_job import BaseJobOperator
 from airflow_ml_provider.operators.config import JobRequest
-from airflow_ml_provider.operators.job_run import BaseJobOperator
 from airflow_ml_provider.operators.links import MLflowEvaluationLink, job_links
 from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
@@ -58,7 +58,7 @@ class EvaluateModelOperator(BaseJobOperator):
         registry_conn_id: the model registry (MLflow) connection.
         command: the evaluation argv before its arguments (default: ``runtime.evaluate``); templated.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
 
     Idempotent: the run is keyed by DAG run, training job and model file, so
     evaluating again (a retry, a re-run of the DAG run) returns the recorded run instead of logging a

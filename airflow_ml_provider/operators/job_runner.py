@@ -1,5 +1,5 @@
 """Running a job-running operator's job: submitting it, following it (here or in the triggerer) and
-concluding. Only execution needs this, so the DAG file's parse never imports it (``operators.job_run``
+concluding. Only execution needs this, so the DAG file's parse never imports it (``operators.base_job``
 holds what parsing needs)."""
 
 from __future__ import annotations

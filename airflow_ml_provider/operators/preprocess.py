@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow_ml_provider import assets
 from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.base_job import BaseJobOperator
 from airflow_ml_provider.operators.config import JobRequest
-from airflow_ml_provider.operators.job_run import BaseJobOperator
 
 
 class PreprocessOperator(BaseJobOperator):
@@ -25,7 +25,7 @@ class PreprocessOperator(BaseJobOperator):
         command: the preprocessing argv before its paths (default: ``runtime.preprocess``); templated.
         data_version: the source's content hash, recorded in the asset events; templated.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
 
     Returns (XCom): the job summary (without ``model_path``: it trains nothing) plus ``input`` and
     ``output``; the job's ``result`` line (rows, content hash) is in ``metrics``.

@@ -88,7 +88,7 @@ class RecipeTrialOperator(TrainingJobOperator):
         command: taken from ``trial``.
         framework, num_workers, outputs: see :class:`~airflow_ml_provider.operators.training.TrainingJobOperator`.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator` (a recipe passes ``job`` as a
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator` (a recipe passes ``job`` as a
             dict, its ``resources`` included).
 
     Returns (XCom): the training operators' summary plus the trial's ``params`` and ``map_index``.

@@ -13,8 +13,8 @@ from airflow_ml_provider.artifact_layout import inputs_dir, join
 from airflow_ml_provider.hooks.model_registry import CHAMPION, TRAINED_BY, ModelRegistryHook
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.base_job import BaseJobOperator
 from airflow_ml_provider.operators.config import JobRequest
-from airflow_ml_provider.operators.job_run import BaseJobOperator
 from airflow_ml_provider.operators.links import MLflowModelVersionLink, job_links
 from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 from airflow_ml_provider.runtime.score import PREDICTIONS
@@ -34,7 +34,7 @@ class BatchScoringOperator(BaseJobOperator):
         rows: rows in the generated batch.
         registry_conn_id: the model registry (MLflow) connection.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
 
     Returns (XCom): ``model`` plus ``{"version", "model_uri", "framework", "rows", "label_counts",
     "predictions", "url", "job_name", "backend"}`` (``url``: the version in the MLflow UI, or empty).

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators.base_job import BaseJobOperator
 from airflow_ml_provider.operators.config import (
     JobRequest,
     OnFinish,
@@ -14,7 +15,6 @@ from airflow_ml_provider.operators.config import (
     TrainingOutputs,
     as_dict,
 )
-from airflow_ml_provider.operators.job_run import BaseJobOperator
 
 __all__ = ["BaseTrainingOperator", "HorovodTrainingOperator", "LightGBMTrainingOperator", "OnFinish",
            "PyTorchTrainingOperator", "TrainingJobFailed", "TrainingJobOperator"]
@@ -55,7 +55,7 @@ class BaseTrainingOperator(BaseJobOperator):
             (:class:`~airflow_ml_provider.operators.config.TrainingOutputs` or its dict; default: the job's
             under the artifact root); templated.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
 
     Returns (XCom): ``{"job_name", "backend", "state", "metrics", "model_path", "image"}``.
     """
@@ -95,7 +95,7 @@ class TrainingJobOperator(BaseTrainingOperator):
         framework: how the workers are started (``generic``, ``horovod``, ``lightgbm``).
         num_workers, outputs: see :class:`BaseTrainingOperator`.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
     """
 
     def __init__(self, *, command: list[str], framework: Framework | str = Framework.GENERIC, **kwargs: Any):
@@ -117,7 +117,7 @@ class HorovodTrainingOperator(BaseTrainingOperator):
         min_workers, max_workers: the elastic job's bounds (``num_workers`` is its initial size).
         num_workers, outputs: see :class:`BaseTrainingOperator`.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
     """
 
     framework = Framework.HOROVOD
@@ -150,7 +150,7 @@ class LightGBMTrainingOperator(BaseTrainingOperator):
         command: the trainer's argv before its data arguments (default: ``runtime.lightgbm_trainer``).
         num_workers, outputs: see :class:`BaseTrainingOperator`.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
     """
 
     framework = Framework.LIGHTGBM
@@ -188,7 +188,7 @@ class PyTorchTrainingOperator(BaseTrainingOperator):
         nproc_per_node: ranks per worker (one per GPU of a node; 1 on CPU).
         num_workers, outputs: see :class:`BaseTrainingOperator`.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
     """
 
     framework = Framework.PYTORCH

@@ -6,7 +6,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
-from airflow_ml_provider.operators.job_run import spec_on
+from airflow_ml_provider.operators.base_job import spec_on
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
 
 
