@@ -82,9 +82,13 @@ if ! podman image exists "$base"; then
     echo "build_image: base made in $((SECONDS - start)) s" >&2
 fi
 
-volumes=(-v "$ca_bundle:/run/host-ca.crt:ro")
-args=(--build-arg "BASE_IMAGE=$base" --build-arg PIP_CERT=/run/host-ca.crt
-      --build-arg SSL_CERT_FILE=/run/host-ca.crt --build-arg UV_SYSTEM_CERTS=1)
+volumes=()
+args=(--build-arg "BASE_IMAGE=$base")
+if [[ -f $ca_bundle ]]; then
+    volumes+=(-v "$ca_bundle:/run/host-ca.crt:ro")
+    args+=(--build-arg PIP_CERT=/run/host-ca.crt --build-arg SSL_CERT_FILE=/run/host-ca.crt
+           --build-arg UV_SYSTEM_CERTS=1)
+fi
 mkdir -p "$cache_root" "$uv_cache"
 volumes+=(-v "$cache_root:/run/airflow-ml-cache" -v "$uv_cache:/run/uv-cache")
 args+=(--build-arg HOROVOD_CACHE=/run/airflow-ml-cache --build-arg UV_CACHE_DIR=/run/uv-cache)
