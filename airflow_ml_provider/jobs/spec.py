@@ -29,6 +29,7 @@ class Framework(str, Enum):
     HOROVOD = "horovod"  # horovodrun / MPI: one launcher, ring-allreduce between ranks
     LIGHTGBM = "lightgbm"  # LightGBM sockets: each worker is told the full machine list
     PYTORCH = "pytorch"  # torchrun (c10d rendezvous): one agent per worker, nproc_per_node ranks each
+    XGBOOST = "xgboost"  # XGBoost's collective: a tracker started by the job, DMLC_* in every worker (jobs.xgboost)
     GENERIC = "generic"  # N independent ranks with RANK/NUM_WORKERS in their environment
 
 

@@ -5,6 +5,8 @@ index as ``JOB_COMPLETION_INDEX``, so every worker can be told the full machine 
 PyTorch runs one torchrun agent per pod, by static rendezvous (``torchrun.static_args``, as on volcano and
 trainjob): node ``i`` is the pod of completion index ``i`` (``--node-rank $(JOB_COMPLETION_INDEX)``) and node 0
 hosts the store at its stable name, ``--master-addr <job>-0.<job> --master-port 29400``.
+XGBoost's tracker runs beside the worker of pod 0 (``jobs.xgboost``), which every worker reaches at
+``<job>-0.<job>:9091`` (``DMLC_TRACKER_URI``/``DMLC_TRACKER_PORT``), ``DMLC_TASK_ID`` its completion index.
 
 Why not c10d (``--rdzv-endpoint <job>-0.<job>:29400``, before): there the agent that hosts the store is the one
 whose machine the endpoint's name resolves to, decided once by a lookup when the agent starts (torch 2.13.0
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import logging
 
-from airflow_ml_provider.jobs import torchrun
+from airflow_ml_provider.jobs import torchrun, xgboost
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     check_pod_security,
@@ -74,8 +76,8 @@ def check_options(spec: TrainingJobSpec) -> None:
                          "need the local backend")
     refuse_unused(spec, "indexed-job", "clean_pod_policy", "slots_per_worker")
     check_pod_security(spec, "indexed-job")  # its pods need no root: "restricted" works for every framework
-    if spec.framework is Framework.PYTORCH:
-        refuse_unused(spec, "indexed-job (pytorch)", "worker_port")  # the agents meet at the rendezvous port
+    if spec.framework in (Framework.PYTORCH, Framework.XGBOOST):  # they meet at the rendezvous or tracker port
+        refuse_unused(spec, f"indexed-job ({spec.framework.value})", "worker_port")
     if spec.scheduling.gang and not _told_no_gang:
         _told_no_gang = True
         log.warning("scheduling.gang: indexed-job has no gang scheduler; its workers start as they are placed "
@@ -95,7 +97,7 @@ class IndexedJobBackend(KubernetesBackend):
     name = "indexed-job"
     api_version = "batch/v1"
     kind = "Job"
-    frameworks = frozenset({Framework.LIGHTGBM, Framework.PYTORCH, Framework.GENERIC})
+    frameworks = frozenset({Framework.LIGHTGBM, Framework.PYTORCH, Framework.XGBOOST, Framework.GENERIC})
     suspend_field = ("spec", "suspend")  # Kueue's batch/job integration
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -103,6 +105,9 @@ class IndexedJobBackend(KubernetesBackend):
         if spec.framework is Framework.PYTORCH:
             port, env = torchrun.RENDEZVOUS_PORT, {}
             command = ["torchrun", *torchrun.static_args(spec, rendezvous(name, spec))]
+        elif spec.framework is Framework.XGBOOST:  # the tracker beside pod 0, at its stable name (jobs.xgboost)
+            port, env = xgboost.TRACKER_PORT, xgboost.worker_env(f"{name}-0.{name}", xgboost.TRACKER_PORT, spec.num_workers)
+            command = xgboost.pod_gate(spec.command, f"$({COMPLETION_INDEX_ENV})", spec.num_workers)
         else:
             port, command = spec.kubernetes.worker_port, spec.command
             machines = ",".join(f"{name}-{i}.{name}:{port}" for i in range(spec.num_workers))

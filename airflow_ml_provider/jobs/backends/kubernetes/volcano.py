@@ -2,13 +2,13 @@
 
 Horovod runs as a ``master`` task (horovodrun over the workers' svc-plugin host names) plus a
 ``worker`` task running sshd; LightGBM and generic jobs are one ``worker`` task whose pods find each
-other by the stable hostnames of the svc plugin. PyTorch runs one torchrun agent a pod in a ``master``
+other by the stable hostnames of the svc plugin (XGBoost's: the tracker beside worker 0). PyTorch runs one torchrun agent a pod in a ``master``
 task of one pod and a ``worker`` task of the rest, numbered by Volcano's ``pytorch`` plugin.
 """
 
 from __future__ import annotations
 
-from airflow_ml_provider.jobs import torchrun
+from airflow_ml_provider.jobs import torchrun, xgboost
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     ROLE_LABEL,
@@ -76,7 +76,8 @@ class VolcanoBackend(KubernetesBackend):
     name = "volcano"
     api_version = "batch.volcano.sh/v1alpha1"
     kind = "Job"
-    frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.PYTORCH, Framework.GENERIC})
+    frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.PYTORCH, Framework.XGBOOST,
+                            Framework.GENERIC})
     gang_fields = (("schedulerName",), ("minAvailable",))
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -154,11 +155,20 @@ class VolcanoBackend(KubernetesBackend):
         return tasks
 
     def _peer_task(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> dict:
-        port = spec.kubernetes.worker_port
-        machines = ",".join(f"{name}-worker-{i}.{name}:{port}" for i in range(spec.num_workers))
-        env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: VC_TASK_INDEX
+        """One task of peers: LightGBM's (told the machine list) and generic workers, or XGBoost's, whose tracker
+        runs beside worker 0 at the svc plugin's name for it (jobs.xgboost), DMLC_TASK_ID the env plugin's index."""
+        command = spec.command
+        if spec.framework is Framework.XGBOOST:
+            refuse_unused(spec, f"{self.name} (xgboost)", "worker_port")  # the workers meet at the tracker's port
+            port = xgboost.TRACKER_PORT
+            env = xgboost.worker_env(f"{name}-worker-0.{name}", port, spec.num_workers)
+            command = xgboost.pod_gate(spec.command, "$(VC_TASK_INDEX)", spec.num_workers)
+        else:
+            port = spec.kubernetes.worker_port
+            machines = ",".join(f"{name}-worker-{i}.{name}:{port}" for i in range(spec.num_workers))
+            env = {"AIRFLOW_ML_MACHINES": machines, "AIRFLOW_ML_LOCAL_PORT": str(port)}  # rank: VC_TASK_INDEX
         worker = pod_template(spec, labels, "worker",
-                              [container(spec, "worker", spec.command, env=env, ports=[port])], **_deadline(spec))
+                              [container(spec, "worker", command, env=env, ports=[port])], **_deadline(spec))
         return {"name": "worker", "replicas": spec.num_workers, "template": worker, "policies": [_crash_policy(spec)]}
 
     def job_status(self, obj: dict) -> JobStatus:

@@ -55,7 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from airflow_ml_provider.jobs import torchrun
+from airflow_ml_provider.jobs import torchrun, xgboost
 from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
 from airflow_ml_provider.jobs.backends.local.common import (
     JOB_UID_ENV,
@@ -135,6 +135,10 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         env.update(torchrun.LINE_PREFIX_ENV | torchrun.FRESH_STORE_ENV, GLOO_SOCKET_IFNAME="lo")
         options = torchrun.torchrun_args(spec, rdzv_id=job_dir.name) if spec.elastic else torchrun.one_machine_args(spec)
         argv = [os.path.join(bin_dir, "torchrun"), *options]
+    elif spec.framework is Framework.XGBOOST:  # each worker waits for the job's tracker, then runs its command
+        argv = xgboost.local_gate(sys.executable, spec.command)
+        return {"framework": spec.framework.value, "argv": argv, "env": env, "cwd": spec.working_dir or str(job_dir),
+                "tracker_python": os.path.join(bin_dir, "python")}
     else:
         argv = list(spec.command)
     return {"framework": spec.framework.value, "argv": argv, "env": env,
@@ -470,35 +474,69 @@ def horovod_output(line: str) -> list[tuple[str, str, tuple[int, int] | None]]:
 
 
 def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter, start: Start) -> JobStatus:
-    """One process per rank; each is told every rank's address (LightGBM's ``machines``)."""
-    ports = free_ports(spec["num_workers"])  # (a sandboxed job's network is its own: any port is free there)
-    machines = ",".join(f"127.0.0.1:{port}" for port in ports)
-    ranks = [env | {"AIRFLOW_ML_RANK": str(rank), "AIRFLOW_ML_LOCAL_PORT": str(port), "AIRFLOW_ML_MACHINES": machines}
-             for rank, port in enumerate(ports)]
+    """One process per rank; each is told every rank's address (LightGBM's ``machines``), or for an XGBoost
+    job the tracker's, which runs beside the ranks as a process of the job (``jobs.xgboost`` says why)."""
+    n = spec["num_workers"]
+    helpers: list[tuple[list[str], dict[str, str], str]] = []
+    if plan["framework"] == "xgboost":
+        [port] = free_ports(1)  # (a sandboxed job's network is its own: any port is free there)
+        ranks = [env | {"AIRFLOW_ML_RANK": str(rank)} | xgboost.worker_env("127.0.0.1", port, n, rank)
+                 for rank in range(n)]
+        helpers.append((xgboost.tracker_argv(plan["tracker_python"], n, port), env, plan["cwd"]))
+    else:
+        ports = free_ports(n)
+        machines = ",".join(f"127.0.0.1:{port}" for port in ports)
+        ranks = [env | {"AIRFLOW_ML_RANK": str(rank), "AIRFLOW_ML_LOCAL_PORT": str(port),
+                        "AIRFLOW_ML_MACHINES": machines} for rank, port in enumerate(ports)]
     try:
-        procs = start([(plan["argv"], rank_env, plan["cwd"]) for rank_env in ranks])
+        started = start([*helpers, *((plan["argv"], rank_env, plan["cwd"]) for rank_env in ranks)])
     except OSError as exc:
         return _not_started(plan, exc, writer)
     _forward_sigterm(env[JOB_UID_ENV])
+    tracker, procs = (started[0] if helpers else None), started[len(helpers):]
     readers = [threading.Thread(target=_pump, args=(p.stdout, f"rank {r}", writer)) for r, p in enumerate(procs)]
+    if tracker is not None:
+        readers.append(threading.Thread(target=_pump, args=(tracker.stdout, "xgboost-tracker", writer)))
     for reader in readers:
         reader.start()
     codes: dict[int, int] = {}
     failures: list[tuple[int, int]] = []
+    tracker_code = None  # the tracker's exit, when it failed before any rank did
     while len(codes) < len(procs):
+        ended = []
         for rank, proc in enumerate(procs):
             if rank not in codes and (code := proc.poll()) is not None:
                 codes[rank] = code
                 if code != 0:
-                    failures.append((rank, code))
-        if failures:  # the others would wait forever on the missing peer
+                    ended.append((rank, code))
+        # of ranks seen ending together, one killed from outside first: the others failed for its loss
+        failures += sorted(ended, key=lambda failure: failure[1] not in _KILL_SIGNALS)
+        if tracker is not None and tracker_code is None and not failures and tracker.poll() not in (None, 0):
+            tracker_code = tracker.poll()
+        if failures or tracker_code is not None:  # the others would wait forever on the missing peer
             for rank, proc in enumerate(procs):
                 if rank not in codes and proc.poll() is None:
                     proc.terminate()
         time.sleep(0.05)
+    if tracker is not None:
+        _stop_helper(tracker)
     for reader in readers:
         reader.join()
+    if tracker_code is not None:
+        state = JobState.PREEMPTED if tracker_code in _KILL_SIGNALS else JobState.FAILED  # killed from outside
+        return JobStatus(state, f"the xgboost tracker exited with code {tracker_code}", codes)
     return _verdict(codes, failures, max(codes.values(), key=abs), "the workers")
+
+
+def _stop_helper(proc, grace_s: float = 10.0) -> None:
+    """A helper of the job (XGBoost's tracker) once its ranks ended: it ends by itself when they all shut down
+    their communicator; otherwise (a rank failed) it is stopped."""
+    deadline = time.monotonic() + grace_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait()
 
 
 def _run_torchrun(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter, start: Start) -> JobStatus:

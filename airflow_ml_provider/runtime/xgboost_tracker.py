@@ -1,0 +1,111 @@
+"""XGBoost's tracker for a job, and the gate each worker passes before its own script starts.
+
+Two modes, both runnable as a file (``python xgboost_tracker.py ...``, the local launcher's way: the gate
+needs only the standard library, the tracker only the image's ``xgboost``) or as a module
+(``python -m airflow_ml_provider.runtime.xgboost_tracker ...``, the pods' way):
+
+- ``serve --workers N --host H --port P``: ``xgboost.tracker.RabitTracker(n_workers=N, host_ip=H, port=P,
+  sortby="task")`` (workers ranked by their ``DMLC_TASK_ID``), until every worker has shut down its
+  communicator. The tracker must run from the job's own image: its protocol is the workers' xgboost version's.
+- ``worker [--task-id ID] [--serve-workers N] -- ARGV...``: sets ``DMLC_TASK_ID`` (where the backend knows the
+  rank only as ``$(JOB_COMPLETION_INDEX)`` or ``$(VC_TASK_INDEX)``, which the kubelet expands in the command),
+  starts the tracker beside this worker when ``--serve-workers`` is given and the task id is 0 (a pod's
+  worker 0, which the others reach through the job's headless Service), waits until the tracker at
+  ``DMLC_TRACKER_URI:DMLC_TRACKER_PORT`` accepts a connection, then replaces itself with ``ARGV``: the user's
+  script runs as it is, as this very process (a signal to the worker reaches the script).
+
+Why the gate: a worker's ``CommunicatorContext`` retries a refused connection only a few times within
+seconds (xgboost 3.2 ``collective/socket.cc``), and the tracker starts with its workers: on a loaded machine,
+or when worker 0's pod is placed last, the script failed before the tracker listened. The gate's probe is a
+connection closed at once, which the tracker drops with one warning ("Failed to initialize worker proxy")
+and then serves the real workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+
+WAIT_S = 600.0  # how long a worker waits for the tracker (a pod's worker 0 may be placed minutes later)
+TRACKER_PORT = 9091  # on a Kubernetes job's worker 0 (Kubeflow Trainer's xgboost runtime uses the same)
+
+
+def serve(workers: int, host: str, port: int) -> int:
+    """Run the tracker until the job's workers are done."""
+    from xgboost.tracker import RabitTracker
+
+    tracker = RabitTracker(n_workers=workers, host_ip=host, port=port, sortby="task")
+    tracker.start()
+    print(f"xgboost tracker listening on {host}:{port} for {workers} workers", flush=True)
+    tracker.wait_for()
+    print("xgboost tracker: every worker finished", flush=True)
+    return 0
+
+
+def wait_for_tracker(host: str, port: int, wait_s: float = WAIT_S) -> None:
+    """Return once ``host:port`` accepts a connection (a name not yet in DNS is retried too); TimeoutError."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=5).close()
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the xgboost tracker at {host}:{port} did not answer in {wait_s:g} s: {exc}") from None
+            time.sleep(0.2)
+
+
+def worker(args: argparse.Namespace) -> int:
+    if not args.argv:
+        print("xgboost_tracker worker: no command after '--'", file=sys.stderr)
+        return 2
+    if args.task_id is not None:
+        os.environ["DMLC_TASK_ID"] = args.task_id
+    host, port = os.environ.get("DMLC_TRACKER_URI"), os.environ.get("DMLC_TRACKER_PORT")
+    if not host or not (port or "").isdigit():
+        print("xgboost_tracker worker: DMLC_TRACKER_URI and DMLC_TRACKER_PORT must be set", file=sys.stderr)
+        return 2
+    if args.serve_workers and os.environ.get("DMLC_TASK_ID") == "0":
+        # the tracker beside worker 0, in the pod: bound to every address, so the Service's name reaches it
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", "--workers", str(args.serve_workers),
+                          "--host", "0.0.0.0", "--port", port], stdin=subprocess.DEVNULL)
+    try:
+        wait_for_tracker(host, int(port), args.wait_s)
+    except TimeoutError as exc:
+        print(f"xgboost_tracker worker: {exc}", file=sys.stderr)
+        return 3
+    os.execvp(args.argv[0], args.argv)
+    return 127  # not reached: execvp raises OSError if it cannot run
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="xgboost_tracker")
+    modes = parser.add_subparsers(dest="mode", required=True)
+    tracker = modes.add_parser("serve", help="run the tracker")
+    tracker.add_argument("--workers", type=int, required=True)
+    tracker.add_argument("--host", default="127.0.0.1")
+    tracker.add_argument("--port", type=int, required=True)
+    gate = modes.add_parser("worker", help="wait for the tracker, then run the worker's command")
+    gate.add_argument("--task-id")
+    gate.add_argument("--serve-workers", type=int)
+    gate.add_argument("--wait-s", type=float, default=WAIT_S)
+    gate.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.mode == "worker" and args.argv[:1] == ["--"]:
+        args.argv = args.argv[1:]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.mode == "serve":
+        return serve(args.workers, args.host, args.port)
+    return worker(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The gate every XGBoost worker passes (runtime/xgboost_tracker.py, run as the local launcher runs it: a file,
+isolated mode, the standard library only): it waits for the tracker's port, then becomes the worker's command
+with DMLC_TASK_ID set; it gives up, saying so, when no tracker answers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from airflow_ml_provider.jobs import xgboost
+
+PRINT_ENV = [sys.executable, "-c", "import os; print(os.getpid(), os.environ['DMLC_TASK_ID'], flush=True)"]
+
+
+def _gate(port: int, *args: str, wait_s: str = "20") -> subprocess.Popen:
+    env = {**os.environ, "DMLC_TRACKER_URI": "127.0.0.1", "DMLC_TRACKER_PORT": str(port)}
+    argv = xgboost.local_gate(sys.executable, PRINT_ENV)
+    argv[argv.index("worker") + 1:argv.index("worker") + 1] = ["--wait-s", wait_s, *args]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_gate_waits_for_the_tracker_then_becomes_the_workers_command():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gate = _gate(port, "--task-id", "1")
+    time.sleep(1.0)
+    assert gate.poll() is None, gate.communicate()  # nothing listens yet: it waits
+    listener = socket.create_server(("127.0.0.1", port))
+    accepted = threading.Thread(target=lambda: listener.accept()[0].close(), daemon=True)
+    accepted.start()
+    out, err = gate.communicate(timeout=30)
+    listener.close()
+    assert gate.returncode == 0, err
+    pid, task_id = out.split()
+    assert (int(pid), task_id) == (gate.pid, "1")  # exec: the command is the gate's own process
+
+
+def test_the_gate_gives_up_naming_the_tracker_when_nothing_listens():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gate = _gate(port, "--task-id", "0", wait_s="1")
+    out, err = gate.communicate(timeout=30)
+    assert gate.returncode == 3 and out == ""
+    assert f"the xgboost tracker at 127.0.0.1:{port} did not answer in 1 s" in err
