@@ -4,14 +4,16 @@ jobs themselves run in tests/integration/pytorch."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from airflow_ml_provider.jobs import torchrun
-from airflow_ml_provider.jobs.backends.local.launcher import launch_plan
+from airflow_ml_provider.jobs.backends.local.launcher import TORCHRUN_MAIN, launch_plan
 from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
+from support import TRAINING_PYTHON, needs_training_env
 
 TRAIN = ["python", "-m", "airflow_ml_provider.runtime.torch_ddp"]
 
@@ -61,7 +63,7 @@ def test_nproc_per_node_is_refused_for_other_frameworks():
 
 def test_the_local_plan_runs_the_images_torchrun_on_loopback_with_ranks_prefixed():
     plan = launch_plan(_spec(min_workers=1, max_workers=2), sys.prefix, Path("/jobs/job-a"))
-    assert plan["argv"][0] == str(Path(sys.prefix, "bin", "torchrun"))
+    assert plan["argv"][:2] == [str(Path(sys.prefix, "bin", "python")), str(TORCHRUN_MAIN)]  # torchrun, tails sooner
     assert _option(plan["argv"], "--rdzv-id") == "job-a" and _option(plan["argv"], "--nnodes") == "1:2"
     assert "--local-addr" not in plan["argv"]  # each agent gets its own loopback address (PET_LOCAL_ADDR)
     assert plan["env"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[${rank}]:"
@@ -102,3 +104,15 @@ def test_the_root_cause_comes_first_though_the_agent_lists_the_ranks_it_stopped_
         if rank is None:
             summary.feed(text)
     assert summary.failures == [(1, -9), (0, -15)]
+
+
+@needs_training_env
+def test_the_local_torchrun_tails_its_ranks_lines_every_10_ms():
+    """torchrun_main makes the TailLogs of ``--tee`` wake every 10 ms (torch's own 100 ms cost each job up to
+    0.2 s at its end, waiting for its stdout then its stderr tails): checked in the training env's torch."""
+    probe = (f"import runpy, sys; runpy.run_path({str(TORCHRUN_MAIN)!r}, run_name='probe')['tail_sooner'](); "
+             "from torch.distributed.elastic.multiprocessing.tail_log import TailLog; "
+             "print(TailLog('x', {0: '/dev/null'}, sys.stdout)._interval_sec)")
+    done = subprocess.run([str(TRAINING_PYTHON), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) == 0.01
