@@ -15,6 +15,7 @@ from airflow_ml_provider.operators.training import (
     PyTorchTrainingOperator,
     TrainingJobFailed,
     TrainingJobOperator,
+    XGBoostTrainingOperator,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "RecipeTrialOperator",
     "TrainingJobFailed",
     "TrainingJobOperator",
+    "XGBoostTrainingOperator",
 ]

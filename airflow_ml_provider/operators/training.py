@@ -17,7 +17,7 @@ from airflow_ml_provider.operators.config import (
 )
 
 __all__ = ["BaseTrainingOperator", "HorovodTrainingOperator", "LightGBMTrainingOperator", "OnFinish",
-           "PyTorchTrainingOperator", "TrainingJobFailed", "TrainingJobOperator"]
+           "PyTorchTrainingOperator", "TrainingJobFailed", "TrainingJobOperator", "XGBoostTrainingOperator"]
 
 
 class BaseTrainingOperator(BaseJobOperator):
@@ -92,7 +92,7 @@ class TrainingJobOperator(BaseTrainingOperator):
 
     Args:
         command: the worker argv; templated.
-        framework: how the workers are started (``generic``, ``horovod``, ``lightgbm``).
+        framework: how the workers are started (``generic``, ``horovod``, ``lightgbm``, ``pytorch``, ``xgboost``).
         num_workers, outputs: see :class:`BaseTrainingOperator`.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
             :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
@@ -206,3 +206,48 @@ class PyTorchTrainingOperator(BaseTrainingOperator):
     def job_request(self) -> JobRequest:
         return JobRequest(self.framework, self.build_command(), self.num_workers, self.min_workers, self.max_workers,
                           nproc_per_node=self.nproc_per_node)
+
+
+class XGBoostTrainingOperator(BaseTrainingOperator):
+    """Distributed XGBoost (``hist``, its collective): one process per worker, the job's tracker started by the
+    backend (``jobs.xgboost``), each worker seeing ``DMLC_TRACKER_URI``, ``DMLC_TRACKER_PORT``, ``DMLC_TASK_ID``
+    and ``DMLC_NUM_WORKER`` as under Kubeflow Trainer's xgboost runtime. By default the bundled trainer
+    (``runtime.xgboost_trainer``): each worker loads its shard of ``train_data``, rank 0 reports the validation
+    metrics and saves the model; with ``command`` (and no ``train_data``) the user's own script runs as it is,
+    e.g. one that joins with ``xgboost.collective.CommunicatorContext``.
+
+    Args:
+        train_data: .npz (X, y) or .csv file(s) with a ``label`` column, readable by every worker; templated.
+        xgboost_params: XGBoost parameters (not named ``params``: Airflow merges the DAG's Params into any
+            operator argument of that name); templated.
+        valid_data: the validation set, same formats; templated.
+        num_boost_round: boosting rounds; templated.
+        command: the trainer's argv before its data arguments (default: ``runtime.xgboost_trainer``), or with no
+            ``train_data`` the whole worker argv.
+        num_workers, outputs: see :class:`BaseTrainingOperator`.
+        job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
+            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+    """
+
+    framework = Framework.XGBOOST
+    template_fields: Sequence[str] = (*BaseTrainingOperator.template_fields, "train_data", "valid_data",
+                                      "xgboost_params", "num_boost_round")
+    template_fields_renderers = {**BaseTrainingOperator.template_fields_renderers, "xgboost_params": "json"}
+
+    def __init__(self, *, train_data: str | None = None, xgboost_params: dict[str, Any] | None = None,
+                 valid_data: str | None = None, num_boost_round: int = 100, **kwargs: Any):
+        super().__init__(**kwargs)
+        if train_data is None and kwargs.get("command") is None:
+            raise ValueError(f"{self.task_id}: train_data: the bundled trainer needs it (or give your own command)")
+        self.train_data = train_data
+        self.valid_data = valid_data
+        self.xgboost_params = xgboost_params or {}
+        self.num_boost_round = num_boost_round
+
+    def build_command(self) -> list[str]:
+        if self.train_data is None:  # the user's own script, unchanged
+            return self.command
+        command = self.command or ["python", "-m", "airflow_ml_provider.runtime.xgboost_trainer"]
+        command = [*command, "--train-data", self.train_data, "--params-json", json.dumps(self.xgboost_params),
+                   "--num-boost-round", str(self.num_boost_round)]
+        return command + (["--valid-data", self.valid_data] if self.valid_data else [])

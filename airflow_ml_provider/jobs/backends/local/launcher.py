@@ -520,7 +520,7 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter,
                     proc.terminate()
         time.sleep(0.05)
     if tracker is not None:
-        _stop_helper(tracker)
+        _stop_helper(tracker, grace_s=0.0 if failures else 10.0)
     for reader in readers:
         reader.join()
     if tracker_code is not None:
