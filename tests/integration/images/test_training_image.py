@@ -33,6 +33,7 @@ COMMANDS = {
     "horovod": [["python", "-m", MODULE + "horovod_keras", "--epochs", "1"]],
     "lightgbm": [["python", "-m", MODULE + "lightgbm_trainer"]],
     "pytorch": [["python", "-m", MODULE + "torch_ddp"]],
+    "xgboost": [["python", "-m", MODULE + "xgboost_trainer"]],
     "generic": [["python", "-m", MODULE + "preprocess"], ["python", "-m", MODULE + "evaluate"],
                 ["python", "-m", MODULE + "score", "--model", "/models/m"]],
 }
@@ -113,6 +114,7 @@ def rendered_checks(image: str) -> dict[str, list[dict]]:
     """Every distinct check of every rendered job, by the user it must run as."""
     by_user: dict[str, list[dict]] = {}
     for kind, framework, bounds in _runs():
+        assert framework in COMMANDS, f"{kind} takes {framework}: add the command its operator gives it to COMMANDS"
         for command in COMMANDS[framework]:
             spec = TrainingJobSpec(framework=framework, command=command, num_workers=2, image=image,
                                    scheduling={"gang": False}, **bounds)
