@@ -117,6 +117,9 @@ _TRAINING_FIELDS = {
     "image_pytorch": _field(
         "Kubernetes: PyTorch image", "Image for PyTorch jobs (torchrun). Empty: the training image."
     ),
+    "image_xgboost": _field(
+        "Kubernetes: XGBoost image", "Image for XGBoost jobs (their tracker too). Empty: the training image."
+    ),
     "image_generic": _field("Kubernetes: generic image", "Image for other jobs. Empty: the training image."),
     "artifact_root": _field(
         "Artifact root",

@@ -35,9 +35,9 @@ from airflow_ml_provider.patterns import MODEL_NAME
 CHAMPION, CHALLENGER = "champion", "challenger"
 LINEAGE_KEY = "airflow.lineage_key"
 PREVIOUS_CHAMPION = "airflow.previous_champion"
-MODEL_FILES = (".txt", ".keras", ".pt")  # what the trainers write (runtime.predict loads them)
+MODEL_FILES = (".txt", ".ubj", ".keras", ".pt")  # what the trainers write (runtime.predict loads them)
 # The training framework whose image (environment) loads a model file: a Keras model needs TensorFlow.
-TRAINED_BY = {".txt": "lightgbm", ".keras": "horovod", ".pt": "pytorch"}
+TRAINED_BY = {".txt": "lightgbm", ".ubj": "xgboost", ".keras": "horovod", ".pt": "pytorch"}
 _AUTHORIZATION: ContextVar[str | None] = ContextVar("ml_registry_authorization", default=None)
 
 
@@ -252,7 +252,7 @@ class ModelRegistryHook(BaseHook):
 
     def model_file(self, name: str, version: int, directory: str) -> Path:
         """Download the trained model file that ``register`` stored in the version (``model.txt``,
-        ``model.keras`` or ``model.pt``) into ``directory``, checked against the version's
+        ``model.ubj``, ``model.keras`` or ``model.pt``) into ``directory``, checked against the version's
         ``airflow.model_sha256`` tag (raises ``ModelTampered`` otherwise); returns its path."""
         with self.mlflow() as mlflow:
             client = mlflow.MlflowClient()

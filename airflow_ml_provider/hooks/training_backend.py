@@ -47,7 +47,7 @@ class TrainingBackendHook(BaseHook):
     ``artifact_conn_id`` names the aws/google connection for it; ``artifact_secret_env`` maps worker
     variables to Kubernetes Secret keys (``{"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}``).
     Images for the Kubernetes backends: ``image_<framework>`` (``image_horovod``, ``image_lightgbm``,
-    ``image_pytorch``, ``image_generic``), else ``image``. ``data_roots``: see :meth:`data_roots`.
+    ``image_pytorch``, ``image_xgboost``, ``image_generic``), else ``image``. ``data_roots``: see :meth:`data_roots`.
     """
 
     conn_name_attr = "ml_conn_id"

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-FRAMEWORK_IMAGES = ("image_horovod", "image_lightgbm", "image_pytorch", "image_generic")
+FRAMEWORK_IMAGES = ("image_horovod", "image_lightgbm", "image_pytorch", "image_xgboost", "image_generic")
 
 
 class SecretRef(BaseModel):
@@ -47,6 +47,7 @@ class TrainingConnection(BaseModel):
     image_horovod: str | None = None
     image_lightgbm: str | None = None
     image_pytorch: str | None = None
+    image_xgboost: str | None = None
     image_generic: str | None = None
     artifact_root: str | None = None
     artifact_conn_id: str | None = None

@@ -26,7 +26,7 @@ from airflow_ml_provider.operators.links import MLflowEvaluationLink, job_links
 from airflow_ml_provider.reporting.mlflow_output import mlflow_output_to_task_log
 
 _NOT_METRICS = {"rows", "n_features", "n_classes"}
-_FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".keras": "keras", ".pt": "pytorch"}
+_FRAMEWORK_BY_SUFFIX = {".txt": "lightgbm", ".ubj": "xgboost", ".keras": "keras", ".pt": "pytorch"}
 
 
 def _lineage_key(ti, trained: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Class probabilities from a trained model file, whichever trainer wrote it (LightGBM, Keras or PyTorch)."""
+"""Class probabilities from a trained model file, whichever trainer wrote it (LightGBM, XGBoost, Keras or PyTorch)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ Predictor = Callable[[np.ndarray], np.ndarray]
 
 
 def load_predictor(path: str | Path) -> Predictor:
-    """A function from features (n, d) to class probabilities (n, k), for ``model.txt`` (LightGBM),
-    ``model.keras`` (Keras) or ``model.pt`` (``runtime.torch_ddp``'s), logits turned into probabilities.
+    """A function from features (n, d) to class probabilities (n, k), for ``model.txt`` (LightGBM), ``model.ubj``
+    (XGBoost), ``model.keras`` (Keras) or ``model.pt`` (``runtime.torch_ddp``'s), logits turned into probabilities.
     Raises ValueError otherwise."""
     path = Path(path)
     if not path.is_file():
@@ -22,6 +22,12 @@ def load_predictor(path: str | Path) -> Predictor:
 
         booster = lgb.Booster(model_file=str(path))
         return lambda X: _as_class_probabilities(booster.predict(X))
+    if path.suffix == ".ubj":
+        import xgboost as xgb
+
+        model = xgb.Booster(model_file=str(path))
+        model.set_param({"nthread": 1})
+        return lambda X: _as_class_probabilities(model.predict(xgb.DMatrix(X)))
     if path.suffix == ".keras":
         import keras
 
@@ -37,7 +43,7 @@ def load_predictor(path: str | Path) -> Predictor:
                 return _softmax(module(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))).numpy())
 
         return predict
-    raise ValueError(f"{path}: unknown model format {path.suffix!r} (expected model.txt, model.keras or model.pt)")
+    raise ValueError(f"{path}: unknown model format {path.suffix!r} (expected model.txt, model.ubj, model.keras or model.pt)")
 
 
 def torch_mlp(n_features: int, n_classes: int):
@@ -59,7 +65,7 @@ def load_torch_mlp(path: str | Path):
 
 
 def _as_class_probabilities(scores: np.ndarray) -> np.ndarray:
-    """LightGBM's binary objective predicts P(class 1) only; add the P(class 0) column."""
+    """LightGBM's and XGBoost's binary objectives predict P(class 1) only; add the P(class 0) column."""
     return np.column_stack([1 - scores, scores]) if scores.ndim == 1 else scores
 
 

@@ -15,8 +15,8 @@ except ImportError:  # a serving image without this package: the model carries p
 
 
 class TrainedModelFile(mlflow.pyfunc.PythonModel):
-    """Serves the ``model`` artifact (``model.txt`` from LightGBM, ``model.keras`` from Keras, ``model.pt``
-    from ``runtime.torch_ddp``)."""
+    """Serves the ``model`` artifact (``model.txt`` from LightGBM, ``model.ubj`` from XGBoost, ``model.keras``
+    from Keras, ``model.pt`` from ``runtime.torch_ddp``)."""
 
     def load_context(self, context) -> None:
         self._predict = load_predictor(context.artifacts["model"])

@@ -8,7 +8,8 @@ one copy of the set when every worker holds all of it, and rank 0 reports them (
 trainers write). Every ``--checkpoint-every`` rounds rank 0 saves the booster (``booster-<rounds>.json`` in the
 checkpoint directory, a path or object-store URL). A restarted job starts every worker from
 ``AIRFLOW_ML_RESUME_FROM``, else from the newest booster, and trains only the rounds still missing
-(``xgb.train(xgb_model=...)`` continues from the saved trees). Rank 0 saves the model (``model.json``).
+(``xgb.train(xgb_model=...)`` continues from the saved trees). Rank 0 saves the model as ``model.ubj`` (XGBoost's binary JSON: a suffix no other trainer's
+file has, by which evaluation, the registry and scoring know an XGBoost model).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--params-json", default="{}", help="XGBoost parameters as a JSON object")
     parser.add_argument("--num-boost-round", type=int, default=100)
     parser.add_argument("--log-every", type=int, default=1)
-    parser.add_argument("--model-dir", help="where rank 0 writes model.json (default AIRFLOW_ML_MODEL_DIR)")
+    parser.add_argument("--model-dir", help="where rank 0 writes model.ubj (default AIRFLOW_ML_MODEL_DIR)")
     parser.add_argument("--checkpoint-dir", help="booster checkpoints; resume (default AIRFLOW_ML_CHECKPOINT_DIR)")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints")
     add_keep_argument(parser)
@@ -117,7 +118,7 @@ def train(args: argparse.Namespace) -> None:
         return
     model_dir = args.model_dir or env.model_dir
     if model_dir:
-        path = storage.write_atomic(join(model_dir, "model.json"), booster.save_model, ".json")
+        path = storage.write_atomic(join(model_dir, "model.ubj"), booster.save_model, ".ubj")
         emit("model_saved", path=path)
     emit("result", num_trees=booster.num_boosted_rounds(),
          **(_held_out(xgb, booster, *valid) if valid is not None else {}))

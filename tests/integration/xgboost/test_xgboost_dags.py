@@ -101,7 +101,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint_without_repeating_rounds(ru
     assert reference > 0.9 and abs(auc - reference) <= 0.002, (auc, reference)
     # Continuing from the saved booster retraces the uninterrupted run: the same model, byte for byte.
     uninterrupted = json.loads((backend.job_dir(result.xcom["uninterrupted"]["job_name"]) / "job.json").read_text())
-    assert (Path(record["spec"]["model_dir"], "model.json").read_bytes()
-            == Path(uninterrupted["spec"]["model_dir"], "model.json").read_bytes())
+    assert (Path(record["spec"]["model_dir"], "model.ubj").read_bytes()
+            == Path(uninterrupted["spec"]["model_dir"], "model.ubj").read_bytes())
     task_log = capfd.readouterr().out
     assert "Resubmitting it (preemption 1 of at most 2; not an Airflow retry), resuming from checkpoint" in task_log

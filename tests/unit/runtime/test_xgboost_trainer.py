@@ -36,7 +36,7 @@ def test_a_resumed_run_trains_only_the_missing_rounds(tmp_path, monkeypatch, cap
     [resumed] = [line for line in lines if line["event"] == "resumed"]
     assert resumed["step"] == 8 and resumed["path"].endswith("booster-000008.json")
     assert [line["step"] for line in lines if line["event"] == "metrics"] == [9, 10, 11, 12]
-    assert xgb.Booster(model_file=str(tmp_path / "m" / "model.json")).num_boosted_rounds() == 12
+    assert xgb.Booster(model_file=str(tmp_path / "m" / "model.ubj")).num_boosted_rounds() == 12
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
