@@ -27,12 +27,14 @@ from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.logs.metrics import MetricsTracker
 from airflow_ml_provider.runtime.datasets import write_synthetic
 
-PARAMS = {"seed": 0}  # the trainer's defaults otherwise: binary objective, one thread per worker
+PARAMS = {"seed": 0}  # the trainer's defaults otherwise: binary objective, one thread per worker (xgboost: hist)
 AUC_TARGET = 0.002
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(framework: str = "lightgbm", doc: str = __doc__) -> int:
+    """The comparison for ``framework`` (``lightgbm`` or ``xgboost``: its bundled trainer, whose ``result`` line
+    has the AUC); ``doc`` the calling benchmark's description."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per worker count, alternated (default 3)")
     parser.add_argument("--rows", type=int, default=200_000, help="rows, train + valid (default 200k)")
     parser.add_argument("--num-boost-round", type=int, default=200, help="boosting rounds (default 200)")
@@ -40,17 +42,17 @@ def main() -> int:
     print(f"{args.rows} rows x 20 features, {args.num_boost_round} rounds, {args.runs} runs per worker "
           f"count; image {TRAIN_ENV}")
     results: dict[int, dict[str, list[float]]] = {n: {"auc": [], "seconds": []} for n in (1, 2)}
-    with tempfile.TemporaryDirectory(prefix="bench-lightgbm-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{framework}-") as tmp:
         train, valid = Path(tmp, "data", "train.npz"), Path(tmp, "data", "valid.npz")  # <root>/data: jobs see it
         write_synthetic(train, valid, rows=args.rows, features=20, seed=0)
         backend = LocalBackend(root=tmp, image=str(TRAIN_ENV))
-        command = ["python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data", str(train),
+        command = ["python", "-m", f"airflow_ml_provider.runtime.{framework}_trainer", "--train-data", str(train),
                    "--valid-data", str(valid), "--params-json", json.dumps(PARAMS),
                    "--num-boost-round", str(args.num_boost_round)]
         for run in range(1, args.runs + 1):
             for workers in (1, 2):
-                name = f"lgbm-parity-{workers}w-{run}"
-                spec = TrainingJobSpec(framework="lightgbm", num_workers=workers, command=command,
+                name = f"{framework}-parity-{workers}w-{run}"
+                spec = TrainingJobSpec(framework=framework, num_workers=workers, command=command,
                                        model_dir=backend.default_artifact_dir(name))
                 seconds, lines, _ = run_job(backend, name, spec, "sync")
                 collector = MetricsTracker()

@@ -34,6 +34,12 @@ def test_lightgbm_parity_compares_one_and_two_workers():
     assert "AUC diff (1 - 2):" in out and "speed ratio 1-worker/2-worker:" in out
 
 
+def test_xgboost_parity_compares_one_and_two_workers():
+    out = _bench("xgboost_parity.py", "--runs", "1", "--rows", "4000", "--num-boost-round", "5")
+    assert "AUC diff (1 - 2):" in out and "speed ratio 1-worker/2-worker:" in out
+    assert re.search(r"^2 {9}\s*0\.\d{5}", out, re.M), out  # the 2-worker jobs' AUC: their tracker served them
+
+
 def test_preemption_cost_compares_resuming_and_restarting():
     out = _bench("preemption_cost.py", "--rounds", "200", "--rows", "20000", "--points", "0.5", "--no-elastic")
     assert "resume cheaper than restart at every point >= 50%:" in out
