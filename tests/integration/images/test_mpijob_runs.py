@@ -105,6 +105,28 @@ def test_mpijob_generic_preprocess_runs_in_the_image(tmp_path, training_image, n
     assert "Accepted publickey for root" in network.logs(operator.workers[0])
 
 
+def test_mpijob_generic_evaluate_runs_in_the_image(tmp_path, training_image, network, claims):
+    """The pipeline's other generic job on mpijob: its evaluation of a LightGBM model on held-out rows (the model
+    trained here on the host's LightGBM, a file on the job's volume); the rank's result line reaches the launcher."""
+    import lightgbm
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(600, 5))
+    y = (X[:, 0] - X[:, 1] > 0).astype(float)
+    booster = lightgbm.train({"objective": "binary", "verbose": -1, "num_threads": 1}, lightgbm.Dataset(X[:400], y[:400]),
+                             num_boost_round=10)
+    booster.save_model(str(claims["work"] / "model.txt"))
+    np.savez(claims["work"] / "test.npz", X=X[400:], y=y[400:])
+    spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.evaluate", "--model",
+                                    "/work/model.txt", "--test-data", "/work/test.npz"])
+    operator, code = _run(_mpijob("eval", spec), network, tmp_path, claims)
+    launcher = network.logs(operator.launcher)
+    assert code == 0, f"launcher exited {code}:\n{launcher[-4000:]}"
+    [result] = [e for e in _events(launcher) if e.get("event") == "result"]
+    assert result["rows"] == 200 and result["auc"] > 0.8, result
+
+
 def test_a_failing_mpijob_launcher_fails_and_is_not_restarted_in_place(tmp_path, training_image, network, claims):
     """restartPolicy Never on the launcher, backoffLimit 0 (the provider's default): one launcher pod, exit non-zero."""
     spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},

@@ -109,6 +109,24 @@ def test_volcano_pytorch_takes_the_plugins_numbering_and_trains_in_the_image(tmp
     assert (claims["work"] / "model" / "model.pt").stat().st_size > 0
 
 
+def test_volcano_generic_job_completes_when_every_pod_succeeds(tmp_path, training_image, network, claims):
+    """A generic job (the pipeline's preprocessing, one shard a pod by VC_TASK_INDEX) has no TaskCompleted policy:
+    the job completes once every pod succeeded (state/running.go:78-105)."""
+    rng = np.random.default_rng(3)
+    for index in range(2):
+        np.savez(claims["work"] / f"raw-{index}.npz", X=rng.normal(size=(30, 3)) * 10, y=np.zeros(30))
+    shard = ["python", "-c", "import os, runpy, sys; i = os.environ['VC_TASK_INDEX']; "
+             "sys.argv = ['preprocess', '--input', f'/work/raw-{i}.npz', '--output', f'/work/clean-{i}.npz', '--clip', '2']; "
+             "runpy.run_module('airflow_ml_provider.runtime.preprocess', run_name='__main__')"]
+    spec = TrainingJobSpec(framework="generic", num_workers=2, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           command=shard)
+    controller, phase = _run("prep", spec, network, tmp_path, claims)
+    assert phase == "Completed", {h: network.logs(h)[-2000:] for h, _, _ in controller.pod_specs}
+    for index in range(2):
+        with np.load(claims["work"] / f"clean-{index}.npz") as clean:
+            assert np.abs(clean["X"]).max() <= 2
+
+
 def test_a_crashing_volcano_trainer_aborts_the_job_instead_of_looping(tmp_path, training_image, network, claims):
     """Issue 39 F3, run: restartPolicy Never makes the crash a Failed pod, whose PodFailed -> AbortJob ends the job
     (under OnFailure the pod restarted in place, CrashLoopBackOff, and the job stayed Running)."""
