@@ -2,7 +2,7 @@
 gate -> deploy to the model marketplace (MLflow Model Registry) -> summary.
 
 **Trigger it** with the defaults (a generated dataset, LightGBM on the connection's default backend,
-the local one unless configured), or pick the Params: framework (LightGBM, Horovod or PyTorch), backend,
+the local one unless configured), or pick the Params: framework (LightGBM, XGBoost, Horovod or PyTorch), backend,
 workers, epochs/rounds, learning rate, your own data, gate thresholds, and on Kubernetes the nodes the
 training job runs on (a spot pool's node selector and tolerations). The trigger form checks
 types and choices; ranges and names are checked by the server when you press Trigger (the refusal
@@ -44,6 +44,7 @@ from airflow_ml_provider.operators.training import (
     HorovodTrainingOperator,
     LightGBMTrainingOperator,
     PyTorchTrainingOperator,
+    XGBoostTrainingOperator,
 )
 from airflow_ml_provider.patterns import bounded, whole
 from airflow_ml_provider.reporting.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
@@ -110,12 +111,12 @@ with DAG(
         "framework": Param(
             "lightgbm",
             type="string",
-            enum=["lightgbm", "horovod", "pytorch"],
-            values_display={"lightgbm": "LightGBM (data-parallel)", "horovod": "Horovod (TensorFlow/Keras)",
-                            "pytorch": "PyTorch (DDP under torchrun)"},
+            enum=["lightgbm", "xgboost", "horovod", "pytorch"],
+            values_display={"lightgbm": "LightGBM (data-parallel)", "xgboost": "XGBoost (distributed hist)",
+                            "horovod": "Horovod (TensorFlow/Keras)", "pytorch": "PyTorch (DDP under torchrun)"},
             title="Framework",
-            description="Which trainer runs: LightGBM gradient boosting, a Horovod/Keras network or a PyTorch "
-            "DDP network.",
+            description="Which trainer runs: LightGBM or XGBoost gradient boosting, a Horovod/Keras network or a "
+            "PyTorch DDP network.",
         ),
         "backend": Param(
             None,
@@ -154,7 +155,7 @@ with DAG(
             type="integer",
             allOf=bounded("Boosting rounds: a whole number from 1 to 10000.", minimum=1, maximum=10_000),
             title="Boosting rounds",
-            description="LightGBM only: boosting rounds, a whole number from 1 to 10000.",
+            description="LightGBM and XGBoost only: boosting rounds, a whole number from 1 to 10000.",
         ),
         "learning_rate": Param(
             0.05,
@@ -313,6 +314,26 @@ with DAG(
         job=TRAINING_JOB,
         doc_md="Data-parallel LightGBM over the preprocessed shards, one worker per machine.",
     )
+    train_xgboost = XGBoostTrainingOperator(
+        task_id="train_xgboost",
+        on_failure_callback=FAILURE_NOTIFIERS,
+        train_data=prepared["train_dir"],
+        valid_data=prepared["valid"],
+        xgboost_params={
+            # prepare_data's objective, in XGBoost's words (a binary model predicts P(class 1), a multiclass one
+            # every class's probability, as evaluation reads them)
+            "objective": "{{ 'binary:logistic' if ti.xcom_pull(task_ids='prepare_data', key='objective') == 'binary'"
+                         " else 'multi:softprob' }}",
+            "num_class": prepared["num_class"],
+            "eta": "{{ params.learning_rate }}",
+            "max_depth": 6,
+            "seed": 0,
+        },
+        num_boost_round="{{ params.boost_rounds }}",
+        num_workers=WORKERS,
+        job=TRAINING_JOB,
+        doc_md="Distributed XGBoost (hist, its tracker started by the job) over the preprocessed shards.",
+    )
     def network_trainer(module: str) -> list:
         """The argv of a bundled network trainer (Keras under Horovod, PyTorch DDP) over the prepared shards."""
         return ["python", "-m", f"airflow_ml_provider.runtime.{module}", "--epochs", "{{ params.epochs }}",
@@ -346,7 +367,7 @@ with DAG(
         trigger_rule="none_failed_min_one_success",
         doc_md="Held-out metrics, training curve and report, recorded as an MLflow run (see its link).",
     )
-    preprocess >> choose_framework() >> [train_lightgbm, train_horovod, train_pytorch] >> evaluate
+    preprocess >> choose_framework() >> [train_lightgbm, train_xgboost, train_horovod, train_pytorch] >> evaluate
     gate = ModelGateOperator(
         task_id="gate",
         notifiers=GATE_NOTIFIERS,

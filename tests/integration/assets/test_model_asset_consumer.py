@@ -178,17 +178,22 @@ def test_batch_scoring_does_not_score_a_version_the_gate_rejected(airflow_db):
 
 
 @pytest.mark.parametrize("framework", [pytest.param("horovod", marks=needs_horovod),
-                                       pytest.param("pytorch", marks=needs_torch)])
-def test_a_horovod_or_pytorch_champion_is_scored_by_the_asset_triggered_run(airflow_db, framework):
-    """Issue 25 D1, issue 22: the real pipeline trains a Horovod (Keras) or PyTorch (DDP) model that becomes
-    champion; the scoring run its Asset event triggers scores with it in a job on that framework's environment
-    (TensorFlow, torch), which the Airflow worker lacks (it failed with "No module named 'keras'" when the
-    model was loaded in the task)."""
+                                       pytest.param("pytorch", marks=needs_torch), "xgboost"])
+def test_a_horovod_pytorch_or_xgboost_champion_is_scored_by_the_asset_triggered_run(airflow_db, framework):
+    """Issue 25 D1, issue 22, issue 42: the real pipeline trains a Horovod (Keras), PyTorch (DDP) or XGBoost model
+    (2 workers and their tracker) that is evaluated, registered and becomes champion; the scoring run its Asset
+    event triggers scores with it in a job on that framework's environment (TensorFlow, torch, xgboost), which
+    the Airflow worker may lack (it failed with "No module named 'keras'" when the model was loaded in the task)."""
     _sync_dags()
     name = f"ml_training_pipeline.{framework}_{uuid.uuid4().hex[:8]}"  # a new model: its first version is champion
+    workers = 2 if framework == "xgboost" else 1
     trained = run(load_dag(REPO / "dags" / "ml_training_pipeline.py"),
-                  {"model_name": name, "framework": framework, "epochs": 2, "workers": 1, "min_accuracy": 0.5})
+                  {"model_name": name, "framework": framework, "epochs": 2, "workers": workers, "min_accuracy": 0.5})
     assert trained.state == "success", trained.states
+    if framework == "xgboost":
+        assert trained.value("train_xgboost")["model_path"].endswith("/model.ubj")
+        assert trained.value("evaluate")["framework"] == "xgboost"
+        assert trained.value("evaluate")["metrics"]["accuracy"] > 0.8, trained.value("evaluate")
     assert trained.value("deploy")["aliases"] == ["challenger", "champion"]
 
     run_id = _schedule_asset_triggered_run("ml_batch_scoring")

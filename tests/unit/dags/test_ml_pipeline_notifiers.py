@@ -10,7 +10,7 @@ import sys
 from support import REPO
 
 PIPELINE = str(REPO / "dags" / "ml_training_pipeline.py")
-TRAINING = ("train_lightgbm", "train_horovod", "train_pytorch")
+TRAINING = ("train_lightgbm", "train_xgboost", "train_horovod", "train_pytorch")
 
 
 def test_no_notifier_and_no_provider_import_without_configuration(monkeypatch):
@@ -20,7 +20,7 @@ def test_no_notifier_and_no_provider_import_without_configuration(monkeypatch):
              "print(len(d.task_dict['gate'].notifiers), [len(d.task_dict[t].on_failure_callback or []) "
              f"for t in {TRAINING!r}])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[-2] == "0 [0, 0, 0]"
+    assert out.split("\n")[-2] == "0 [0, 0, 0, 0]"
 
 
 def test_a_configured_webhook_notifies_gate_rejections_and_failed_trainings(monkeypatch):
