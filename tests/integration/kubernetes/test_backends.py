@@ -44,7 +44,8 @@ def containers(template: dict) -> list[dict]:
 
 @pytest.mark.parametrize("kind,framework", [("mpijob", "horovod"), ("volcano", "horovod"), ("volcano", "lightgbm"),
                                             ("volcano", "pytorch"), ("indexed-job", "lightgbm"),
-                                            ("indexed-job", "pytorch")])
+                                            ("indexed-job", "pytorch"), ("volcano", "xgboost"),
+                                            ("indexed-job", "xgboost")])
 def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, framework, kube_cluster, namespace):
     jobs = backend(kind, kube_cluster, namespace)
     name = IDENTITY.name
@@ -85,6 +86,14 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
             command = containers(worker_pod)[0]["command"]
             assert command[0] == "torchrun" and f"{name}-0.{name}:29400" in command
             assert service["spec"]["ports"][0]["port"] == 29400
+        if framework == "xgboost":  # the tracker beside pod 0, at its stable name, the rank the completion index
+            command = containers(worker_pod)[0]["command"]
+            assert command[:4] == ["python", "-m", "airflow_ml_provider.runtime.xgboost_tracker", "worker"]
+            assert command[command.index("--task-id") + 1] == "$(JOB_COMPLETION_INDEX)"
+            env = {e["name"]: e.get("value") for e in containers(worker_pod)[0]["env"]}
+            assert (env["DMLC_TRACKER_URI"], env["DMLC_TRACKER_PORT"], env["DMLC_NUM_WORKER"]) == (f"{name}-0.{name}",
+                                                                                                 "9091", "2")
+            assert service["spec"]["ports"][0]["port"] == 9091
     pod = worker_pod["spec"]
     worker = containers(worker_pod)[0]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
@@ -143,7 +152,8 @@ def test_cancel_deletes_the_job_and_its_service_and_status_then_reports_not_foun
 
 @pytest.mark.parametrize("kind,framework,takers", [("mpijob", "lightgbm", "local, volcano, indexed-job"),
                                                    ("indexed-job", "horovod", "local, mpijob, volcano"),
-                                                   ("mpijob", "pytorch", "local, volcano, indexed-job, trainjob")])
+                                                   ("mpijob", "pytorch", "local, volcano, indexed-job, trainjob"),
+                                                   ("trainjob", "xgboost", "local, volcano, indexed-job")])
 def test_frameworks_a_backend_cannot_run_are_refused_before_any_call(kind, framework, takers, kube_cluster, namespace):
     with pytest.raises(JobSubmissionError, match=f"framework: .*not '{framework}'; backends that run it: {takers}$"):
         backend(kind, kube_cluster, namespace).submit("x", spec(framework), {})

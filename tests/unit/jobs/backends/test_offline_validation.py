@@ -26,7 +26,7 @@ from support import REPO
 
 RUNS = [("mpijob", "horovod"), ("mpijob", "generic"), ("volcano", "horovod"), ("volcano", "lightgbm"),
         ("volcano", "pytorch"), ("volcano", "generic"), ("indexed-job", "lightgbm"), ("indexed-job", "pytorch"),
-        ("indexed-job", "generic"), ("trainjob", "pytorch")]
+        ("indexed-job", "generic"), ("trainjob", "pytorch"), ("volcano", "xgboost"), ("indexed-job", "xgboost")]
 ELASTIC = [("mpijob", "horovod"), ("volcano", "horovod")]
 KUEUE = ["mpijob", "indexed-job", "trainjob"]  # Volcano Jobs are refused with queueing: kueue
 FULL = {"resources": {"cpu": 2, "memory": "4Gi", "gpu": 1, "gpu_type": "Tesla-T4"}, "timeout_s": 3600,
