@@ -24,6 +24,10 @@ a PodGroup (no gang scheduler runs here):
   :854-865). Its Job's pods restart as the Job controller does for restartPolicy Never: a new pod per failure
   while failures <= backoffLimit (kubernetes pkg/controller/job/job_controller.go, ``pastBackoffLimit``).
 
+A suspended MPIJob (``runPolicy.suspend``, as Kueue's integration submits it) gets its Service, ConfigMap and
+Secret but no worker pod and a suspended launcher Job, so no pod at all (:650-686 and :1547-1549); ``run``
+returns None for it until it is unsuspended (Kueue's admission: ``kueue_admit``).
+
 A worker pod is Ready here once its sshd listens on port 22: the TCP check a readiness probe would make (a pod
 without one is Ready when its container has started; the launcher's first ssh then races sshd's start, which
 OpenMPI's ``-o ConnectionAttempts=10`` covers and horovodrun's ssh check does not).
@@ -167,9 +171,15 @@ class MPIOperator:
         for worker in self.workers:
             self.pods.wait_port(worker, 22)
 
+    @property
+    def suspended(self) -> bool:
+        return bool(self.job["spec"]["runPolicy"].get("suspend"))  # isMPIJobSuspended
+
     def run(self, timeout_s: float) -> int | None:
         """The whole job: workers, then the launcher (at once, or once the workers are Ready), retried as its Job's
-        backoffLimit allows; the launcher's last exit code (None: still running at the timeout)."""
+        backoffLimit allows; the launcher's last exit code (None: still running at the timeout, or suspended)."""
+        if self.suspended:  # :665 no workers; :1547 the launcher Job suspended: nothing runs
+            return None
         self.start_workers()
         if self.job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady":
             self.wait_workers_ready()
@@ -192,3 +202,16 @@ class MPIOperator:
 
     def close(self) -> None:
         self._stop.set()
+
+
+def kueue_admit(mpijob: dict, node_selector: dict[str, str] | None = None) -> dict:
+    """What Kueue v0.19.2 (kubernetes-sigs/kueue 8eab68778fc1b52affe165fdf5af29d1e9b4f3cb) does to an MPIJob once its Workload is
+    admitted: jobframework/reconciler.go:1480-1510 ``startJob`` calls the integration's ``RunWithPodSetsInfo``
+    (jobs/mpijob/mpijob_controller.go:135-155): ``runPolicy.suspend`` false and each replica's pod template merged
+    with its PodSet's info (the assigned flavor's nodeSelector; none here unless given)."""
+    job = copy.deepcopy(mpijob)
+    job["spec"]["runPolicy"]["suspend"] = False
+    for replica in job["spec"]["mpiReplicaSpecs"].values():
+        if node_selector:
+            replica["template"]["spec"].setdefault("nodeSelector", {}).update(node_selector)
+    return job

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_operator import MPIOperator
+import yaml
+from mpi_operator import MPIOperator, kueue_admit
 from pod_containers import PodNetwork
 from training_image import image_user
 
@@ -178,3 +179,23 @@ def test_elastic_mpijob_loses_a_worker_container_mid_run_and_finishes_on_the_res
     assert any((c["previous_size"], c["size"]) == (3, 2) for c in changes), (changes, sizes)
     [result] = [e for e in events if e.get("event") == "result"]
     assert result["steps"] == total and result["workers"] == 2, result
+
+
+def test_a_kueue_mpijob_runs_nothing_until_admitted_then_trains(tmp_path, training_image, network, claims):
+    """queueing kueue: the MPIJob is submitted suspended and labelled with its LocalQueue; the operator makes no pod
+    of it; Kueue's admission unsuspends it and the same job runs."""
+    rng = np.random.default_rng(4)
+    np.savez(claims["work"] / "raw.npz", X=rng.normal(size=(20, 2)) * 10, y=np.zeros(20))
+    spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           scheduling={"queue": "team-a"},
+                           command=["python", "-m", "airflow_ml_provider.runtime.preprocess", "--input",
+                                    "/work/raw.npz", "--output", "/work/clean.npz"])
+    backend = get_backend("mpijob", api_client=None, namespace=NAMESPACE, queueing="kueue")
+    (job,) = yaml.safe_load_all(backend.render("queued", spec, {}))
+    assert job["spec"]["runPolicy"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert MPIOperator(job, network, tmp_path / "before", claims).run(JOB_TIMEOUT_S) is None
+    assert network.pods == {}, "a suspended MPIJob has no pod"
+    operator, code = _run(kueue_admit(job), network, tmp_path, claims)
+    assert code == 0, network.logs(operator.launcher)[-3000:]
+    assert (claims["work"] / "clean.npz").exists()
