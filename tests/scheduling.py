@@ -24,7 +24,7 @@ SLOW_FIRST = (
     "tests/integration/jobs/test_local_launcher_output.py",
     "tests/integration/kubernetes/test_kueue.py",
     "tests/integration/test_wheel.py",
-    "tests/integration/images/",  # ~560 s in all (the elastic MPIJob 180 s): jobs as containers of the training image
+    "tests/integration/images/",  # 6-15 min serial by load (the elastic MPIJob 150 s): jobs in the training image
     "tests/integration/storage/test_resume_on_object_storage.py",  # ~190 s
     "tests/integration/restarts/test_triggerer_restart.py",  # ~180 s: a deployment, two triggerer crashes
     "tests/integration/kubernetes/test_sync_task_in_airflow.py",  # ~170 s
