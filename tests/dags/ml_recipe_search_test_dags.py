@@ -7,3 +7,4 @@ from pathlib import Path
 from airflow_ml_provider.recipes import dag_from_recipe
 
 search_injection = dag_from_recipe(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "search_injection.yaml")
+xgboost_search = dag_from_recipe(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "xgboost_search.yaml")
