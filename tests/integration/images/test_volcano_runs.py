@@ -136,3 +136,32 @@ def test_a_crashing_volcano_trainer_aborts_the_job_instead_of_looping(tmp_path, 
     controller, phase = _run("crash", spec, network, tmp_path, claims)
     assert phase == "Aborted" and controller.retries == 0
     assert all(network.restarts(h) == 0 for h, _, _ in controller.pod_specs)
+
+
+def test_volcano_runs_a_users_xgboost_script_with_the_tracker_beside_worker_0(tmp_path, training_image, network,
+                                                                               claims):
+    """Issue 42: the user's own CommunicatorContext script, unchanged, on 2 pods: the tracker beside worker 0 at the
+    svc plugin's name, DMLC_TASK_ID the env plugin's VC_TASK_INDEX; both workers end with the same model."""
+    script = claims["work"] / "user_script.py"
+    script.write_bytes((Path(__file__).parents[2] / "fixtures" / "xgboost" / "user_script.py").read_bytes())
+    spec = TrainingJobSpec(framework="xgboost", num_workers=2, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           command=["python", "/work/user_script.py", "--out", "/work", "--rounds", "5"])
+    controller, phase = _run("xgb", spec, network, tmp_path, claims)
+    logs = {h: network.logs(h) for h, _, _ in controller.pod_specs}
+    assert phase == "Completed", {h: log[-3000:] for h, log in logs.items()}
+    assert "xgboost tracker listening on 0.0.0.0:9091 for 2 workers" in logs["xgb-worker-0"]
+    assert "rank=1 world=2 task_id=1 " in logs["xgb-worker-1"]
+    models = [(claims["work"] / f"model-{rank}.json").read_bytes() for rank in (0, 1)]
+    assert models[0] == models[1] and len(models[0]) > 1000
+
+
+def test_a_crashing_volcano_trainer_with_backoff_limit_runs_backoff_limit_plus_one_times(tmp_path, training_image,
+                                                                                       network, claims):
+    """kubernetes.backoff_limit 1 (F4, run): PodFailed -> RestartJob, maxRetry 2; the second crash's restart brings
+    the retries to maxRetry and the job fails: two runs of its pods, as the backend promises."""
+    spec = _lightgbm_spec(training_image, claims, kubernetes={"volumes": [CLAIM], "backoff_limit": 1}, command=[
+        "python", "-m", "airflow_ml_provider.runtime.lightgbm_trainer", "--train-data", "/work/missing.npz",
+        "--valid-data", "/work/valid.npz"])
+    controller, phase = _run("retry", spec, network, tmp_path, claims)
+    assert controller.job["spec"]["maxRetry"] == 2
+    assert phase == "Failed" and controller.retries == 2 and len(controller.runs) == 2
