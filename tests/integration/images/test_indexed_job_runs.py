@@ -122,3 +122,28 @@ def test_a_crashing_indexed_job_pod_fails_the_job_without_a_retry(tmp_path, trai
     controller = IndexedJob("crash", job["spec"], network, claims)
     assert controller.run(JOB_TIMEOUT_S) == "Failed"
     assert controller.failures == 1 and len(controller.pod_names[0]) == 1
+
+
+def test_indexed_job_xgboost_trains_with_the_tracker_beside_pod_0_in_the_image(tmp_path, training_image, network,
+                                                                                claims):
+    """Issue 42: the bundled XGBoost trainer on 2 pods, pod 1 started first (its gate waits for the tracker that pod 0
+    serves at its stable name); rank 0 (completion index 0) reports and saves the model."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(2400, 8))
+    y = (X[:, 0] + 0.5 * X[:, 1] - X[:, 2] * X[:, 3] + rng.normal(scale=0.5, size=len(X)) > 0).astype(np.float64)
+    np.savez(claims["work"] / "train.npz", X=X[:2000], y=y[:2000])
+    np.savez(claims["work"] / "valid.npz", X=X[2000:], y=y[2000:])
+    spec = TrainingJobSpec(
+        framework="xgboost", num_workers=2, image=training_image, model_dir="/work/model",
+        checkpoint_dir="/work/checkpoints", kubernetes={"volumes": [CLAIM]}, scheduling={"gang": False},
+        command=["python", "-m", "airflow_ml_provider.runtime.xgboost_trainer", "--train-data", "/work/train.npz",
+                 "--valid-data", "/work/valid.npz", "--num-boost-round", "20", "--checkpoint-every", "10"])
+    job, _ = get_backend("indexed-job", api_client=None, namespace=NAMESPACE).manifests("xgb", spec, {})
+    controller = IndexedJob("xgb", job["spec"], network, claims)
+    assert controller.run(JOB_TIMEOUT_S, order=[1, 0]) == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
+    results = [e for e in _events(network.logs("xgb-0")) if e.get("event") == "result"]
+    assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8, network.logs("xgb-0")[-3000:]
+    assert '"event": "result"' not in network.logs("xgb-1"), "index 1 must not act as rank 0"
+    assert (claims["work"] / "model" / "model.ubj").exists()
+    assert sorted(p.name for p in (claims["work"] / "checkpoints").iterdir()) == ["booster-000010.json",
+                                                                                  "booster-000020.json"]
