@@ -1,12 +1,15 @@
 """XGBoost on the local backend with real processes: the job's tracker in its sandbox, a user's own
 CommunicatorContext script run unchanged by two workers that end with byte-identical models, and a worker
-killed from outside read as a preemption (the tracker left behind does not keep the job alive)."""
+killed from outside read as a preemption (the tracker left behind does not keep the job alive), and a tracker
+that cannot start failing the job at once."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +62,18 @@ def test_a_worker_killed_from_outside_is_a_preemption_and_ends_the_job(backend):
     status = final_status(backend, "xgb-kill", timeout=120)
     assert status.state is JobState.PREEMPTED, job_log(backend, "xgb-kill")
     assert status.message == "rank 1 was killed by a signal (exit -9)"
+
+
+def test_a_tracker_that_cannot_start_fails_the_job_at_once_naming_it(tmp_path):
+    """An image without xgboost: the tracker's import fails, and the workers waiting at the gate are stopped
+    instead of waiting out its 600 s."""
+    bare = tmp_path / "bare-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    backend = LocalBackend(tmp_path / "ml", image=str(bare), cancel_grace_s=5)
+    assert backend.submit("xgb-bare", TrainingJobSpec(framework="xgboost", num_workers=2,
+                                                      command=["python", "-c", "print('never')"]), {})
+    status = final_status(backend, "xgb-bare", timeout=120)
+    log = job_log(backend, "xgb-bare")
+    assert status.state is JobState.FAILED and status.message == "the xgboost tracker exited with code 1", log
+    assert "[xgboost-tracker] ModuleNotFoundError: No module named 'xgboost'" in log
+    assert "never" not in log
