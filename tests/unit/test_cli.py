@@ -55,3 +55,21 @@ def test_render_pytorch_locally_and_mpijobs_refusal_names_the_backends_that_run_
                  "python", "t.py"]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "not 'pytorch'; backends that run it: local, volcano, indexed-job, trainjob")
+
+
+def test_render_xgboost_locally_on_volcano_and_trainjobs_refusal(tmp_path, capsys):
+    """Issue 42: the local plan runs each worker through the tracker's gate; volcano renders the tracker beside
+    worker 0; trainjob refuses it naming the backends that run it."""
+    import yaml
+
+    assert main(["render", "--framework", "xgboost", "--local-root", str(tmp_path), "--", "python", "t.py"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["argv"][3].endswith("runtime/xgboost_tracker.py") and plan["argv"][4:] == ["worker", "--", "python", "t.py"]
+    assert main(["render", "--backend", "volcano", "--framework", "xgboost", "--image", "img:1", "--",
+                 "python", "t.py"]) == 0
+    [job] = yaml.safe_load_all(capsys.readouterr().out)
+    [container] = job["spec"]["tasks"][0]["template"]["spec"]["containers"]
+    assert "--serve-workers" in container["command"] and container["command"][-2:] == ["python", "t.py"]
+    assert main(["render", "--backend", "trainjob", "--framework", "xgboost", "--image", "img:1", "--",
+                 "python", "t.py"]) == 2
+    assert capsys.readouterr().err.strip().endswith("not 'xgboost'; backends that run it: local, volcano, indexed-job")
