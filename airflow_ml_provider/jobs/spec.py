@@ -265,6 +265,13 @@ class TrainingJobSpec(BaseModel):
                              f"(got framework {self.framework.value!r})")
         return self
 
+    @model_validator(mode="after")
+    def _xgboost_is_fixed_size(self) -> TrainingJobSpec:
+        if self.framework is Framework.XGBOOST and self.elastic:
+            raise ValueError("min_workers/max_workers: an XGBoost job's tracker waits for a fixed number of workers "
+                             "(DMLC_NUM_WORKER); elastic bounds need framework 'horovod' or 'pytorch'")
+        return self
+
     @property
     def elastic(self) -> bool:
         return self.min_workers is not None or self.max_workers is not None

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_ml_provider.jobs.backends import backends_for, get_backend
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
-from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.spec import SpecError, TrainingJobSpec
 
 XGB = {"framework": "xgboost", "command": ["python", "train.py", "--rounds", "5"], "num_workers": 3, "image": "img:1"}
 GATE = ["python", "-m", "airflow_ml_provider.runtime.xgboost_tracker", "worker"]
@@ -62,8 +62,11 @@ def test_backends_without_a_tracker_refuse_xgboost_naming_those_that_run_it(kind
 
 
 @pytest.mark.parametrize("kind", ["indexed-job", "volcano"])
-def test_the_worker_port_and_elastic_bounds_are_refused_for_xgboost(kind):
+def test_the_worker_port_is_refused_for_xgboost(kind):
     with pytest.raises(ValueError, match=r"kubernetes.worker_port: the .* \(xgboost\) backend does not use it"):
         manifests(kind, kubernetes={"worker_port": 13000})
-    with pytest.raises(ValueError, match="min_workers/max_workers"):
-        manifests(kind, min_workers=2, max_workers=4)
+
+
+def test_elastic_bounds_are_refused_for_xgboost_on_every_backend():
+    with pytest.raises(SpecError, match=r"min_workers/max_workers: an XGBoost job's tracker waits for a fixed number"):
+        TrainingJobSpec(**XGB, min_workers=2, max_workers=4)
