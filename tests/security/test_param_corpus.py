@@ -47,7 +47,7 @@ def test_hostile_param_is_refused_by_airflows_validation(pipeline, param, value,
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"learning_rate": float("nan")}, "learning_rate: nan is not a finite number: Decision size, above 0 and at most 1."),
+    ({"learning_rate": float("nan")}, "learning_rate: nan is not a finite number: Step size, above 0 and at most 1."),
     ({"learning_rate": None}, "learning_rate: no number given (NaN and Infinity arrive as null through JSON)"),
     ({"min_accuracy": float("-inf")}, "min_accuracy: -inf is not a finite number: Gate: held-out accuracy."),
     ({"boost_rounds": 5.0}, "boost_rounds: 5.0 is not an integer (write 5 without a decimal point): LightGBM only"),
