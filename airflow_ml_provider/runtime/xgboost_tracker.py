@@ -16,9 +16,9 @@ needs only the standard library, the tracker only the image's ``xgboost``) or as
 
 Why the gate: a worker's ``CommunicatorContext`` retries a refused connection only a few times within
 seconds (xgboost 3.2 ``collective/socket.cc``), and the tracker starts with its workers: on a loaded machine,
-or when worker 0's pod is placed last, the script failed before the tracker listened. The gate's probe is a
-connection closed at once, which the tracker drops with one warning ("Failed to initialize worker proxy")
-and then serves the real workers.
+or when worker 0's pod is placed last, the script failed before the tracker listened. On a local job's loopback
+the gate reads the kernel's socket table; in a pod it probes with a connection closed at once, which the tracker
+drops with one warning ("Failed to initialize worker proxy") and then serves the real workers.
 """
 
 from __future__ import annotations
@@ -47,16 +47,37 @@ def serve(workers: int, host: str, port: int) -> int:
 
 
 def wait_for_tracker(host: str, port: int, wait_s: float = WAIT_S) -> None:
-    """Return once ``host:port`` accepts a connection (a name not yet in DNS is retried too); TimeoutError."""
+    """Return once the tracker at ``host:port`` listens; TimeoutError. On this machine's loopback (a local job, in
+    its own network namespace) that is read from the kernel's socket table, without a connection; elsewhere (a
+    pod) by a connection closed at once (a name not yet in DNS is retried too)."""
     deadline = time.monotonic() + wait_s
+    local = host == "localhost" or host.startswith("127.")
     while True:
         try:
-            socket.create_connection((host, port), timeout=5).close()
-            return
+            if not local:
+                socket.create_connection((host, port), timeout=5).close()
+                return
+            if _listening(port):
+                return
+            error: object = "nothing listens there"
         except OSError as exc:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"the xgboost tracker at {host}:{port} did not answer in {wait_s:g} s: {exc}") from None
-            time.sleep(0.2)
+            error = exc
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"the xgboost tracker at {host}:{port} did not answer in {wait_s:g} s: {error}")
+        time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    """Whether a TCP socket of this network namespace listens on ``port`` (``/proc/net/tcp``: state 0A)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        if any(len(row) > 3 and row[3] == "0A" and int(row[1].rsplit(":", 1)[1], 16) == port for row in rows):
+            return True
+    return False
 
 
 def worker(args: argparse.Namespace) -> int:

@@ -11,26 +11,30 @@ import sys
 import threading
 import time
 
+import pytest
+
 from airflow_ml_provider.jobs import xgboost
 
 PRINT_ENV = [sys.executable, "-c", "import os; print(os.getpid(), os.environ['DMLC_TASK_ID'], flush=True)"]
 
 
-def _gate(port: int, *args: str, wait_s: str = "20") -> subprocess.Popen:
-    env = {**os.environ, "DMLC_TRACKER_URI": "127.0.0.1", "DMLC_TRACKER_PORT": str(port)}
+def _gate(port: int, *args: str, wait_s: str = "20", host: str = "127.0.0.1") -> subprocess.Popen:
+    env = {**os.environ, "DMLC_TRACKER_URI": host, "DMLC_TRACKER_PORT": str(port)}
     argv = xgboost.local_gate(sys.executable, PRINT_ENV)
     argv[argv.index("worker") + 1:argv.index("worker") + 1] = ["--wait-s", wait_s, *args]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_the_gate_waits_for_the_tracker_then_becomes_the_workers_command():
+@pytest.mark.parametrize("host", ["127.0.0.1", socket.gethostname()], ids=["loopback", "by-name"])
+def test_the_gate_waits_for_the_tracker_then_becomes_the_workers_command(host):
+    """On the loopback (a local job) the gate reads the socket table; by name (a pod) it connects."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    gate = _gate(port, "--task-id", "1")
+    gate = _gate(port, "--task-id", "1", host=host)
     time.sleep(1.0)
     assert gate.poll() is None, gate.communicate()  # nothing listens yet: it waits
-    listener = socket.create_server(("127.0.0.1", port))
+    listener = socket.create_server(("0.0.0.0", port))
     accepted = threading.Thread(target=lambda: listener.accept()[0].close(), daemon=True)
     accepted.start()
     out, err = gate.communicate(timeout=30)
