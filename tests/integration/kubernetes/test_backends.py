@@ -82,9 +82,11 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
         assert worker_pod["spec"]["subdomain"] == name
         service = jobs.get("Service", name, "v1")
         assert service["spec"]["clusterIP"] == "None"
-        if framework == "pytorch":  # one torchrun agent a pod, meeting at pod 0's stable name
+        if framework == "pytorch":  # one torchrun agent a pod, static rendezvous at pod 0's stable name (F5)
             command = containers(worker_pod)[0]["command"]
-            assert command[0] == "torchrun" and f"{name}-0.{name}:29400" in command
+            assert command[0] == "torchrun" and command[command.index("--master-addr") + 1] == f"{name}-0.{name}"
+            assert (command[command.index("--master-port") + 1], command[command.index("--node-rank") + 1]) == (
+                "29400", "$(JOB_COMPLETION_INDEX)")
             assert service["spec"]["ports"][0]["port"] == 29400
         if framework == "xgboost":  # the tracker beside pod 0, at its stable name, the rank the completion index
             command = containers(worker_pod)[0]["command"]
@@ -102,7 +104,9 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["imagePullSecrets"] == [{"name": "registry"}]
     assert pod["serviceAccountName"] == "trainer" and pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "datasets"
     # the default Pod Security Standard, baseline, as the schema keeps it (tests/unit/jobs/backends/test_pod_security.py)
-    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    # sshd's pods (MPIJob, Volcano's Horovod) run as root; every other pod as the image's user
+    root = {"runAsUser": 0, "runAsGroup": 0} if framework == "horovod" else {}
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}, **root}
     assert worker["securityContext"] == {"allowPrivilegeEscalation": False}
     secret = next(e for e in worker["env"] if e["name"] == "WANDB_API_KEY")
     assert secret == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}
