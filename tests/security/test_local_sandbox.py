@@ -338,6 +338,45 @@ def test_a_training_environment_in_an_open_folder_under_tmp_is_reached_by_the_jo
 
 
 @needs_sandbox
+def test_an_editable_install_under_tmp_is_shown_to_its_job_but_not_the_checkout_around_it(tmp_path):
+    """A training environment with an editable install (``pip install -e``, as `make training-env` installs this
+    package) whose checkout lies under /tmp (CI's clone): the job imports the package through setuptools' finder,
+    and reads nothing else of the checkout (its $AIRFLOW_HOME, its secrets)."""
+    from setuptools.command.editable_wheel import _finder_template  # what setuptools writes for `pip install -e`
+
+    open_folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        open_folder.chmod(0o755)
+        checkout, env = open_folder / "checkout", open_folder / "env"
+        (checkout / "mypkg").mkdir(parents=True)
+        (checkout / "mypkg" / "__init__.py").write_text("X = 'from the checkout'\n")
+        (checkout / "secret.txt").write_text("not for jobs")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+        [site] = env.glob("lib/python*/site-packages")
+        (site / "__editable___mypkg_0_1_finder.py").write_text(
+            _finder_template("__editable___mypkg_0_1_finder", {"mypkg": str(checkout / "mypkg")}, {}))
+        (site / "__editable__.mypkg-0.1.pth").write_text(
+            "import __editable___mypkg_0_1_finder; __editable___mypkg_0_1_finder.install()")
+        for path in (checkout, checkout / "mypkg", checkout / "secret.txt"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        backend = LocalBackend(tmp_path / "ml", image=str(env), cancel_grace_s=2)
+        assert backend.submit("editable", spec(f"""
+            import mypkg
+            print("imported", mypkg.X, flush=True)
+            try:
+                open({str(checkout / "secret.txt")!r}).read()
+                print("read the checkout's secret", flush=True)
+            except OSError:
+                print("the checkout is hidden", flush=True)
+        """), {})
+        assert final_status(backend, "editable").state is JobState.SUCCEEDED, job_log(backend, "editable")
+        log = job_log(backend, "editable")
+        assert "imported from the checkout" in log and "the checkout is hidden" in log, log
+    finally:
+        shutil.rmtree(open_folder, ignore_errors=True)
+
+
+@needs_sandbox
 @needs_horovod
 def test_a_horovod_job_runs_in_its_sandbox_whose_home_directory_it_cannot_write(tmp_path):
     """A fresh machine has no ``~/.horovod``: horovodrun created it (its cache of remote-host checks) and,

@@ -24,6 +24,7 @@ launcher, and nobody holding the lock) from one still in progress. Waiting for i
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import fcntl
 import hmac
@@ -430,7 +431,7 @@ class LocalBackend(Backend):
                                          f"directories lie under {data}")
             writable.append(("output_dirs", path))
         needed = [path for path in (image, _interpreter_prefix(image), sys.prefix, sys.base_prefix, _PACKAGE_ROOT,
-                                    spec.working_dir) if path]
+                                    spec.working_dir, *_editable_sources(image)) if path]
         closed = local_sandbox.closed_ancestors(needed) if uid is not None else []
         unseen = [*hidden, local_sandbox.PRIVATE_TMP, *closed]  # e.g. a training environment installed under /tmp
         inputs = [path for path in needed if local_sandbox.inside(path, unseen)] + [data]
@@ -571,6 +572,24 @@ def _check_image(spec: TrainingJobSpec, image: str) -> None:
             f"image: no torchrun in {bin_dir}; the local backend needs a training environment with "
             "PyTorch installed (run `make training-env`, then point the image at .venv-train)"
         )
+
+
+def _editable_sources(image: str) -> list[str]:
+    """The source folders of the image's editable installs (``pip install -e``), which its ``site-packages`` only
+    points at: a ``.pth`` line naming a folder, or a package of the ``MAPPING`` of setuptools'
+    ``__editable___*_finder.py`` (the package folder alone, not the checkout around it). A job reads them
+    read-only like the image itself; a checkout under ``/tmp`` would else be hidden with it."""
+    sources = []
+    for site in Path(image).glob("lib/python*/site-packages"):
+        for pth in site.glob("*.pth"):
+            sources += [line for line in pth.read_text(errors="replace").splitlines()
+                        if line.startswith("/") and os.path.isdir(line)]
+        for finder in site.glob("__editable___*_finder.py"):
+            for node in ast.parse(finder.read_text(errors="replace")).body:
+                if isinstance(node, ast.AnnAssign | ast.Assign) and "MAPPING" in ast.unparse(node).split("=")[0]:
+                    mapping = ast.literal_eval(node.value)
+                    sources += [path for path in mapping.values() if os.path.isdir(path)]
+    return sources
 
 
 def _interpreter_prefix(image: str) -> str | None:
