@@ -57,7 +57,7 @@ def kserve_crd(kube_cluster):
         )
         if any(
             c["type"] == "Established" and c["status"] == "True"
-            for c in crd.get("status", {}).get("conditions", [])
+            for c in (crd.get("status") or {}).get("conditions") or []  # null until the server fills them in
         ):
             time.sleep(1)  # discovery catches up
             return
