@@ -60,18 +60,22 @@ def trigger_reads(cluster) -> int:
 async def follow(names: list[str], wait_s: float, cluster, namespace: str):
     """(reads to set up, (reads, CPU s, seconds) while the jobs run, reads in all) for N followers."""
     from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-    from airflow_ml_provider.jobs.backends.kubernetes.watch import CollectionWatcher
+
+    reported: set[str] = set()  # the followers that have had their job's first status
 
     async def first(name: str):
         backend = await asyncio.to_thread(TrainingBackendHook().get_backend, "mpijob")
         async for status in backend.statuses(name, 600):
+            reported.add(name)
             if status.state.is_terminal:
                 return status
 
     start_reads = trigger_reads(cluster)
     tasks = [asyncio.create_task(first(name)) for name in names]
-    while sum(len(w._subscribers.get(name, ())) for w in CollectionWatcher._shared.values() for name in names) < len(names):
-        await asyncio.sleep(0.5)  # until every follower follows its job through the shared watch
+    while len(reported) < len(names):  # until every follower follows its job through the shared watch, its status in
+        if failed := next((task for task in tasks if task.done() and task.exception()), None):
+            raise failed.exception()  # e.g. the watch could not list the jobs within its first-list timeout
+        await asyncio.sleep(0.5)
     settled, before = -1, trigger_reads(cluster)
     while settled != before:  # ... and has finished its first status check
         settled = before
