@@ -125,8 +125,14 @@ TORCH = ("import torch\n"
          "torch.save({'model': torch_mlp(4, 2).state_dict(), 'n_features': 4, 'n_classes': 2}, 'model.pt')\n")
 
 
+XGBOOST = ("import numpy as np, xgboost as xgb\n"
+           "X = np.random.default_rng(0).normal(size=(50, 4))\n"
+           "xgb.train({'objective': 'binary:logistic'}, xgb.DMatrix(X, X[:, 0] > 0), 2).save_model('model.ubj')\n")
+
+
 @needs_training_env
-@pytest.mark.parametrize(("extra", "save", "file"), [("keras", KERAS, "model.keras"), ("pytorch", TORCH, "model.pt")])
+@pytest.mark.parametrize(("extra", "save", "file"), [("keras", KERAS, "model.keras"), ("pytorch", TORCH, "model.pt"),
+                                                     ("xgboost", XGBOOST, "model.ubj")])
 def test_each_framework_extra_loads_that_frameworks_model_file(tmp_path, extra, save, file):
     """What the registered model runs when it loads (``runtime.predict``, inside ``served_model.py``)."""
     code = save + ("import numpy as np\nfrom airflow_ml_provider.runtime.predict import load_predictor\n"
