@@ -11,8 +11,9 @@ needs only the standard library, the tracker only the image's ``xgboost``) or as
   rank only as ``$(JOB_COMPLETION_INDEX)`` or ``$(VC_TASK_INDEX)``, which the kubelet expands in the command),
   starts the tracker beside this worker when ``--serve-workers`` is given and the task id is 0 (a pod's
   worker 0, which the others reach through the job's headless Service), waits until the tracker at
-  ``DMLC_TRACKER_URI:DMLC_TRACKER_PORT`` accepts a connection, then replaces itself with ``ARGV``: the user's
-  script runs as it is, as this very process (a signal to the worker reaches the script).
+  ``DMLC_TRACKER_URI:DMLC_TRACKER_PORT`` listens, then replaces itself with ``ARGV``: the user's script runs as
+  it is, as this very process (a signal to the worker reaches the script). Worker 0 serving the tracker runs
+  ``ARGV`` as its child instead, and ends once the tracker has (every worker done), as ``ARGV`` ended.
 
 Why the gate: a worker's ``CommunicatorContext`` retries a refused connection only a few times within
 seconds (xgboost 3.2 ``collective/socket.cc``), and the tracker starts with its workers: on a loaded machine,
@@ -31,7 +32,8 @@ import sys
 import time
 
 WAIT_S = 600.0  # how long a worker waits for the tracker (a pod's worker 0 may be placed minutes later)
-TRACKER_PORT = 9091  # on a Kubernetes job's worker 0 (Kubeflow Trainer's xgboost runtime uses the same)
+TRACKER_PORT = 9091  # on a Kubernetes job's worker 0
+TRACKER_GRACE_S = 60.0  # how long a pod's worker 0 waits, its command done, for the other workers to finish
 
 
 def serve(workers: int, host: str, port: int) -> int:
@@ -90,17 +92,39 @@ def worker(args: argparse.Namespace) -> int:
     if not host or not (port or "").isdigit():
         print("xgboost_tracker worker: DMLC_TRACKER_URI and DMLC_TRACKER_PORT must be set", file=sys.stderr)
         return 2
+    tracker = None
     if args.serve_workers and os.environ.get("DMLC_TASK_ID") == "0":
         # the tracker beside worker 0, in the pod: bound to every address, so the Service's name reaches it
-        subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", "--workers", str(args.serve_workers),
-                          "--host", "0.0.0.0", "--port", port], stdin=subprocess.DEVNULL)
+        tracker = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", "--workers",
+                                    str(args.serve_workers), "--host", "0.0.0.0", "--port", port],
+                                   stdin=subprocess.DEVNULL)
     try:
         wait_for_tracker(host, int(port), args.wait_s)
     except TimeoutError as exc:
         print(f"xgboost_tracker worker: {exc}", file=sys.stderr)
         return 3
-    os.execvp(args.argv[0], args.argv)
-    return 127  # not reached: execvp raises OSError if it cannot run
+    if tracker is None:
+        os.execvp(args.argv[0], args.argv)  # the worker's command is this process: a signal reaches it
+    return _run_beside(tracker, args.argv)
+
+
+def _run_beside(tracker: subprocess.Popen, argv: list[str]) -> int:
+    """Worker 0 of a pod: its command as a child (SIGTERM and SIGINT passed on), then the tracker's end before
+    the pod's: worker 0 may finish before the others have told the tracker they are done, and its container's
+    end would take the tracker with it, failing their shutdown. Ends as the command did."""
+    import signal
+
+    child = subprocess.Popen(argv)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: child.send_signal(number))
+    code = child.wait()
+    try:
+        tracker.wait(timeout=TRACKER_GRACE_S if code == 0 else 5.0)  # failed: the others may never finish
+    except subprocess.TimeoutExpired:
+        pass
+    if tracker.poll() is None:
+        tracker.terminate()
+    return code if code >= 0 else 128 - code
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

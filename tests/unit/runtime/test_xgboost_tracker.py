@@ -52,3 +52,29 @@ def test_the_gate_gives_up_naming_the_tracker_when_nothing_listens():
     out, err = gate.communicate(timeout=30)
     assert gate.returncode == 3 and out == ""
     assert f"the xgboost tracker at 127.0.0.1:{port} did not answer in 1 s" in err
+
+
+JOIN = ("import os\nfrom xgboost import collective\n"
+        "with collective.CommunicatorContext(dmlc_tracker_uri=os.environ['DMLC_TRACKER_URI'],\n"
+        "        dmlc_tracker_port=int(os.environ['DMLC_TRACKER_PORT']), dmlc_task_id=os.environ['DMLC_TASK_ID']):\n"
+        "    print('joined', collective.get_rank(), collective.get_world_size(), flush=True)\n"
+        "raise SystemExit(int(os.environ.get('EXIT_WITH', '0')))\n")
+
+
+@pytest.mark.parametrize("exit_with", [0, 5])
+def test_worker_0_serves_the_tracker_runs_its_command_and_ends_as_it_did_after_the_tracker(exit_with):
+    """A pod's worker 0 (``--serve-workers``): the tracker beside it, its command as a child; the gate ends after
+    the tracker (every worker done), with the command's exit code."""
+    pytest.importorskip("xgboost")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "DMLC_TRACKER_URI": "127.0.0.1", "DMLC_TRACKER_PORT": str(port), "EXIT_WITH": str(exit_with)}
+    argv = [sys.executable, xgboost.TRACKER_FILE, "worker", "--task-id", "0", "--serve-workers", "1", "--",
+            sys.executable, "-c", JOIN]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == exit_with, done.stderr[-3000:]
+    out = done.stdout.splitlines()
+    assert out[0] == f"xgboost tracker listening on 0.0.0.0:{port} for 1 workers" and "joined 0 1" in out
+    if exit_with == 0:
+        assert out[-1] == "xgboost tracker: every worker finished", out  # the gate waited for it
