@@ -50,7 +50,7 @@ def test_hostile_param_is_refused_by_airflows_validation(pipeline, param, value,
     ({"learning_rate": float("nan")}, "learning_rate: nan is not a finite number: Step size, above 0 and at most 1."),
     ({"learning_rate": None}, "learning_rate: no number given (NaN and Infinity arrive as null through JSON)"),
     ({"min_accuracy": float("-inf")}, "min_accuracy: -inf is not a finite number: Gate: held-out accuracy."),
-    ({"boost_rounds": 5.0}, "boost_rounds: 5.0 is not an integer (write 5 without a decimal point): LightGBM only"),
+    ({"boost_rounds": 5.0}, "boost_rounds: 5.0 is not an integer (write 5 without a decimal point): LightGBM and XGBoost only"),
     ({"workers": 2.5}, "workers: 2.5 is not an integer: Workers of the training job"),
 ])
 def test_numbers_airflow_lets_through_are_refused_by_the_first_task_naming_the_param(pipeline, values, message):
