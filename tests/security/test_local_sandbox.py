@@ -342,7 +342,9 @@ def test_an_editable_install_under_tmp_is_shown_to_its_job_but_not_the_checkout_
     """A training environment with an editable install (``pip install -e``, as `make training-env` installs this
     package) whose checkout lies under /tmp (CI's clone): the job imports the package through setuptools' finder,
     and reads nothing else of the checkout (its $AIRFLOW_HOME, its secrets)."""
-    from setuptools.command.editable_wheel import _finder_template  # what setuptools writes for `pip install -e`
+    from setuptools.command.editable_wheel import (
+        _finder_template,  # what setuptools writes for `pip install -e`
+    )
 
     open_folder = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
