@@ -30,6 +30,9 @@ from pathlib import Path
 from training_image import RUNTIME, podman
 
 RESTART = {"Never": "no", "OnFailure": "on-failure", "Always": "always"}
+NAMESPACE = "ml"  # of the image tests' jobs
+JOB_TIMEOUT_S = 420  # how long an image test waits for its job to end
+CLAIM = {"name": "work", "mount_path": "/work", "claim": "work"}  # the jobs' volume: the ``claims`` fixture's folder
 
 
 def container_env(container: dict, fields: dict[str, str] | None = None) -> dict[str, str]:
@@ -172,3 +175,9 @@ class PodNetwork:
 
     def describe(self) -> str:
         return "; ".join(f"{h}: {shlex.quote(n)}" for h, n in self.pods.items())
+
+
+def json_events(text: str) -> list[dict]:
+    """A pod log's JSON lines from the trainer, without the ``[<rank>]<stdout>:`` horovodrun puts before a rank's."""
+    lines = (line.partition("<stdout>:")[2] if line.startswith("[") else line for line in text.splitlines())
+    return [json.loads(line) for line in lines if line.startswith('{"')]

@@ -9,46 +9,16 @@ DNS answers ``<hostname>.<subdomain>`` (tests/pod_containers.py), as the image's
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 from job_controller import IndexedJob
-from pod_containers import PodNetwork
+from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, json_events
 from trainer_controller import jobset_for, pods_of
-from training_image import image_user
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 pytestmark = pytest.mark.integration
-
-NAMESPACE = "ml"
-JOB_TIMEOUT_S = 420
-CLAIM = {"name": "work", "mount_path": "/work", "claim": "work"}
-
-
-@pytest.fixture
-def claims(tmp_path, training_image) -> dict[str, Path]:
-    """The job's PVC: a folder the image's user owns, as a provisioned volume for that user."""
-    work = tmp_path / "work"
-    work.mkdir()
-    uid, _, gid = image_user(training_image).partition(":")
-    os.chown(work, int(uid), int(gid or uid))
-    return {"work": work}
-
-
-@pytest.fixture
-def network(training_image):
-    pods = PodNetwork(training_image, NAMESPACE)
-    yield pods
-    pods.close()
-
-
-def _events(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith('{"')]
 
 
 def _torch_spec(image: str, **fields) -> TrainingJobSpec:
@@ -60,10 +30,10 @@ def _torch_spec(image: str, **fields) -> TrainingJobSpec:
 
 def _assert_ddp_trained(logs: dict[str, str], node0: str, claims) -> None:
     """Both ranks (one per pod) trained as one group: the same final weights; pod ``node0`` is rank 0."""
-    checksums = {e["rank"]: e["checksum"] for log in logs.values() for e in _events(log)
+    checksums = {e["rank"]: e["checksum"] for log in logs.values() for e in json_events(log)
                  if e.get("event") == "weights_checksum"}
     assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, {h: v[-3000:] for h, v in logs.items()}
-    assert [e["rank"] for e in _events(logs[node0]) if e.get("event") == "weights_checksum"] == [0]
+    assert [e["rank"] for e in json_events(logs[node0]) if e.get("event") == "weights_checksum"] == [0]
     assert (claims["work"] / "model" / "model.pt").stat().st_size > 0
 
 
@@ -82,7 +52,7 @@ def test_indexed_job_lightgbm_trains_in_the_image(tmp_path, training_image, netw
     assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
     controller = IndexedJob("lgb", job["spec"], network, claims)
     assert controller.run(JOB_TIMEOUT_S) == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
-    results = [e for e in _events(network.logs("lgb-0")) if e.get("event") == "result"]
+    results = [e for e in json_events(network.logs("lgb-0")) if e.get("event") == "result"]
     assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8
     assert '"event": "result"' not in network.logs("lgb-1"), "index 1 must not act as rank 0"
     assert (claims["work"] / "model" / "model.txt").exists()
@@ -141,7 +111,7 @@ def test_indexed_job_xgboost_trains_with_the_tracker_beside_pod_0_in_the_image(t
     job, _ = get_backend("indexed-job", api_client=None, namespace=NAMESPACE).manifests("xgb", spec, {})
     controller = IndexedJob("xgb", job["spec"], network, claims)
     assert controller.run(JOB_TIMEOUT_S, order=[1, 0]) == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
-    results = [e for e in _events(network.logs("xgb-0")) if e.get("event") == "result"]
+    results = [e for e in json_events(network.logs("xgb-0")) if e.get("event") == "result"]
     assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8, network.logs("xgb-0")[-3000:]
     assert '"event": "result"' not in network.logs("xgb-1"), "index 1 must not act as rank 0"
     assert (claims["work"] / "model" / "model.ubj").exists()

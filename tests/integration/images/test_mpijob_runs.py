@@ -12,8 +12,6 @@ These replace the process-level pod runs (tests/pod_sandbox.py) the suite had be
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -22,40 +20,12 @@ import numpy as np
 import pytest
 import yaml
 from mpi_operator import MPIOperator, kueue_admit
-from pod_containers import PodNetwork
-from training_image import image_user
+from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, PodNetwork, json_events
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 pytestmark = pytest.mark.integration
-
-NAMESPACE = "ml"
-JOB_TIMEOUT_S = 420
-CLAIM = {"name": "work", "mount_path": "/work", "claim": "work"}
-
-
-@pytest.fixture
-def claims(tmp_path, training_image) -> dict[str, Path]:
-    """The job's PVC: a folder the image's user owns, as a provisioned volume for that user."""
-    work = tmp_path / "work"
-    work.mkdir()
-    uid, _, gid = image_user(training_image).partition(":")
-    os.chown(work, int(uid), int(gid or uid))
-    return {"work": work}
-
-
-@pytest.fixture
-def network(training_image):
-    pods = PodNetwork(training_image, NAMESPACE)
-    yield pods
-    pods.close()
-
-
-def _events(text: str) -> list[dict]:
-    """The trainer's JSON lines, without the ``[<rank>]<stdout>:`` that horovodrun puts before a rank's lines."""
-    lines = (line.partition("<stdout>:")[2] if line.startswith("[") else line for line in text.splitlines())
-    return [json.loads(line) for line in lines if line.startswith('{"')]
 
 
 def _mpijob(name: str, spec: TrainingJobSpec) -> dict:
@@ -79,7 +49,7 @@ def test_mpijob_horovod_trains_in_the_image(tmp_path, training_image, network, c
     operator, code = _run(job, network, tmp_path, claims)
     launcher = network.logs(operator.launcher)
     assert code == 0, f"launcher exited {code}:\n{launcher[-4000:]}"
-    events = _events(launcher)
+    events = json_events(launcher)
     checksums = {e["rank"]: e["checksum"] for e in events if e.get("event") == "weights_checksum"}
     assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
     assert [e for e in events if e.get("event") == "result"][-1]["accuracy"] > 0.5
@@ -124,7 +94,7 @@ def test_mpijob_generic_evaluate_runs_in_the_image(tmp_path, training_image, net
     operator, code = _run(_mpijob("eval", spec), network, tmp_path, claims)
     launcher = network.logs(operator.launcher)
     assert code == 0, f"launcher exited {code}:\n{launcher[-4000:]}"
-    [result] = [e for e in _events(launcher) if e.get("event") == "result"]
+    [result] = [e for e in json_events(launcher) if e.get("event") == "result"]
     assert result["rows"] == 200 and result["auc"] > 0.8, result
 
 
@@ -162,9 +132,9 @@ def test_elastic_mpijob_loses_a_worker_container_mid_run_and_finishes_on_the_res
         while time.monotonic() < deadline and not (operator.launcher in network.pods and any(
                 # 3 workers in the ring, 10 steps trained on them
                 e.get("event") == "metrics" and e.get("workers") == 3 and e.get("step", 0) >= 10
-                for e in _events(network.logs(operator.launcher)))):
+                for e in json_events(network.logs(operator.launcher)))):
             time.sleep(2)
-        sizes = [e.get("workers") for e in _events(network.logs(operator.launcher)) if e.get("event") == "metrics"]
+        sizes = [e.get("workers") for e in json_events(network.logs(operator.launcher)) if e.get("event") == "metrics"]
         network.kill("ela-worker-1")
         runner.join(JOB_TIMEOUT_S + 330)
     finally:
@@ -174,7 +144,7 @@ def test_elastic_mpijob_loses_a_worker_container_mid_run_and_finishes_on_the_res
             runner.join(60)
     launcher = network.logs(operator.launcher)
     assert outcome.get("code") == 0, f"launcher exited {outcome.get('code')}:\n{launcher[-5000:]}"
-    events = _events(launcher)
+    events = json_events(launcher)
     changes = [e for e in events if e.get("event") == "membership"]
     assert any((c["previous_size"], c["size"]) == (3, 2) for c in changes), (changes, sizes)
     [result] = [e for e in events if e.get("event") == "result"]

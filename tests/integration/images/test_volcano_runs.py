@@ -7,46 +7,17 @@ run with podman on a network whose DNS answers ``<pod>.<job>`` (tests/pod_contai
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from pod_containers import PodNetwork
-from training_image import image_user
+from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, PodNetwork, json_events
 from volcano_controller import VolcanoController
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
 pytestmark = pytest.mark.integration
-
-NAMESPACE = "ml"
-JOB_TIMEOUT_S = 420
-CLAIM = {"name": "work", "mount_path": "/work", "claim": "work"}
-
-
-@pytest.fixture
-def claims(tmp_path, training_image) -> dict[str, Path]:
-    """The job's PVC: a folder the image's user owns, as a provisioned volume for that user."""
-    work = tmp_path / "work"
-    work.mkdir()
-    uid, _, gid = image_user(training_image).partition(":")
-    os.chown(work, int(uid), int(gid or uid))
-    return {"work": work}
-
-
-@pytest.fixture
-def network(training_image):
-    pods = PodNetwork(training_image, NAMESPACE)
-    yield pods
-    pods.close()
-
-
-def _events(text: str) -> list[dict]:
-    lines = (line.partition("<stdout>:")[2] if line.startswith("[") else line for line in text.splitlines())
-    return [json.loads(line) for line in lines if line.startswith('{"')]
 
 
 def _run(name: str, spec: TrainingJobSpec, network: PodNetwork, tmp_path: Path, claims) -> tuple[VolcanoController, str]:
@@ -73,7 +44,7 @@ def test_volcano_lightgbm_trains_in_the_image(tmp_path, training_image, network,
     controller, phase = _run("lgb", _lightgbm_spec(training_image, claims), network, tmp_path, claims)
     logs = {h: network.logs(h) for h, _, _ in controller.pod_specs}
     assert phase == "Completed", logs
-    results = [e for e in _events(logs["lgb-worker-0"]) if e.get("event") == "result"]
+    results = [e for e in json_events(logs["lgb-worker-0"]) if e.get("event") == "result"]
     assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8, logs["lgb-worker-0"][-3000:]
     assert '"event": "result"' not in logs["lgb-worker-1"], "VC_TASK_INDEX 1 must not act as rank 0"
     assert (claims["work"] / "model" / "model.txt").exists()
@@ -86,7 +57,7 @@ def test_volcano_horovod_trains_in_the_image(tmp_path, training_image, network, 
     controller, phase = _run("hvd", spec, network, tmp_path, claims)
     master = network.logs("hvd-master-0")
     assert phase == "Completed", master[-4000:]  # the master's TaskCompleted -> CompleteJob
-    checksums = {e["rank"]: e["checksum"] for e in _events(master) if e.get("event") == "weights_checksum"}
+    checksums = {e["rank"]: e["checksum"] for e in json_events(master) if e.get("event") == "weights_checksum"}
     assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
     assert (claims["work"] / "model" / "model.keras").stat().st_size > 0
     for worker in ("hvd-worker-0", "hvd-worker-1"):  # the ranks ran there, over ssh with the plugin's key
@@ -102,10 +73,10 @@ def test_volcano_pytorch_takes_the_plugins_numbering_and_trains_in_the_image(tmp
     controller, phase = _run("ddp", spec, network, tmp_path, claims)
     logs = {h: network.logs(h) for h, _, _ in controller.pod_specs}
     assert phase == "Completed", {h: log[-3000:] for h, log in logs.items()}
-    checksums = {e["rank"]: e["checksum"] for log in logs.values() for e in _events(log)
+    checksums = {e["rank"]: e["checksum"] for log in logs.values() for e in json_events(log)
                  if e.get("event") == "weights_checksum"}
     assert sorted(checksums) == [0, 1] and len(set(checksums.values())) == 1, checksums
-    assert [e["rank"] for e in _events(logs["ddp-master-0"]) if e.get("event") == "weights_checksum"] == [0]
+    assert [e["rank"] for e in json_events(logs["ddp-master-0"]) if e.get("event") == "weights_checksum"] == [0]
     assert (claims["work"] / "model" / "model.pt").stat().st_size > 0
 
 
