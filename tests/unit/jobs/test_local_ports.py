@@ -4,6 +4,7 @@ LightGBM job in a full run ("Binding port N failed")."""
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -23,18 +24,34 @@ def test_ports_are_distinct_free_and_below_the_ephemeral_range():
 
 def test_a_port_in_use_is_not_given_out(tmp_path, monkeypatch):
     """A range whose ephemeral part starts 60 ports above the lowest: 50 of those 60 held open, the 10 ports
-    asked for are exactly the other 10."""
-    kernel_range = tmp_path / "ip_local_port_range"
-    kernel_range.write_text(f"{LOWEST + 60}\t60999\n")
-    monkeypatch.setattr(ports, "_RANGE", kernel_range)
-    window = set(range(LOWEST, LOWEST + 60))
-    held = []
+    asked for are exactly the other 10. The window is one whose 60 ports were all free a moment ago (a fixed one
+    collided with a job of another test process, whose ports come from the same range)."""
+    base, held = _held_window(60)
     try:
-        for port in sorted(window)[:50]:
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", port))
-            held.append(sock)
-        assert set(free_ports(10)) == window - {sock.getsockname()[1] for sock in held}
+        kernel_range = tmp_path / "ip_local_port_range"
+        kernel_range.write_text(f"{base + 60}\t60999\n")
+        monkeypatch.setattr(ports, "_RANGE", kernel_range)
+        monkeypatch.setattr(ports, "LOWEST", base)
+        for sock in held[50:]:  # the 10 to be given out
+            sock.close()
+        assert set(free_ports(10)) == set(range(base, base + 60)) - {sock.getsockname()[1] for sock in held[:50]}
     finally:
         for sock in held:
             sock.close()
+
+
+def _held_window(size: int) -> tuple[int, list[socket.socket]]:
+    """A first port and ``size`` sockets bound to it and the ports after it, all held."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(100):
+        base, held = random.randrange(LOWEST, low - size), []
+        try:
+            for port in range(base, base + size):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base, held
+        except OSError:  # in use: another window
+            for sock in held:
+                sock.close()
+    raise AssertionError(f"no {size} consecutive free ports below {low}")
