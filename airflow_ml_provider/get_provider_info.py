@@ -92,9 +92,9 @@ _TRAINING_FIELDS = {
     ),
     "training_runtime": _field(
         "Trainer: training runtime",
-        "The (Cluster)TrainingRuntime a trainjob TrainJob names. Empty: airflow-ml-torch "
-        "(deploy/kubernetes/trainingruntime.yaml).",
-        examples=["airflow-ml-torch", "torch-distributed"],
+        "The (Cluster)TrainingRuntime every trainjob TrainJob names. Empty: by framework, airflow-ml-torch "
+        "(deploy/kubernetes/trainingruntime.yaml) or airflow-ml-xgboost (trainingruntime-xgboost.yaml).",
+        examples=["airflow-ml-torch", "torch-distributed", "xgboost-distributed"],
     ),
     "training_runtime_kind": _field(
         "Trainer: runtime kind",

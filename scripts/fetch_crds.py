@@ -4,10 +4,12 @@
 Run by `make crds` (and so by `make test`, before pytest). Each lock row names an upstream file
 (repo, ref, path) and its sha256. Where a file comes from, first that applies:
   1. a local mirror: $AIRFLOW_ML_CRDS_DIR, else a `shared/crds` folder beside the clone where one
-     exists (a flat folder laid out by the lock's `file` column, next/ included); a mirror is read
-     and verified on every run, so a wrong mirror is always reported;
+     exists (a flat folder laid out by the lock's `file` column, next/ included); a file the mirror
+     holds is read and verified on every run, so a wrong mirror is always reported;
   2. the cache, when it already holds a verified copy;
-  3. $AIRFLOW_ML_CRDS_BASE_URL/<repo>/<ref>/<path> (default https://raw.githubusercontent.com).
+  3. for a file the mirror does not hold (a row newer than the mirror, e.g. a small runtime manifest),
+     the package's committed copy (below), verified the same way: a mirror stands for no network;
+  4. $AIRFLOW_ML_CRDS_BASE_URL/<repo>/<ref>/<path> (default https://raw.githubusercontent.com).
 Verified files are kept in <cache>/crds/<repo>/<ref>/<path> (<cache>: $AIRFLOW_ML_CACHE, else
 ~/.cache/airflow-ml-provider, beside the kube-apiserver build); the tests read them through the
 symlinks in .tools/crds/<file>. A file that cannot be had or whose digest differs stops the run with
@@ -126,16 +128,37 @@ def _store(path: Path, data: bytes) -> None:
     os.replace(tmp.name, path)
 
 
+def _from_package(pin: Pin, mirror: Path) -> bytes:
+    """The package's committed copy of ``pin`` (``package`` wrote it from a verified file), for a file the local
+    mirror does not hold."""
+    import gzip
+
+    packed = PACKAGE / f"{pin.file}.gz"
+    try:
+        data = gzip.decompress(packed.read_bytes())
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise CrdError(f"CRD {pin.file}: the local mirror ({MIRROR_VAR}={mirror}) does not hold it and the "
+                       f"package's copy {packed} cannot be read ({exc}); add it to the mirror, or unset "
+                       f"{MIRROR_VAR} to download it") from None
+    if _digest(data) != pin.sha256:
+        raise CrdError(f"CRD {pin.file}: the local mirror ({MIRROR_VAR}={mirror}) does not hold it and the "
+                       f"package's copy {packed} has sha256 {_digest(data)}, requirements/crds.lock pins "
+                       f"{pin.sha256}; add it to the mirror, or unset {MIRROR_VAR} to download it")
+    return data
+
+
 def fetch(pins: list[Pin], cache: Path, mirror: Path | None, base_url: str, timeout_s: float = 60) -> dict[str, str]:
     """Make every pinned file present and verified in the cache; returns {file: where it came from}."""
     origins = {}
     for pin in pins:
         target = pin.cached(cache)
-        if mirror is not None:
+        if mirror is not None and (mirror / pin.file).exists():
             data, origins[pin.file] = _from_mirror(pin, mirror), "mirror"
         elif target.is_file() and _digest(target.read_bytes()) == pin.sha256:
             origins[pin.file] = "cache"
             continue
+        elif mirror is not None:
+            data, origins[pin.file] = _from_package(pin, mirror), "package"
         else:
             data, origins[pin.file] = _download(pin, base_url, timeout_s), "download"
         if not (target.is_file() and target.read_bytes() == data):

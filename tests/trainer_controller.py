@@ -1,5 +1,6 @@
 """What Kubeflow Trainer v2's, JobSet's and the Job controller's reconcilers make of a TrainJob on the
-``torch-distributed`` runtime, for tests that play them (the test cluster runs no controller).
+``torch-distributed`` and ``xgboost-distributed`` runtimes (and the provider's versions of them), for tests that
+play them (the test cluster runs no controller).
 
 Each step names the upstream code it follows: kubeflow/trainer v2.3.0 (658725bdae5c7e3a0854d93ac6ff492e109a22ab),
 kubernetes-sigs/jobset v0.12.0 (f22e565ac3cc3265c7c45ef67ecffdc689af5d77), kubernetes' Job controller.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import copy
 
 import yaml
+from kube_cluster import CRDS_DIR
 
 from support import REPO
 
@@ -26,7 +28,10 @@ TORCH_DISTRIBUTED = {
 }
 # The provider's runtime (the trainjob backend's default): torch-distributed with restartPolicy Never, backoffLimit 0.
 AIRFLOW_ML_TORCH = yaml.safe_load((REPO / "deploy" / "kubernetes" / "trainingruntime.yaml").read_text())
-RUNTIMES = {runtime["metadata"]["name"]: runtime for runtime in (TORCH_DISTRIBUTED, AIRFLOW_ML_TORCH)}
+# The provider's XGBoost runtime: xgboost-distributed with restartPolicy Never, backoffLimit 0.
+AIRFLOW_ML_XGBOOST = yaml.safe_load((REPO / "deploy" / "kubernetes" / "trainingruntime-xgboost.yaml").read_text())
+# manifests/base/runtimes/xgboost_distributed.yaml at v2.3.0, the file requirements/crds.lock pins (`make crds`).
+XGBOOST_DISTRIBUTED_FILE = CRDS_DIR / "next" / "runtimes" / "xgboost_distributed.yaml"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # the Job controller's pod annotation
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX}']"  # Trainer's JobCompletionIndexFieldPath
 TRAINER_PORT = 29500  # Trainer's constants.ContainerTrainerPort
@@ -77,9 +82,64 @@ def _merge_patch(pod: dict, patch: dict) -> None:
             spec[key] = value
 
 
+def xgboost_distributed() -> dict:
+    """Trainer's stock ``xgboost-distributed``, from the verified pinned file."""
+    return yaml.safe_load(XGBOOST_DISTRIBUTED_FILE.read_text())
+
+
+def runtimes() -> dict[str, dict]:
+    """The ClusterTrainingRuntimes the tests install, by name: Trainer's stock ones and the provider's."""
+    return {runtime["metadata"]["name"]: runtime
+            for runtime in (TORCH_DISTRIBUTED, AIRFLOW_ML_TORCH, xgboost_distributed(), AIRFLOW_ML_XGBOOST)}
+
+
 def runtime_of(trainjob: dict) -> dict:
-    """The ClusterTrainingRuntime the TrainJob names, of those the tests install (``RUNTIMES``)."""
-    return RUNTIMES[trainjob["spec"]["runtimeRef"]["name"]]
+    """The ClusterTrainingRuntime the TrainJob names, of those the tests install (``runtimes``)."""
+    return runtimes()[trainjob["spec"]["runtimeRef"]["name"]]
+
+
+def _torch_env(name: str, nodes: int, trainer: dict) -> list[dict]:
+    """plugins/torch/torch.go ``EnforceMLPolicy``: the PET_* variables torchrun reads."""
+    return [
+        {"name": "PET_NNODES", "value": str(nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode", "auto"))},
+        {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
+        {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
+        {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
+    ]
+
+
+def _gpus(resources: dict) -> int:
+    """pkg/runtime/runtime.go:280-298 ``GetNumGPUPerNode``: the first resource named like "gpu", requests first."""
+    for field in ("requests", "limits"):
+        for resource, quantity in (resources.get(field) or {}).items():
+            if "gpu" in resource.lower() and int(quantity):
+                return int(quantity)
+    return 0
+
+
+def _xgboost_env(name: str, nodes: int, node: dict) -> list[dict]:
+    """plugins/xgboost/xgboost.go ``EnforceMLPolicy`` (:73-149): a worker per node, or per GPU of a node (the
+    runtime's resources, else the TrainJob's: :100-113); the tracker at node 0's pod, ``<job>-node-0-0.<job>``
+    (:115-117), Trainer's port (:125-128), the task id the completion index (:129-134), DMLC_NUM_WORKER the
+    total (:135-138). Nothing starts the tracker: the user's code on rank 0 does."""
+    workers = nodes * max(1, _gpus(node.get("resources") or {}))  # the TrainJob's resources replaced the runtime's
+    return [
+        {"name": "DMLC_TRACKER_URI", "value": f"{name}-node-0-0.{name}"},
+        {"name": "DMLC_TRACKER_PORT", "value": str(TRAINER_PORT)},
+        {"name": "DMLC_TASK_ID", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
+        {"name": "DMLC_NUM_WORKER", "value": str(workers)},
+    ]
+
+
+def refused_env(trainjob: dict, runtime: dict | None = None) -> list[str]:
+    """The TrainJob env names Trainer's admission webhook refuses on ``runtime``: those its plugin sets
+    (xgboost.go:53-71 ``Validate`` with pkg/constants/constants.go:302-303; the torch plugin's likewise, :300)."""
+    policy = (runtime or runtime_of(trainjob))["spec"]["mlPolicy"]
+    reserved = {"torch": {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"},
+                "xgboost": {"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"}}
+    names = {var["name"] for var in trainjob["spec"]["trainer"].get("env") or []}
+    return sorted(names & set().union(*(reserved[key] for key in reserved if key in policy)))
 
 
 def jobset_for(trainjob: dict, runtime: dict | None = None) -> dict:
@@ -87,8 +147,9 @@ def jobset_for(trainjob: dict, runtime: dict | None = None) -> dict:
     template with the runtime patches merged (trainingruntime.go ``mergeRuntimePatches``), the trainer Job's
     parallelism and completions set to numNodes (plugins/jobset/jobset.go ``Build``), the ``node`` container's
     image, command, env and resources from the TrainJob's trainer (plugins/jobset/builder.go ``Trainer``;
-    trainingruntime.go), then the torch plugin's PET_* variables and port (plugins/torch/torch.go
-    ``EnforceMLPolicy``); named after the TrainJob and owned by it (jobset.go ``Build``); then JobSet's
+    trainingruntime.go), then the runtime's ML policy plugin's variables and port (the torch plugin's PET_*,
+    plugins/torch/torch.go ``EnforceMLPolicy``; the xgboost plugin's DMLC_*, ``_xgboost_env``); named after the
+    TrainJob and owned by it (jobset.go ``Build``); then JobSet's
     webhook's defaults for a pod template without restartPolicy: OnFailure (kubernetes-sigs/jobset v0.12.0
     pkg/webhooks/jobset_webhook.go:124-127)."""
     runtime = runtime or runtime_of(trainjob)
@@ -108,14 +169,13 @@ def jobset_for(trainjob: dict, runtime: dict | None = None) -> dict:
     if "resourcesPerNode" in trainer:
         node["resources"] = trainer["resourcesPerNode"]
     _upsert_env(node.setdefault("env", []), list(trainer.get("env", [])))
-    _upsert_env(node["env"], [
-        {"name": "PET_NNODES", "value": str(nodes)},
-        {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode", "auto"))},
-        {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
-        {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
-        {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
-    ])
-    node.setdefault("ports", []).append({"containerPort": TRAINER_PORT})
+    policy = runtime["spec"]["mlPolicy"]
+    assert not refused_env(trainjob, runtime), "Trainer's webhook refuses the TrainJob"
+    if "torch" in policy:
+        _upsert_env(node["env"], _torch_env(name, nodes, trainer))
+    elif "xgboost" in policy:
+        _upsert_env(node["env"], _xgboost_env(name, nodes, node))
+    node.setdefault("ports", []).append({"containerPort": TRAINER_PORT})  # torch.go / xgboost.go:142-144 UpsertPort
     pod["spec"].setdefault("restartPolicy", "OnFailure")  # jobset_webhook.go:124-127
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": trainjob["metadata"]["namespace"],

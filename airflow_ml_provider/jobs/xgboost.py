@@ -14,6 +14,10 @@ Where the tracker runs:
 - ``indexed-job``, ``volcano``: beside worker 0, in its pod (the gate's ``--serve-workers``), bound to every
   address and reached by the others through the job's headless Service (``<job>-0.<job>``, resp. the svc
   plugin's ``<job>-worker-0.<job>``), port ``TRACKER_PORT``.
+- ``trainjob``: beside node 0 as well, where Kubeflow Trainer's xgboost plugin says it is: Trainer sets every
+  ``DMLC_*`` variable itself (tracker ``<job>-node-0-0.<job>``, port 29500, the task id the pod's completion
+  index) and leaves the tracker to the user's code (kubeflow/trainer v2.3.0
+  pkg/runtime/framework/plugins/xgboost/xgboost.go:115-144); the gate is that code.
 Every worker starts through the gate (``runtime.xgboost_tracker worker``): it waits for the tracker to listen,
 then becomes the user's command (``exec``).
 """
@@ -48,8 +52,9 @@ def local_gate(python: str, command: list[str]) -> list[str]:
     return [python, "-I", "-S", TRACKER_FILE, "worker", "--", *command]
 
 
-def pod_gate(command: list[str], task_id: str, num_workers: int) -> list[str]:
-    """A pod's argv: the gate, its rank from the controller's ``$(VAR)`` (``task_id``), worker 0 serving the
-    tracker, then the user's ``command``."""
-    return ["python", "-m", TRACKER_MODULE, "worker", "--task-id", task_id, "--serve-workers", str(num_workers),
-            "--", *command]
+def pod_gate(command: list[str], task_id: str | None, num_workers: int) -> list[str]:
+    """A pod's argv: the gate, its rank from the controller's ``$(VAR)`` (``task_id``; None where the controller
+    sets ``DMLC_TASK_ID`` itself: Trainer's xgboost plugin), worker 0 serving the tracker, then the user's
+    ``command``."""
+    rank = ["--task-id", task_id] if task_id is not None else []
+    return ["python", "-m", TRACKER_MODULE, "worker", *rank, "--serve-workers", str(num_workers), "--", *command]

@@ -57,9 +57,9 @@ def test_render_pytorch_locally_and_mpijobs_refusal_names_the_backends_that_run_
         "not 'pytorch'; backends that run it: local, volcano, indexed-job, trainjob")
 
 
-def test_render_xgboost_locally_on_volcano_and_trainjobs_refusal(tmp_path, capsys):
+def test_render_xgboost_locally_on_volcano_and_trainjob_and_mpijobs_refusal(tmp_path, capsys):
     """Issue 42: the local plan runs each worker through the tracker's gate; volcano renders the tracker beside
-    worker 0; trainjob refuses it naming the backends that run it."""
+    worker 0, trainjob on the xgboost runtime; mpijob refuses it naming the backends that run it."""
     import yaml
 
     assert main(["render", "--framework", "xgboost", "--local-root", str(tmp_path), "--", "python", "t.py"]) == 0
@@ -71,5 +71,11 @@ def test_render_xgboost_locally_on_volcano_and_trainjobs_refusal(tmp_path, capsy
     [container] = job["spec"]["tasks"][0]["template"]["spec"]["containers"]
     assert "--serve-workers" in container["command"] and container["command"][-2:] == ["python", "t.py"]
     assert main(["render", "--backend", "trainjob", "--framework", "xgboost", "--image", "img:1", "--",
+                 "python", "t.py"]) == 0
+    [trainjob] = yaml.safe_load_all(capsys.readouterr().out)
+    assert trainjob["spec"]["runtimeRef"]["name"] == "airflow-ml-xgboost"
+    assert trainjob["spec"]["trainer"]["command"][-2:] == ["python", "t.py"]
+    assert main(["render", "--backend", "mpijob", "--framework", "xgboost", "--image", "img:1", "--",
                  "python", "t.py"]) == 2
-    assert capsys.readouterr().err.strip().endswith("not 'xgboost'; backends that run it: local, volcano, indexed-job")
+    assert capsys.readouterr().err.strip().endswith(
+        "not 'xgboost'; backends that run it: local, volcano, indexed-job, trainjob")

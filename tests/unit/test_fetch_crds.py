@@ -5,6 +5,7 @@ variable. The server here is a real loopback HTTP server serving raw.githubuserc
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import os
@@ -80,7 +81,7 @@ def test_downloads_every_pinned_file_from_the_base_url_and_verifies_it(upstream,
     requested.clear()
     again = _run(tmp_path, "--no-mirror", AIRFLOW_ML_CRDS_BASE_URL="http://127.0.0.1:9")
     assert again.returncode == 0, again.stderr
-    assert requested == [] and "'cache': 13" in again.stderr
+    assert requested == [] and f"'cache': {len(PINS)}" in again.stderr
 
 
 def test_a_tampered_download_is_refused_naming_the_file_and_variable(upstream, tmp_path):
@@ -131,3 +132,34 @@ def test_package_writes_what_the_package_ships_from_the_verified_cache(upstream,
     assert written == sorted([*(f"{pin.file}.gz" for pin in PINS), "crds.lock"])
     for name in written:
         assert (dest / name).read_bytes() == (shipped / name).read_bytes(), name
+
+
+def test_a_file_the_mirror_lacks_comes_from_the_packages_verified_copy(upstream, tmp_path):
+    """A row newer than the workplace's mirror (the xgboost-distributed runtime): with no cache and no network, the
+    package's committed copy, checked against the lock; a copy that is not the pinned file stops the run naming it."""
+    mirror = tmp_path / "mirror"
+    lacking = "next/runtimes/xgboost_distributed.yaml"
+    for pin in PINS:
+        if pin.file != lacking:
+            (mirror / pin.file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(CRDS_DIR / pin.file, mirror / pin.file)
+    done = _run(tmp_path, AIRFLOW_ML_CRDS_DIR=str(mirror), AIRFLOW_ML_CRDS_BASE_URL="http://127.0.0.1:9")
+    assert done.returncode == 0, done.stderr
+    assert f"'mirror': {len(PINS) - 1}, 'package': 1" in done.stderr
+    (pin,) = [p for p in PINS if p.file == lacking]
+    assert _digest(tmp_path / "dest" / lacking) == pin.sha256
+
+    clone = tmp_path / "clone"  # the script in a clone whose package copy was edited
+    (clone / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPT, clone / "scripts")
+    shutil.copytree(REPO / "requirements", clone / "requirements")
+    packaged = clone / "airflow_ml_provider" / "jobs" / "backends" / "kubernetes" / "crds" / f"{lacking}.gz"
+    packaged.parent.mkdir(parents=True)
+    packaged.write_bytes(gzip.compress(b"kind: ClusterTrainingRuntime\n"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_ML_CRDS")}
+    edited = subprocess.run([sys.executable, str(clone / "scripts" / "fetch_crds.py"), "--dest", str(tmp_path / "d2")],
+                            env={**env, "AIRFLOW_ML_CACHE": str(tmp_path / "cache2"), "AIRFLOW_ML_CRDS_DIR": str(mirror)},
+                            capture_output=True, text=True, timeout=120)
+    assert edited.returncode == 1
+    (message,) = edited.stderr.strip().splitlines()
+    assert f"CRD {lacking}:" in message and "does not hold it" in message and pin.sha256 in message

@@ -9,6 +9,8 @@ DNS answers ``<hostname>.<subdomain>`` (tests/pod_containers.py), as the image's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from job_controller import IndexedJob
@@ -117,3 +119,27 @@ def test_indexed_job_xgboost_trains_with_the_tracker_beside_pod_0_in_the_image(t
     assert (claims["work"] / "model" / "model.ubj").exists()
     assert sorted(p.name for p in (claims["work"] / "checkpoints").iterdir()) == ["booster-000010.json",
                                                                                   "booster-000020.json"]
+
+
+def test_trainjob_xgboost_runs_a_users_script_with_trainers_dmlc_variables_in_the_image(tmp_path, training_image,
+                                                                                       network, claims):
+    """Issue 42: a TrainJob on the provider's xgboost runtime; its JobSet's pods get their DMLC_* from Trainer's
+    xgboost plugin (the tracker at <job>-node-0-0.<job>:29500, the task id the completion index), the gate serves
+    the tracker on node 0, and the user's own CommunicatorContext script runs unchanged; pod 1 starts first. Both
+    workers end with the same model."""
+    script = claims["work"] / "user_script.py"
+    script.write_bytes((Path(__file__).parents[2] / "fixtures" / "xgboost" / "user_script.py").read_bytes())
+    spec = TrainingJobSpec(framework="xgboost", num_workers=2, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           command=["python", "/work/user_script.py", "--out", "/work", "--rounds", "5"])
+    (trainjob,) = get_backend("trainjob", api_client=None, namespace=NAMESPACE).manifests("xgb", spec, {})
+    jobset = jobset_for({**trainjob, "metadata": {**trainjob["metadata"], "uid": "0"}})
+    pods = pods_of(jobset)
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    job_spec = replicated["template"]["spec"]
+    assert job_spec["template"]["spec"]["restartPolicy"] == "Never" and job_spec["backoffLimit"] == 0
+    controller = IndexedJob(f"xgb-{replicated['name']}-0", job_spec, network, claims, subdomain=pods[0]["subdomain"])
+    assert controller.run(JOB_TIMEOUT_S, order=[1, 0]) == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
+    assert "xgboost tracker listening on 0.0.0.0:29500 for 2 workers" in network.logs("xgb-node-0-0")
+    assert "rank=1 world=2 task_id=1 " in network.logs("xgb-node-0-1")
+    models = [(claims["work"] / f"model-{rank}.json").read_bytes() for rank in (0, 1)]
+    assert models[0] == models[1] and len(models[0]) > 1000

@@ -14,7 +14,7 @@ from kube_cluster import (
     new_namespace,
     start_cluster,
 )
-from trainer_controller import AIRFLOW_ML_TORCH, TORCH_DISTRIBUTED
+from trainer_controller import XGBOOST_DISTRIBUTED_FILE, runtimes
 
 SCHEDULER_PLUGINS_CRD = Path(__file__).resolve().parents[2] / "fixtures" / "crds" / "scheduling.x-k8s.io_podgroups.yaml"
 
@@ -67,12 +67,13 @@ TRAINER_CRDS = ["trainer.kubeflow.org_trainjobs.yaml", "trainer.kubeflow.org_clu
 @pytest.fixture(scope="session")
 def trainer_cluster(kube_cluster) -> KubeCluster:
     """The session's cluster with Kubeflow Trainer v2's and JobSet's CRDs (requirements/crds.lock, next/),
-    Trainer's ``torch-distributed`` ClusterTrainingRuntime, as Trainer's install creates it, and the provider's
-    ``airflow-ml-torch`` (deploy/kubernetes/trainingruntime.yaml, the trainjob backend's default)."""
+    Trainer's ``torch-distributed`` and ``xgboost-distributed`` ClusterTrainingRuntimes, as Trainer's install
+    creates them, and the provider's ``airflow-ml-torch`` and ``airflow-ml-xgboost`` (deploy/kubernetes/, the
+    trainjob backend's defaults)."""
     crds = [CRDS_DIR / "next" / name for name in TRAINER_CRDS]
-    if not all(crd.is_file() for crd in crds):
+    if not all(crd.is_file() for crd in [*crds, XGBOOST_DISTRIBUTED_FILE]):
         pytest.skip(f"no verified Trainer/JobSet CRDs in {CRDS_DIR / 'next'}: run `make crds`")
     _install_crds(kube_cluster, crds)
-    for runtime in (TORCH_DISTRIBUTED, AIRFLOW_ML_TORCH):
+    for runtime in runtimes().values():
         kube_cluster.request("POST", "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", runtime)
     return kube_cluster

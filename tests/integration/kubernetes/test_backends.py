@@ -157,7 +157,8 @@ def test_cancel_deletes_the_job_and_its_service_and_status_then_reports_not_foun
 @pytest.mark.parametrize("kind,framework,takers", [("mpijob", "lightgbm", "local, volcano, indexed-job"),
                                                    ("indexed-job", "horovod", "local, mpijob, volcano"),
                                                    ("mpijob", "pytorch", "local, volcano, indexed-job, trainjob"),
-                                                   ("trainjob", "xgboost", "local, volcano, indexed-job")])
+                                                   ("mpijob", "xgboost", "local, volcano, indexed-job, trainjob"),
+                                                   ("trainjob", "lightgbm", "local, volcano, indexed-job")])
 def test_frameworks_a_backend_cannot_run_are_refused_before_any_call(kind, framework, takers, kube_cluster, namespace):
     with pytest.raises(JobSubmissionError, match=f"framework: .*not '{framework}'; backends that run it: {takers}$"):
         backend(kind, kube_cluster, namespace).submit("x", spec(framework), {})

@@ -80,6 +80,39 @@ def test_the_trainjob_and_trainers_jobset_are_accepted_and_keep_every_field(trai
     assert env["PET_MASTER_ADDR"]["value"] == f"{name}-node-0-0.{name}" and env["EPOCHS"]["value"] == "3"
 
 
+@pytest.mark.parametrize("runtime", [None, "xgboost-distributed"])
+def test_an_xgboost_trainjob_and_its_jobset_are_accepted_on_trainers_xgboost_runtime(runtime, trainer_cluster,
+                                                                                     namespace):
+    """Issue 42: the XGBoost TrainJob names the provider's airflow-ml-xgboost (or Trainer's stock
+    xgboost-distributed, both installed from deploy/kubernetes/ and the pinned file); both CRDs keep every field,
+    and the JobSet's node container carries Trainer's DMLC_* (tests/trainer_controller.py, xgboost.go:115-144)."""
+    jobs = get_backend("trainjob", api_client=trainer_cluster.api_client(), namespace=namespace,
+                       **({"training_runtime": runtime} if runtime else {}))
+    name = IDENTITY.name
+    full = spec(framework="xgboost", command=["python", "/opt/train.py", "--rounds", "5"],
+                resources={"cpu": 2, "memory": "4Gi", "gpu": 1}, env={"ROUNDS": "5"}, kubernetes=KUBERNETES)
+    assert jobs.submit(name, full, IDENTITY.labels()) is True
+    stored = jobs.get("TrainJob", name)
+    assert stored["spec"]["runtimeRef"]["name"] == (runtime or "airflow-ml-xgboost")
+    trainer = stored["spec"]["trainer"]
+    assert trainer["command"] == ["python", "-m", "airflow_ml_provider.runtime.xgboost_tracker", "worker",
+                                  "--serve-workers", "3", "--", "python", "/opt/train.py", "--rounds", "5"]
+    assert trainer["numNodes"] == 3 and "numProcPerNode" not in trainer
+    jobset = jobset_for(stored)
+    trainer_cluster.request("POST", resource_path("jobset.x-k8s.io/v1alpha2", "JobSet", namespace), jobset)
+    made = trainer_cluster.request("GET", resource_path("jobset.x-k8s.io/v1alpha2", "JobSet", namespace, name))
+    (job,) = made["spec"]["replicatedJobs"]
+    pod = job["template"]["spec"]["template"]
+    (node,) = pod["spec"]["containers"]
+    env = {var["name"]: var for var in node["env"]}
+    assert env["DMLC_TRACKER_URI"]["value"] == f"{name}-node-0-0.{name}" and env["DMLC_NUM_WORKER"]["value"] == "3"
+    assert env["DMLC_TASK_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == COMPLETION_INDEX_FIELD
+    assert env["ROUNDS"]["value"] == "5" and node["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["metadata"]["labels"]["ml.airflow.apache.org/job-name"] == name
+    restarts = (pod["spec"]["restartPolicy"], job["template"]["spec"].get("backoffLimit"))
+    assert restarts == (("Never", 0) if runtime is None else ("OnFailure", None))  # the stock one's: F6
+
+
 @pytest.mark.parametrize("overrides,field", [
     ({"kubernetes": {"backoff_limit": 2}}, "kubernetes.backoff_limit"),
     ({"scheduling": {"priority_class": "high"}}, "scheduling.priority_class"),
