@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from enum import Enum
 from typing import Annotated, Literal
@@ -16,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_ml_provider.jobs.shards import ShardPlan
 from airflow_ml_provider.patterns import DNS_LABEL
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -223,6 +225,8 @@ class TrainingJobSpec(BaseModel):
     timeout_s: Annotated[int, Field(gt=0)] | None = None
     scheduling: Scheduling = Scheduling()
     kubernetes: KubernetesOptions = KubernetesOptions()
+    # A sharded job (jobs.shards): its workers take the plan's shards one after another, each committed once
+    shards: ShardPlan | None = None
 
     def __init__(self, **data):
         try:
@@ -272,9 +276,28 @@ class TrainingJobSpec(BaseModel):
                              "(DMLC_NUM_WORKER); elastic bounds need framework 'horovod' or 'pytorch'")
         return self
 
+    @model_validator(mode="after")
+    def _shards_are_generic(self) -> TrainingJobSpec:
+        if self.shards is None:
+            return self
+        if self.framework is not Framework.GENERIC or self.elastic:
+            raise ValueError("shards: a sharded job's workers are independent: framework 'generic', without "
+                             f"min_workers/max_workers (got framework {self.framework.value!r})")
+        output = self.shards.output
+        if "://" not in output and not any(_within(output, place) for place in
+                                           (self.model_dir, self.checkpoint_dir, *self.output_dirs) if place):
+            raise ValueError(f"shards.output: {output!r} is not a directory the job writes: put it in its "
+                             "model_dir or one of its output_dirs")
+        return self
+
     @property
     def elastic(self) -> bool:
         return self.min_workers is not None or self.max_workers is not None
+
+
+def _within(path: str, directory: str) -> bool:
+    path, directory = posixpath.normpath(path), posixpath.normpath(directory)
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _describe(exc: ValidationError) -> str:

@@ -28,6 +28,16 @@ def backends_for(framework: str) -> list[str]:
     return names
 
 
+def sharding_backends() -> list[str]:
+    """The backends that run a sharded job (``TrainingJobSpec.shards``): those whose class says ``shards``."""
+    names = []
+    for name, path in BACKENDS.items():
+        module, _, cls = path.partition(":")
+        if getattr(getattr(import_module(module), cls), "shards", False):
+            names.append(name)
+    return names
+
+
 def get_backend(name: str, **config: Any) -> Backend:
     try:
         module, _, cls = BACKENDS[name].partition(":")

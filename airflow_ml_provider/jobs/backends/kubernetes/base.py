@@ -154,6 +154,11 @@ class KubernetesBackend(Backend):
     def _check_framework(self, spec: TrainingJobSpec) -> None:
         """JobSubmissionError naming the backends that run the spec's framework, if this one does not: no
         manifest (submitted, dry-run or rendered) is ever made for a framework its launcher cannot start."""
+        if spec.shards is not None:
+            from airflow_ml_provider.jobs.backends import sharding_backends
+
+            raise JobSubmissionError(f"shards: the {self.name} backend does not run sharded jobs; backends that do: "
+                                     f"{', '.join(sharding_backends())}")
         if spec.framework not in self.frameworks:
             from airflow_ml_provider.jobs.backends import backends_for
 

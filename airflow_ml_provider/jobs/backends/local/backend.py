@@ -121,6 +121,7 @@ class LocalBackend(Backend):
     """
 
     name = "local"
+    shards = True  # runs sharded jobs (jobs.shards): its launcher is the job's queue (local_sharded)
 
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
                  etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None,

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
@@ -73,6 +74,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
 from airflow_ml_provider.jobs.backends.local.output import lines
 from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from airflow_ml_provider.jobs.backends.local.sandboxed import JobSandbox
+from airflow_ml_provider.jobs.backends.local.sharded import run_shards
 from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.runtime import quiet
@@ -93,15 +95,18 @@ _TRACEBACK = "Traceback (most recent call last):"
 # horovodrun, run by the image's interpreter, without its per-run build probe where the image recorded its build
 HOROVODRUN_MAIN = Path(__file__).with_name("horovodrun_main.py")
 TORCHRUN_MAIN = Path(__file__).with_name("torchrun_main.py")
-# Starts a job's workers, ``(argv, env, cwd)`` each, as Popen-like processes: in one sandbox, or unsandboxed
-Start = Callable[[list[tuple[list[str], dict[str, str], str]]], list]
+SHARD_RUNNER = Path(__file__).parents[3] / "runtime" / "shards.py"  # a sharded job's command, once per shard
+# Starts a job's workers, ``(argv, env, cwd)`` each, as Popen-like processes: in one sandbox, or unsandboxed (a
+# sharded job's also take ``stdins=``: each worker's channel to the launcher)
+Start = Callable[..., list]
 _STOPPING = threading.Event()  # set when the launcher stops the job (a SIGTERM: a cancel; its watchdog)
 
 
 def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dict:
     """What the launcher will run for ``spec`` (a TrainingJobSpec): argv, the variables it adds to the
     workers' allow-listed environment, cwd. An elastic Horovod job discovers its slots in ``etcd``."""
-    from airflow_ml_provider.jobs.spec import Framework  # not needed by the launcher process itself
+    from airflow_ml_provider.jobs import shards  # not needed by the launcher process itself
+    from airflow_ml_provider.jobs.spec import Framework
 
     bin_dir = str(Path(image) / "bin")
     env = {
@@ -140,8 +145,13 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         argv = xgboost.local_gate(sys.executable, spec.command)
         return {"framework": spec.framework.value, "argv": argv, "env": env, "cwd": spec.working_dir or str(job_dir),
                 "tracker_python": os.path.join(bin_dir, "python")}
+    elif spec.shards is not None and not spec.shards.in_process:  # the command runs once per shard
+        argv = [sys.executable, "-I", "-S", str(SHARD_RUNNER), "--", *spec.command]
+        env[shards.COUNT_ENV] = str(spec.shards.count)
     else:
         argv = list(spec.command)
+        if spec.shards is not None:
+            env[shards.COUNT_ENV] = str(spec.shards.count)
     return {"framework": spec.framework.value, "argv": argv, "env": env,
             "cwd": spec.working_dir or str(job_dir)}
 
@@ -277,6 +287,8 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
     start = sandbox.start if sandbox is not None else _popen_all
     watchdog = _Watchdog(job_dir, record, writer)
     runner = {"horovod": _run_horovod, "pytorch": _run_torchrun}.get(plan["framework"], _run_ranks)
+    if spec.get("shards"):
+        runner = functools.partial(run_shards, on_started=_forward_sigterm)
     try:
         timing["workers_started_at"] = time.time()
         status = runner(spec, plan, env, writer, start)
@@ -406,18 +418,20 @@ class _LineWriter:
                 self._fd = -1
 
 
-def _popen(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
+def _popen(argv: list[str], env: dict[str, str], cwd: str, stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
     """A worker with its output on a binary pipe: ``local_output.lines`` decodes and bounds it."""
-    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
 
 
-def _popen_all(workers: list[tuple[list[str], dict[str, str], str]]) -> list[subprocess.Popen]:
-    """Unsandboxed workers, each a process of its own; if one cannot start, none runs (OSError)."""
+def _popen_all(workers: list[tuple[list[str], dict[str, str], str]],
+               stdins: list[int] | None = None) -> list[subprocess.Popen]:
+    """Unsandboxed workers, each a process of its own (``stdins``: each one's stdin, a sharded job's channel);
+    if one cannot start, none runs (OSError)."""
     procs = []
     try:
-        for argv, env, cwd in workers:
-            procs.append(_popen(argv, env, cwd))
+        for index, (argv, env, cwd) in enumerate(workers):
+            procs.append(_popen(argv, env, cwd, stdins[index] if stdins else subprocess.DEVNULL))
     except OSError:
         for proc in procs:
             proc.kill()

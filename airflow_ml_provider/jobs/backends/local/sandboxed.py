@@ -94,24 +94,28 @@ class JobSandbox:
         os.chmod(self._hosts, 0o644)
         self._low_ports = any(entry["listen"][1] < 1024 for entry in plan)
 
-    def start(self, workers: list[tuple[list[str], dict[str, str], str]]) -> list[SandboxedWorker]:
-        """Start ``(argv, env, cwd)`` workers in one sandbox; OSError (as Popen raises it) if one cannot start."""
+    def start(self, workers: list[tuple[list[str], dict[str, str], str]],
+              stdins: list[int] | None = None) -> list[SandboxedWorker]:
+        """Start ``(argv, env, cwd)`` workers in one sandbox (``stdins``: each one's stdin, a descriptor of the
+        launcher's, e.g. a sharded job's channel; else none); OSError (as Popen raises it) if one cannot start."""
         pipes = [os.pipe() for _ in workers]
         seccomp_fd = local_seccomp.program_fd()
         inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else [])
+        inheritable = list(stdins or [])  # (the caller's: passed on, not closed here)
         bwrap = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir), str(self._hosts), self._low_ports)
         command = [sys.executable, "-I", "-S", ENTER, json.dumps(self.bounds.to_dict()), "--", *bwrap,
                    sys.executable, "-I", "-S", SPAWNER]
         env = allowed_env(os.environ) | {JOB_UID_ENV: workers[0][1][JOB_UID_ENV]}
         try:
             self._proc = subprocess.Popen(command, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, pass_fds=inherited)
+                                          stderr=subprocess.PIPE, pass_fds=inherited + inheritable)
         finally:
             for fd in inherited:
                 os.close(fd)
         threading.Thread(target=self._relay_stderr, daemon=True).start()
-        plan = {"workers": [{"argv": argv, "env": worker_env, "cwd": cwd, "fd": write}
-                            for (argv, worker_env, cwd), (_, write) in zip(workers, pipes)],
+        plan = {"workers": [{"argv": argv, "env": worker_env, "cwd": cwd, "fd": write,
+                             **({"stdin": stdins[index]} if stdins else {})}
+                            for index, ((argv, worker_env, cwd), (_, write)) in enumerate(zip(workers, pipes))],
                 "relays": self.relays.sockets, "user": self.config.get("uid")}
         try:
             self._proc.stdin.write((json.dumps(plan) + "\n").encode())

@@ -5,7 +5,7 @@ rendezvous meets on its loopback, which no other job and no host service shares)
 runs ``python -I -S spawner.py`` as the sandbox's command (the standard library only: nothing of the job's
 environment is imported) and talks to it over two pipes:
 
-- stdin, from the launcher: first one JSON line, ``{"workers": [{"argv", "env", "cwd", "fd"}], "relays":
+- stdin, from the launcher: first one JSON line, ``{"workers": [{"argv", "env", "cwd", "fd", "stdin"?}], "relays":
   [{"listen": [address, port], "socket": path}], "user": uid}``; then ``{"worker": i, "signal": n}`` lines, signals to
   send to worker ``i``;
 - stdout, to the launcher: ``{"started": n}`` once every worker runs (or ``{"failed": i, "error": text}``
@@ -14,7 +14,8 @@ environment is imported) and talks to it over two pipes:
 
 In a sandbox made by root the spawner starts as root with only the capabilities to change its user: it
 listens for the relays, starts every worker as ``user`` (no supplementary group) and then becomes ``user``
-itself. Worker ``i`` writes its output to the inherited descriptor ``fd``, a pipe the launcher reads. Each relay
+itself. Worker ``i`` writes its output to the inherited descriptor ``fd``, a pipe the launcher reads, and reads
+``stdin``, if given, from another (a sharded job's channel to the launcher; else nothing). Each relay
 listens on ``address:port`` in the sandbox's network and carries every connection to ``socket``, a Unix
 socket the launcher serves outside, which connects on to the one endpoint it stands for: the job reaches
 exactly the endpoints the deployment allowed (``egress``), nothing else of the host or the network.
@@ -44,7 +45,8 @@ def main() -> int:
     for index, worker in enumerate(plan["workers"]):
         try:
             procs.append(subprocess.Popen(worker["argv"], env=worker["env"], cwd=worker["cwd"], **ids,
-                                          stdin=subprocess.DEVNULL, stdout=worker["fd"], stderr=subprocess.STDOUT))
+                                          stdin=worker.get("stdin", subprocess.DEVNULL), stdout=worker["fd"],
+                                          stderr=subprocess.STDOUT))
         except OSError as exc:
             for proc in procs:
                 proc.kill()
@@ -52,6 +54,8 @@ def main() -> int:
             return 0
         finally:
             os.close(worker["fd"])
+            if "stdin" in worker:
+                os.close(worker["stdin"])
     if user is not None:  # the spawner itself becomes the job's user too: nothing in the sandbox keeps a privilege
         os.setgroups([])
         os.setgid(user)
