@@ -102,6 +102,17 @@ def streamed(stack: AirflowStack, run_id: str, again: bool = False) -> list[int]
     return [int(m[1]) for entry in entries if (m := re.search(pattern, str(entry.get("event"))))]
 
 
+def lost(stack: AirflowStack, run_id: str) -> str:
+    """Where the job's last line went instead, for a failure to say: the task log files of the run and the
+    triggerers' own log (which takes a trigger's lines its supervisor no longer has a task log file for)."""
+    last = f"[rank 0] line {LINES - 1}"
+    files = sorted(stack.home.glob(f"logs/dag_id=ml_test_triggerer_restart/run_id={run_id}/task_id=train/*"))
+    found = [f"{path.name}: {last in path.read_text(errors='replace')}" for path in files]
+    return (f"shown once {streamed(stack, run_id)[-3:]}, again {streamed(stack, run_id, again=True)[-3:]}; "
+            f"in the task log files {found}; in triggerer.log "
+            f"{last in (stack.home / 'triggerer.log').read_text(errors='replace')}")
+
+
 def test_a_killed_triggerer_loses_no_line_and_repeats_none_unlabelled(stack):
     run_id = stack.trigger_dag("ml_test_triggerer_restart")
     deadline = time.monotonic() + 240
@@ -116,7 +127,7 @@ def test_a_killed_triggerer_loses_no_line_and_repeats_none_unlabelled(stack):
 
     deadline = time.monotonic() + 120  # the new triggerer's part of the task log can be written after the run ends
     while LINES - 1 not in streamed(stack, run_id) + streamed(stack, run_id, again=True):
-        assert time.monotonic() < deadline, "the job's last line never reached the task log"
+        assert time.monotonic() < deadline, f"the job's last line never reached the task log; {lost(stack, run_id)}"
         time.sleep(1)
     lines, again = streamed(stack, run_id), streamed(stack, run_id, again=True)
     assert lines == sorted(set(lines)), "no line shown twice unlabelled, none out of order"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
-from support import TRAINING_IMAGE
+from support import TRAINING_IMAGE, final_status
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +95,33 @@ def test_a_fail_on_line_cancels_the_job_and_fires_a_final_failure(backend, capfd
     assert payload["action"] == "fail" and payload["retryable"] is False
     assert payload["match"]["line"] == "CUDA out of memory"
     assert backend.status("oom").state.value == "CANCELLED"
+
+
+def test_the_last_batch_is_confirmed_after_it_is_shown_before_the_trigger_ends(backend):
+    """A job that ended before its trigger started (as for a trigger a restarted triggerer runs): every
+    line is shown, and the last save confirms the last batch, so no mark is left for a later restart to
+    show again."""
+    from airflow_ml_provider.jobs.drivers import SHOWING, follow_async
+    from airflow_ml_provider.jobs.follow import Follower, FollowOptions
+
+    backend.submit("last", TrainingJobSpec(framework="generic", command=PRINT_100, num_workers=1), {})
+    final_status(backend, "last")  # ended before the trigger starts, as for a trigger a restarted triggerer runs
+    order: list[str] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record):
+            order.append(record.getMessage())
+
+    log = logging.getLogger("test_last_batch")
+    log.addHandler(Recorder())
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+    async def save(state):
+        order.append("save showing" if SHOWING in state else "save confirmed")
+
+    step = asyncio.run(follow_async(Follower(FollowOptions(poll_interval=0.1)), log, backend, "last",
+                                    backend.log_source("last"), on_progress=save))
+    assert step.action.value == "finish"
+    assert [o for o in order if o.startswith("[rank 0]")] == [f"[rank 0] line {i}" for i in range(100)]
+    assert order[-1] == "save confirmed", order[-5:]
