@@ -74,7 +74,6 @@ from airflow_ml_provider.jobs.backends.local.common import (
 from airflow_ml_provider.jobs.backends.local.output import lines
 from airflow_ml_provider.jobs.backends.local.ports import free_ports
 from airflow_ml_provider.jobs.backends.local.sandboxed import JobSandbox
-from airflow_ml_provider.jobs.backends.local.sharded import run_shards
 from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 from airflow_ml_provider.runtime import quiet
@@ -288,6 +287,9 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
     watchdog = _Watchdog(job_dir, record, writer)
     runner = {"horovod": _run_horovod, "pytorch": _run_torchrun}.get(plan["framework"], _run_ranks)
     if spec.get("shards"):
+        # here, not at the top: its pydantic import would add ~60 ms to every job's start
+        from airflow_ml_provider.jobs.backends.local.sharded import run_shards
+
         runner = functools.partial(run_shards, on_started=_forward_sigterm)
     try:
         timing["workers_started_at"] = time.time()
