@@ -226,7 +226,7 @@ class XGBoostTrainingOperator(BaseTrainingOperator):
             ``train_data`` the whole worker argv.
         num_workers, outputs: see :class:`BaseTrainingOperator`.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
-            :class:`~airflow_ml_provider.operators.job_run.BaseJobOperator`.
+            :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
     """
 
     framework = Framework.XGBOOST
