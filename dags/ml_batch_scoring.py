@@ -6,11 +6,14 @@ for the record but never scored with (the task log names it and why). A version 
 variant such as `ml_training_pipeline.<experiment>`) is not scored with: the run is skipped, saying
 which models the events were for.
 
-Triggered by hand (no Asset event), it scores with `models:/<model_name>@champion`. The batch is
-generated (`rows` rows with the model's input width); point `score` at your own data instead.
-The model is not loaded in this Airflow environment: `score` runs a one-worker job on the training
-backend, in the environment of the framework that trained the model (a Horovod/Keras model: TensorFlow's),
-and its log says which version it scores, why, and where the predictions went.
+Triggered by hand (no Asset event), it scores with `models:/<model_name>@champion`. What it scores is
+`input`: a folder, object-storage prefix or glob of Parquet, CSV or NPZ files (a local one in the data roots),
+one shard per file, scored by `workers` workers in one sharded job that commits each shard's predictions once
+and, resubmitted, scores only the shards not done (docs/sharded.md). Left empty (the demo), a batch is
+generated instead (`rows` rows with the model's input width).
+The model is not loaded in this Airflow environment: `score` runs a job on the training backend, in the
+environment of the framework that trained the model (a Horovod/Keras model: TensorFlow's), and its log says
+which version it scores, why, and where the predictions went.
 """
 
 from __future__ import annotations
@@ -46,6 +49,16 @@ with DAG(
                         "else (a run by hand) its champion. Events for other models are not scored with.",
         ),
         "rows": Param(1000, type="integer", minimum=1, maximum=1_000_000, title="Rows to score"),
+        "input": Param(
+            "",
+            type="string",
+            maxLength=4096,
+            title="Input dataset",
+            description="A folder, object-storage prefix (s3://...) or glob of .parquet, .csv or .npz files to score, "
+                        "each file a shard; a local one lies in the data roots. Empty: a generated batch of `rows`.",
+        ),
+        "workers": Param(2, type="integer", minimum=1, maximum=64, title="Workers",
+                         description="How many workers score the input's shards at once: 1 to 64."),
     },
 ) as dag:
 
@@ -87,9 +100,12 @@ with DAG(
 
     BatchScoringOperator(
         task_id="score",
-        doc_md="Scores a generated batch in a job where the model's framework loads (a Keras model: the Horovod "
-               "environment, with TensorFlow) and writes `predictions.csv` and `lineage.json` (the version that "
-               "scored) under the artifact root; the log says where.",
+        doc_md="Scores the input dataset (or a generated batch) in a job where the model's framework loads (a Keras "
+               "model: the Horovod environment, with TensorFlow): each shard's `predictions.parquet` and "
+               "`lineage.json` (the version, the input file and its sha256) under the artifact root, committed "
+               "once; the log says where.",
         model=choose_model(),
         rows="{{ params.rows }}",
+        input="{{ params.input }}",
+        workers="{{ params.workers }}",
     )

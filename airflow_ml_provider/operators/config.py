@@ -103,6 +103,8 @@ class JobRequest:
         nproc_per_node: ranks per worker (PyTorch only).
         image_of: the framework whose default image (local: environment) runs the job, when not its own:
             a generic job that loads a model runs where that model's trainer ran.
+        shards: a sharded job's plan (``jobs.shards.ShardPlan`` as a dict); its ``output`` defaults to the
+            job's ``<model_dir>/shards``.
     """
 
     framework: Framework
@@ -114,3 +116,4 @@ class JobRequest:
     output_dirs: list[str] = field(default_factory=list)
     nproc_per_node: int = 1
     image_of: str | None = None
+    shards: dict[str, Any] | None = None

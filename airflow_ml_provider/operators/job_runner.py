@@ -106,6 +106,7 @@ class JobRunner:
         self.framework = request.framework
         storage = setup.environment  # checked at submission (JobSetup.checked), not for a rendered manifest
         timeout = self.task.execution_timeout.total_seconds() if self.task.execution_timeout else None
+        dirs = self.artifact_dirs(setup, name)
         try:
             return TrainingJobSpec(
                 framework=request.framework, command=request.command, num_workers=request.num_workers,
@@ -116,7 +117,7 @@ class JobRunner:
                 resources=config.resources, scheduling=config.scheduling,
                 kubernetes=storage.merged_kubernetes(config.kubernetes), env=storage.merged_env(config.env),
                 working_dir=config.working_dir, timeout_s=max(1, int(timeout)) if timeout else None,
-                **self.artifact_dirs(setup, name),
+                shards=_with_output(request.shards, dirs["model_dir"]), **dirs,
             )
         except SpecError as exc:
             raise AirflowFailException(f"{self.task.task_id}: {exc}") from None
@@ -213,7 +214,11 @@ class JobRunner:
         """``spec`` with the directories of ``generation`` (the same spec for the first start's)."""
         if generation is None:
             return spec
-        return TrainingJobSpec.model_validate({**spec.model_dump(), **self.artifact_dirs(self.setup, name, generation)})
+        dirs = self.artifact_dirs(self.setup, name, generation)
+        shards = spec.shards and spec.shards.model_dump()
+        if shards and spec.model_dir and shards["output"].startswith(spec.model_dir.rstrip("/") + "/"):
+            shards["output"] = dirs["model_dir"] + shards["output"][len(spec.model_dir.rstrip("/")):]  # a fresh start's
+        return TrainingJobSpec.model_validate({**spec.model_dump(), **dirs, "shards": shards})
 
     def _drive(self, context, backend: Backend, name: str, follower: Follower, step: Decision) -> dict[str, Any]:
         """Act on the follower's decisions until one ends the task: a preemption resubmits the job and waits
@@ -283,6 +288,13 @@ class JobRunner:
 
 
 _GENERATION = re.compile(r"retrain-(\d+)")
+
+
+def _with_output(shards: dict[str, Any] | None, model_dir: str | None) -> dict[str, Any] | None:
+    """A sharded job's plan, committing its shards under ``<model_dir>/shards`` unless it says where."""
+    if shards is None or shards.get("output") or not model_dir:
+        return shards
+    return {**shards, "output": f"{model_dir.rstrip('/')}/shards"}
 
 
 def _below(directory: str, generation: str | None) -> str:

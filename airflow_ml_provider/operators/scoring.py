@@ -21,34 +21,52 @@ from airflow_ml_provider.runtime.score import PREDICTIONS
 
 
 class BatchScoringOperator(BaseJobOperator):
-    """Scores a generated batch with one registered model version in a one-worker job
-    (``runtime.score``) that runs in the image of the framework that trained the model, chosen by its
-    model file (``model.keras``: Horovod's, which has TensorFlow; ``model.txt``: LightGBM's; ``model.pt``:
-    PyTorch's; locally: the training environment). The Airflow worker never loads the model. The
-    predictions (``predictions.csv``) and ``lineage.json`` (the version that made them) are written to the
-    job's model directory under the artifact root; the task log says where, and links the version.
+    """Scores a dataset, or a generated batch, with one registered model version in a job (``runtime.score``)
+    that runs in the image of the framework that trained the model, chosen by its model file (``model.keras``:
+    Horovod's, which has TensorFlow; ``model.txt``: LightGBM's; ``model.pt``: PyTorch's; locally: the training
+    environment). The Airflow worker never loads the model; the task log says where the predictions went, and
+    links the version.
+
+    With ``input`` (a folder, object-storage prefix or glob of Parquet, CSV or NPZ files; a local one in the
+    data roots), the job is sharded (:doc:`sharded`): ``files_per_shard`` files a shard, ``workers`` workers,
+    each shard's ``predictions.parquet`` and ``lineage.json`` (the version, each input file and its sha256)
+    committed once under ``<model_dir>/shards/shard-<i>``; a resubmitted job scores only the shards not done.
+    Without it, a one-worker job scores ``rows`` generated rows (the demo) into ``predictions.csv``. Either way
+    the job's model directory gets ``lineage.json`` (the version that scored).
 
     Args:
         model: ``{"model_name", "version"}`` (``version`` None: the ``champion`` alias's, resolved once);
             other keys (``why``, ``trigger``) are passed through to the result. Templated (an XComArg).
-        rows: rows in the generated batch.
+        rows: rows in the generated batch (without ``input``).
+        input: the dataset to score (templated; empty: the generated batch).
+        workers: the sharded job's workers (templated).
+        sharding: ``files_per_shard`` (default 1), ``id_column`` (default ``id``), ``max_attempts``,
+            ``max_failed_shards`` (see ``jobs.shards.ShardPlan``).
         registry_conn_id: the model registry (MLflow) connection.
         job, follow, on_finish, ml_conn_id, elasticsearch_conn_id, deferrable: see
             :class:`~airflow_ml_provider.operators.base_job.BaseJobOperator`.
 
     Returns (XCom): ``model`` plus ``{"version", "model_uri", "framework", "rows", "label_counts",
-    "predictions", "url", "job_name", "backend"}`` (``url``: the version in the MLflow UI, or empty).
+    "predictions", "url", "job_name", "backend"}`` (``url``: the version in the MLflow UI, or empty); with
+    ``input`` also ``input`` and ``shards`` (the job's result: shards done, ran, skipped, failed).
     """
 
-    template_fields: Sequence[str] = (*BaseJobOperator.template_fields, "model", "rows")
+    template_fields: Sequence[str] = (*BaseJobOperator.template_fields, "model", "rows", "input", "workers")
     operator_extra_links = (*job_links(), MLflowModelVersionLink())
     ui_color = "#d5f5e3"
 
-    def __init__(self, *, model: dict[str, Any] | Any, rows: int | str = 1000,
+    def __init__(self, *, model: dict[str, Any] | Any, rows: int | str = 1000, input: str | None = None,
+                 workers: int | str = 1, sharding: dict[str, Any] | None = None,
                  registry_conn_id: str = ModelRegistryHook.default_conn_name, **kwargs: Any):
         super().__init__(**kwargs)
         self.model = model
         self.rows = rows
+        self.input = input
+        self.workers = workers
+        unknown = set(sharding or {}) - set(_SHARDING)
+        if unknown:
+            raise ValueError(f"{self.task_id}: sharding: unknown option(s) {sorted(unknown)} (use {_SHARDING})")
+        self.sharding = dict(sharding or {})
         self.registry_conn_id = registry_conn_id
         self._identity: JobIdentity | None = None
         self._placed: dict[str, Any] | None = None  # the version, its file in the job's directory, its width
@@ -60,8 +78,26 @@ class BatchScoringOperator(BaseJobOperator):
     def job_request(self) -> JobRequest:
         placed = self._place()
         command = ["python", "-m", "airflow_ml_provider.runtime.score", "--model", placed["location"],
-                   "--features", str(placed["features"]), "--rows", str(int(self.rows))]
-        return JobRequest(Framework.GENERIC, command, image_of=placed["image_of"], inputs=[placed["location"]])
+                   "--features", str(placed["features"])]
+        if not self.input:
+            return JobRequest(Framework.GENERIC, [*command, "--rows", str(int(self.rows))], image_of=placed["image_of"],
+                              inputs=[placed["location"]])
+        from airflow_ml_provider.operators.dataset import dataset_files, folder
+
+        try:
+            files = dataset_files(self.input, self.runner.hook.data_roots())
+            workers = int(self.workers)
+        except ValueError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}") from None
+        per = int(self.sharding.get("files_per_shard", 1))
+        groups = [files[i:i + per] for i in range(0, len(files), max(per, 1))]
+        lineage = {"model_name": self.model["model_name"], "version": placed["version"],
+                   "model_uri": f"models:/{self.model['model_name']}/{placed['version']}"}
+        plan = {"count": len(groups), "inputs": groups, "in_process": True,
+                **{key: self.sharding[key] for key in ("max_attempts", "max_failed_shards") if key in self.sharding}}
+        command += ["--shards", "--lineage", json.dumps(lineage), "--id-column", self.sharding.get("id_column", "id")]
+        return JobRequest(Framework.GENERIC, command, num_workers=workers, image_of=placed["image_of"],
+                          inputs=[placed["location"], folder(self.input)], shards=plan)
 
     def _place(self) -> dict[str, Any]:
         """Once per try: the version (the champion's number when none is named), checked against its recorded
@@ -92,19 +128,27 @@ class BatchScoringOperator(BaseJobOperator):
     def finish(self, context, job: dict[str, Any]) -> dict[str, Any]:
         """Write ``lineage.json`` beside the predictions, say where they are and link the version."""
         ti, placed, name = context["ti"], self._placed, self.model["model_name"]
-        model_dir = self.runner.spec.model_dir
-        store = self.runner.setup.store
+        spec, store, metrics = self.runner.spec, self.runner.setup.store, job["metrics"]
         uri = f"models:/{name}/{placed['version']}"
-        lineage = {"model_name": name, "version": placed["version"], "model_uri": uri,
-                   "dag_id": ti.dag_id, "run_id": ti.run_id, "predictions": PREDICTIONS}
-        with store.locate(join(model_dir, "lineage.json")).open("w") as f:
+        predictions = spec.shards.output if spec.shards else join(spec.model_dir, PREDICTIONS)
+        lineage = {"model_name": name, "version": placed["version"], "model_uri": uri, "dag_id": ti.dag_id,
+                   "run_id": ti.run_id,  # where the predictions are, beside it
+                   "predictions": PurePosixPath(predictions).relative_to(spec.model_dir).as_posix()}
+        shards = {key: metrics.get(key) for key in _RESULT} if spec.shards else None
+        if shards:
+            lineage |= {"input": self.input, "shards": shards}
+        with store.locate(join(spec.model_dir, "lineage.json")).open("w") as f:
             json.dump(lineage, f, indent=2)
-        predictions = join(model_dir, PREDICTIONS)
-        rows = job["metrics"].get("rows")
-        self.log.info("Scored %s rows with %s version %s: predictions at %s (lineage.json beside them)",
-                      rows, name, placed["version"], predictions)
+        rows = metrics.get("rows")
+        self.log.info("Scored %s rows with %s version %s: predictions at %s (lineage.json in %s)",
+                      rows, name, placed["version"], predictions, spec.model_dir)
         with mlflow_output_to_task_log():
             url = ModelRegistryHook(self.registry_conn_id).version_url(name, placed["version"])
         return {**self.model, "version": placed["version"], "model_uri": uri, "framework": placed["image_of"],
-                "rows": rows, "label_counts": job["metrics"].get("label_counts", {}), "predictions": predictions,
-                "url": url, "job_name": job["job_name"], "backend": job["backend"]}
+                "rows": rows, "label_counts": metrics.get("label_counts", {}), "predictions": predictions,
+                "url": url, "job_name": job["job_name"], "backend": job["backend"],
+                **({"input": self.input, "shards": shards} if shards else {})}
+
+
+_SHARDING = ("files_per_shard", "id_column", "max_attempts", "max_failed_shards")
+_RESULT = ("shards", "shards_done", "shards_ran", "shards_skipped", "shards_retried", "shards_failed", "failed_shards")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 INDEX_ENV, COUNT_ENV, INPUTS_ENV, OUTPUT_ENV = ("AIRFLOW_ML_SHARD_INDEX", "AIRFLOW_ML_SHARD_COUNT",
                                                 "AIRFLOW_ML_SHARD_INPUTS", "AIRFLOW_ML_SHARD_OUTPUT")
 ATTEMPT_ENV, ROOT_ENV, STREAM_ENV = "AIRFLOW_ML_SHARD_ATTEMPT", "AIRFLOW_ML_SHARDS_OUTPUT", "AIRFLOW_ML_SHARD_STREAM"
+JOB_ENV = "AIRFLOW_ML_JOB_UID"  # the job attempt's (a local launcher's), recorded in the marker
 MARKER = "_COMMITTED"
 _ERROR_CHARS = 2000
 
@@ -147,7 +148,7 @@ def _fresh(root: str, index: int) -> str:
 def _commit(root: str, shard: Shard, rows: int) -> bool:
     """Publish the try's directory as the shard's output; False when another try already had."""
     marker = json.dumps({"index": shard.index, "attempt": shard.attempt, "rows": rows, "inputs": shard.inputs,
-                         **shard.info})
+                         "job": os.environ.get(JOB_ENV), **shard.info})  # which attempt of the job committed it
     final = _join(root, shard_name(shard.index))
     with open(os.path.join(shard.output, MARKER), "w") as f:
         f.write(marker)
