@@ -9,7 +9,7 @@ Two ways to be a worker of a sharded job (``jobs.shards``):
 - a Python function over many cheap shards in one process: ``serve(fn)``, ``fn(shard)`` writing into
   ``shard.output`` and returning the rows it processed.
 
-Committing: a shard's output is written in ``<output>/.tmp-shard-<index>-...`` and renamed to
+Committing: a shard's output is written in ``<output>/.tmp/shard-<index>-...`` and renamed to
 ``<output>/shard-<index>`` with a ``_COMMITTED`` marker inside (on object storage: uploaded, then the marker
 object last). A shard whose marker exists is done: a shard that runs again (its worker died after the commit,
 a resubmitted job) is skipped, so every shard's output is committed exactly once.
@@ -40,6 +40,7 @@ INDEX_ENV, COUNT_ENV, INPUTS_ENV, OUTPUT_ENV = ("AIRFLOW_ML_SHARD_INDEX", "AIRFL
 ATTEMPT_ENV, ROOT_ENV, STREAM_ENV = "AIRFLOW_ML_SHARD_ATTEMPT", "AIRFLOW_ML_SHARDS_OUTPUT", "AIRFLOW_ML_SHARD_STREAM"
 JOB_ENV = "AIRFLOW_ML_JOB_UID"  # the job attempt's (a local launcher's), recorded in the marker
 MARKER = "_COMMITTED"
+TMP = ".tmp"  # under the output: tries in progress, as shard-<index>-<random>
 _ERROR_CHARS = 2000
 
 
@@ -138,9 +139,10 @@ def _fresh(root: str, index: int) -> str:
         import tempfile
 
         return tempfile.mkdtemp(prefix=f"{shard_name(index)}-")
-    for stale in glob.glob(os.path.join(glob.escape(root), f".tmp-{shard_name(index)}-*")):
+    tmp = os.path.join(root, TMP)  # (a folder of its own: listing it costs nothing like listing the shards)
+    for stale in glob.glob(os.path.join(glob.escape(tmp), f"{shard_name(index)}-*")):
         _discard(stale)
-    path = os.path.join(root, f".tmp-{shard_name(index)}-{uuid.uuid4().hex[:8]}")
+    path = os.path.join(tmp, f"{shard_name(index)}-{uuid.uuid4().hex[:8]}")
     os.makedirs(path)
     return path
 
