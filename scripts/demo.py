@@ -51,7 +51,9 @@ def main() -> int:
     from airflow.utils.session import create_session
 
     sys.path.insert(0, str(REPO / "dags"))
-    if not _quickstart(XComModel, create_session):
+    quickstart = _quickstart(XComModel, create_session)
+    _leave_asset_dags_running()
+    if not quickstart:
         return 1
     from ml_training_pipeline import dag
 
@@ -70,6 +72,14 @@ def main() -> int:
         return 1
     _report(xcom, deploy)
     return 0 if str(dag_run.state) == "success" else 1
+
+
+def _leave_asset_dags_running() -> None:
+    """dag.test() registered every DAG of the folder paused: ml_batch_scoring must run on the model's events."""
+    from asset_schedules import unpause_asset_scheduled
+
+    if unpaused := unpause_asset_scheduled():
+        say(f"unpaused {', '.join(unpaused)}: it runs whenever ml_training_pipeline registers a model version")
 
 
 def _quickstart(xcom_model, create_session) -> bool:

@@ -53,7 +53,9 @@ def airflow_env(home: Path, port: int, mlflow_url: str, host: str = "127.0.0.1")
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # no DAG here has a schedule
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # ml_batch_scoring runs on the model's events
+            # Airflow loads a provider's plugins (the training view, refusals in the Params' words) only then
+            "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
             "AIRFLOW__API__HOST": host,
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -180,12 +182,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.host} only (log: {log}) ...", flush=True)
             with open(log, "ab") as out:
                 subprocess.run([airflow, "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+                unpaused = subprocess.run([sys.executable, str(REPO / "scripts" / "asset_schedules.py")], env=env,
+                                          stdout=subprocess.PIPE, stderr=out, text=True, check=True).stdout.split()
             processes += [start([airflow, *command], env, log) for command in COMPONENTS]
             url = f"http://127.0.0.1:{args.port}"
             api_server = processes[-len(COMPONENTS)]
             wait_for(f"{url}/api/v2/monitor/health", api_server, log, timeout=420, healthy=airflow_healthy)
             lines.insert(0, f"Airflow UI  {url}   log in as admin / {password(home)}   (log: {log})")
             lines.append("Trigger ml_training_pipeline from its page (Trigger, defaults as they are).")
+            if unpaused:
+                lines.append(f"Unpaused {', '.join(unpaused)} (it runs on the model versions the pipeline registers).")
         listening = [f"Airflow :{args.port}"] * (args.only != "mlflow") + [f"MLflow :{args.mlflow_port}"] * (
             args.only != "airflow")
         lines.append(f"Listening on {args.host} only ({', '.join(listening)}); no log server (task logs are read "

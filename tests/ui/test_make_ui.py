@@ -22,9 +22,32 @@ from support import REPO
 pytestmark = pytest.mark.integration
 
 
+# What `make demo`'s dag.test() runs leave behind: every DAG of the folder registered, paused by Airflow's default
+# [core] dags_are_paused_at_creation (dag.test() syncs the DAG's whole bundle, sibling DAGs included).
+REGISTER_AS_DAG_TEST_DOES = """
+from airflow.dag_processing.bundles.manager import DagBundlesManager
+from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+manager = DagBundlesManager()
+manager.sync_bundles_to_db()
+for bundle in manager.get_all_dag_bundles():
+    bundle.initialize()
+    sync_bag_to_db(BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name),
+                   bundle.name, bundle.version)
+"""
+
+
+def _registered_paused_as_the_demo_leaves_them(home, env) -> None:
+    demo = {**env, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"}
+    for argv in ([sys.executable, "-m", "airflow", "db", "migrate"], [sys.executable, "-c", REGISTER_AS_DAG_TEST_DOES]):
+        subprocess.run(argv, env=demo, check=True, capture_output=True, timeout=600)
+
+
+@pytest.mark.timeout(1200)  # the demo's registration first (a migrated database, every DAG parsed): 2-3 min more
 def test_make_ui_starts_airflow_says_where_to_log_in_and_stops_cleanly(tmp_path):
     port, worker_log_port, trigger_log_port = free_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "AIRFLOW_HOME"}
+    _registered_paused_as_the_demo_leaves_them(tmp_path, env)  # issue 45 D1: after `make demo`
     env["PATH"] = "/usr/bin:/bin"  # nothing of the venv on PATH: the script must put it there
     env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] = str(worker_log_port)  # other deployments may hold 8793/8794
     env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] = str(trigger_log_port)
@@ -77,6 +100,14 @@ def test_make_ui_starts_airflow_says_where_to_log_in_and_stops_cleanly(tmp_path)
                 if exc.code != 404 or time.monotonic() > deadline:
                     raise
                 time.sleep(2)
+        # Issue 45 D1: the Asset-scheduled DAG the demo registered paused runs (a new champion gets scored)
+        request = urllib.request.Request(f"{url}/api/v2/dags/ml_batch_scoring", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert json.loads(response.read())["is_paused"] is False
+        request = urllib.request.Request(f"{url}/api/v2/dags/ml_quickstart", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert json.loads(response.read())["is_paused"] is True, "only Asset-scheduled DAGs are unpaused"
+        assert any("Unpaused ml_batch_scoring" in line for line in lines), lines
         # Issue 25 D12: nothing of `make ui` listens beyond loopback, and it says so
         listening = _listening(_descendants(process.pid))  # (setproctitle blanks some processes' environ)
         assert port in {p for _, p in listening} and all(address in LOOPBACK for address, _ in listening), listening
