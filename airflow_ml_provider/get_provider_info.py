@@ -365,6 +365,9 @@ def get_provider_info() -> dict:
                 ],
             },
         ],
+        "plugins": [
+            {"name": "ml_training", "plugin-class": "airflow_ml_provider.plugins.provider_plugin.MLTrainingPlugin"},
+        ],
         "sensors": [
             {
                 "integration-name": "ML Training",

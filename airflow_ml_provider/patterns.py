@@ -35,6 +35,14 @@ def bounded(words: str, **limits: float | str) -> list[dict]:
     return [entry]
 
 
+def required(kind: str, words: str, **limits: float | str) -> dict:
+    """The schema keywords of a Param a run needs but whose default is valid: ``type`` admits null, so
+    Airflow's trigger form draws no "required" star on the field (its rule: a type list without null), while
+    the ``allOf`` entry (``bounded``) refuses null, an emptied field, when the run is triggered, quoting
+    ``words``. Use as ``Param(2, title=..., **required("integer", "Workers: 1 to 64.", minimum=1))``."""
+    return {"type": ["null", kind], "allOf": bounded(words, type=kind, **limits)}
+
+
 MODEL_NAME = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a registered model's name, as the example DAGs take it
 MODEL_NAME_WORDS = "Model name: up to 100 of A-Z a-z 0-9 _ . -"
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]; never a local path.

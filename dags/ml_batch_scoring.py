@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_ml_provider.assets import model_asset
 from airflow_ml_provider.operators.scoring import BatchScoringOperator
-from airflow_ml_provider.patterns import MODEL_NAME, MODEL_NAME_WORDS, bounded
+from airflow_ml_provider.patterns import MODEL_NAME, MODEL_NAME_WORDS, required
 
 MODEL = model_asset("ml_training_pipeline")
 
@@ -42,23 +42,28 @@ with DAG(
     params={
         "model_name": Param(
             "ml_training_pipeline",
-            type="string",
-            allOf=bounded(MODEL_NAME_WORDS, pattern=MODEL_NAME),
+            **required("string", MODEL_NAME_WORDS, pattern=MODEL_NAME),
             title="Model name",
             description="The registered model scored with: the newest version an Asset event names, "
                         "else (a run by hand) its champion. Events for other models are not scored with.",
         ),
-        "rows": Param(1000, type="integer", minimum=1, maximum=1_000_000, title="Rows to score"),
+        "rows": Param(
+            1000,
+            title="Rows to score",
+            description="How many rows of generated input the model scores (with the model's input width): a whole "
+                        "number from 1 to 1000000.",
+            **required("integer", "Rows to score: a whole number from 1 to 1000000.", minimum=1, maximum=1_000_000),
+        ),
         "input": Param(
             "",
-            type="string",
+            type=["null", "string"],  # no "required" star; null (an emptied field) as "": a generated batch
             maxLength=4096,
             title="Input dataset",
             description="A folder, object-storage prefix (s3://...) or glob of .parquet, .csv or .npz files to score, "
                         "each file a shard; a local one lies in the data roots. Empty: a generated batch of `rows`.",
         ),
-        "workers": Param(2, type="integer", minimum=1, maximum=64, title="Workers",
-                         description="How many workers score the input's shards at once: 1 to 64."),
+        "workers": Param(2, title="Workers", description="How many workers score the input's shards at once: 1 to 64.",
+                         **required("integer", "Workers: a whole number from 1 to 64.", minimum=1, maximum=64)),
     },
 ) as dag:
 
@@ -106,6 +111,6 @@ with DAG(
                "once; the log says where.",
         model=choose_model(),
         rows="{{ params.rows }}",
-        input="{{ params.input }}",
+        input="{{ params.input or '' }}",
         workers="{{ params.workers }}",
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from airflow.sdk import DAG, Param, task
 
 from airflow_ml_provider.operators.training import HorovodTrainingOperator, LightGBMTrainingOperator
+from airflow_ml_provider.patterns import required
 
 with DAG(
     dag_id="ml_quickstart",
@@ -26,15 +27,13 @@ with DAG(
     description="A 2-worker Horovod/TensorFlow model and a 2-worker LightGBM model, on the local backend",
     doc_md=__doc__,
     params={
-        "epochs": Param(
-            5, type="integer", minimum=1, maximum=100, title="Epochs", description="Horovod training epochs."
-        ),
-        "workers": Param(
-            2, type="integer", minimum=1, maximum=16, title="Workers", description="Workers per training job."
-        ),
+        "epochs": Param(5, title="Epochs", description="Horovod training epochs: a whole number from 1 to 100.",
+                        **required("integer", "Epochs: a whole number from 1 to 100.", minimum=1, maximum=100)),
+        "workers": Param(2, title="Workers", description="Workers per training job: a whole number from 1 to 16.",
+                         **required("integer", "Workers: a whole number from 1 to 16.", minimum=1, maximum=16)),
         "boost_rounds": Param(
-            100, type="integer", minimum=1, maximum=5000, title="Boosting rounds", description="LightGBM rounds."
-        ),
+            100, title="Boosting rounds", description="LightGBM rounds: a whole number from 1 to 5000.",
+            **required("integer", "Boosting rounds: a whole number from 1 to 5000.", minimum=1, maximum=5000)),
     },
 ) as dag:
 

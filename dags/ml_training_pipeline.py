@@ -46,7 +46,7 @@ from airflow_ml_provider.operators.training import (
     PyTorchTrainingOperator,
     XGBoostTrainingOperator,
 )
-from airflow_ml_provider.patterns import bounded, whole
+from airflow_ml_provider.patterns import required, whole
 from airflow_ml_provider.reporting.notify import FAILURE_MESSAGE, GATE_MESSAGE, pipeline_notifiers
 
 BACKEND = "{{ params.backend or '' }}"  # "" = the ml_training connection's default backend
@@ -65,10 +65,6 @@ GATE_NOTIFIERS = pipeline_notifiers(GATE_MESSAGE)
 MODEL_NAMES = ["ml_training_pipeline", "ml_training_pipeline.*"]
 MODEL_NAME = whole(r"ml_training_pipeline(?:\.[A-Za-z0-9_-]{1,60})?")
 
-
-# Number Params also take null: NaN sent through the REST API passes every JSON-schema bound and reaches
-# tasks as null, so the first task refuses it naming the Param (check_params), instead of a schema error.
-NUMBER = ["null", "number"]
 
 
 def check_params(params: dict, run_conf: dict | None = None) -> str | None:
@@ -110,7 +106,7 @@ with DAG(
     params={
         "framework": Param(
             "lightgbm",
-            type="string",
+            type=["null", "string"],  # no "required" star (a valid default); null is not in the enum: refused
             enum=["lightgbm", "xgboost", "horovod", "pytorch"],
             values_display={"lightgbm": "LightGBM (data-parallel)", "xgboost": "XGBoost (distributed hist)",
                             "horovod": "Horovod (TensorFlow/Keras)", "pytorch": "PyTorch (DDP under torchrun)"},
@@ -138,29 +134,25 @@ with DAG(
         ),
         "workers": Param(
             2,
-            type="integer",
-            allOf=bounded("Workers: a whole number from 1 to 64.", minimum=1, maximum=64),
+            **required("integer", "Workers: a whole number from 1 to 64.", minimum=1, maximum=64),
             title="Workers",
             description="Workers of the training job: a whole number from 1 to 64.",
         ),
         "epochs": Param(
             3,
-            type="integer",
-            allOf=bounded("Epochs: a whole number from 1 to 500.", minimum=1, maximum=500),
+            **required("integer", "Epochs: a whole number from 1 to 500.", minimum=1, maximum=500),
             title="Epochs",
             description="Horovod and PyTorch: epochs, a whole number from 1 to 500.",
         ),
         "boost_rounds": Param(
             60,
-            type="integer",
-            allOf=bounded("Boosting rounds: a whole number from 1 to 10000.", minimum=1, maximum=10_000),
+            **required("integer", "Boosting rounds: a whole number from 1 to 10000.", minimum=1, maximum=10_000),
             title="Boosting rounds",
             description="LightGBM and XGBoost only: boosting rounds, a whole number from 1 to 10000.",
         ),
         "learning_rate": Param(
             0.05,
-            type=NUMBER,
-            allOf=bounded("Learning rate: above 0 and at most 1.", exclusiveMinimum=0, maximum=1),
+            **required("number", "Learning rate: above 0 and at most 1.", exclusiveMinimum=0, maximum=1),
             title="Learning rate",
             description="Step size, above 0 and at most 1.",
         ),
@@ -175,56 +167,51 @@ with DAG(
         ),
         "shards": Param(
             2,
-            type="integer",
-            allOf=bounded("Shards: a whole number from 1 to 64.", minimum=1, maximum=64),
+            **required("integer", "Shards: a whole number from 1 to 64.", minimum=1, maximum=64),
             title="Shards",
             description="Preprocessing jobs for the training data: a whole number from 1 to 64.",
         ),
         "model_name": Param(
             "ml_training_pipeline",
-            type="string",
-            allOf=bounded("Model name: ml_training_pipeline[.<variant>]", pattern=MODEL_NAME),
+            **required("string", "Model name: ml_training_pipeline[.<variant>]", pattern=MODEL_NAME),
             title="Model name",
             description="Registered model: ml_training_pipeline, or a variant of it for experiments "
             "(ml_training_pipeline.<variant>: letters, digits, '_', '-'). This DAG writes no other model.",
         ),
         "gate_metric": Param(
             "accuracy",
-            type="string",
+            type=["null", "string"],
             enum=["accuracy", "auc", "f1", "log_loss"],
             title="Gate metric",
             description="The metric on which the new model must beat the champion.",
         ),
         "min_improvement": Param(
             0.0,
-            type=NUMBER,
-            allOf=bounded("Minimum improvement: from 0 to 1.", minimum=0, maximum=1),
+            **required("number", "Minimum improvement: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum improvement",
             description="How much better than the champion the gate metric must be (0: at least as good).",
         ),
         "min_accuracy": Param(
             0.7,
-            type=NUMBER,
-            allOf=bounded("Minimum accuracy: from 0 to 1.", minimum=0, maximum=1),
+            **required("number", "Minimum accuracy: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum accuracy",
             description="Gate: held-out accuracy.",
         ),
         "min_auc": Param(
             0.0,
-            type=NUMBER,
-            allOf=bounded("Minimum ROC AUC: from 0 to 1.", minimum=0, maximum=1),
+            **required("number", "Minimum ROC AUC: from 0 to 1.", minimum=0, maximum=1),
             title="Minimum ROC AUC",
             description="Gate: held-out ROC AUC.",
         ),
         "require_approval": Param(
             False,
-            type="boolean",
+            **required("boolean", "Require approval: on or off."),
             title="Require approval",
             description="Ask a person (Required Actions page) before a model that passed the gate becomes champion.",
         ),
         "node_selector": Param(
             {},
-            type="object",
+            type=["null", "object"],  # null (an emptied field): none
             maxProperties=32,
             additionalProperties={"type": "string", "maxLength": 63},
             title="Node selector",
@@ -234,7 +221,7 @@ with DAG(
         ),
         "tolerations": Param(
             [],
-            type="array",
+            type=["null", "array"],  # null (an emptied field): none
             maxItems=32,
             items={"type": "object", "additionalProperties": False, "properties": {
                 "key": {"type": "string", "maxLength": 317}, "operator": {"enum": ["Exists", "Equal"]},
@@ -377,7 +364,8 @@ with DAG(
         metric="{{ params.gate_metric }}",
         thresholds={"accuracy": "{{ params.min_accuracy }}", "auc": "{{ params.min_auc }}"},
         min_improvement="{{ params.min_improvement }}",
-        doc_md="Thresholds and champion comparison; a rejection is a normal outcome (the model stays challenger).",
+        doc_md="Thresholds and champion comparison; a rejection ends this task skipped (the grid shows it), its log "
+        "saying why: the model is registered without an alias.",
     )
     approve = ChampionApprovalOperator(
         task_id="approve",
@@ -397,11 +385,13 @@ with DAG(
         approval=approve.output,
         outlets=[MODEL],
         description="{{ params.notes or '' }}",
+        trigger_rule="none_failed_min_one_success",  # a rejected (skipped) gate: registered for the record
         doc_md="Registers the model version; if the gate passed: alias `challenger`, and `champion` unless "
         "a reviewer rejected it. A rejected version gets no alias.",
     )
 
-    @task(doc_md="What came out of this run: metrics, the gate's verdict, the approval, the model version, links.")
+    @task(doc_md="What came out of this run: metrics, the gate's verdict, the approval, the model version, links.",
+          trigger_rule="none_failed_min_one_success")
     def summary(evaluation: dict, verdict: dict, deployed: dict, approval: dict) -> dict:
         from airflow_ml_provider.reporting.summary import log_run_summary
 

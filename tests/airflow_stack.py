@@ -105,6 +105,8 @@ def airflow_env(
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            # Airflow loads a provider's plugins (this provider's training view and refusal words) only then
+            "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
             "AIRFLOW__CORE__AUTH_MANAGER": (

@@ -114,3 +114,20 @@ def test_another_teams_model_name_is_refused_by_the_server_and_starts_no_run(sta
             stack.trigger_dag(DAG_ID, {"model_name": name})
         assert refused.value.status == 400 and "Invalid input for param model_name" in refused.value.body, refused.value
     assert stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"] == runs
+
+
+@pytest.mark.parametrize(("conf", "words"), [
+    ({"workers": 0}, "Invalid input for param workers: Workers: a whole number from 1 to 64; you entered 0"),
+    ({"epochs": None}, "Invalid input for param epochs: Epochs: a whole number from 1 to 500; you entered nothing"),
+    ({"framework": "<script>x</script>"},
+     'Invalid input for param framework: Framework: one of lightgbm, xgboost, horovod, pytorch; you entered '
+     '"<script>x</script>"'),
+])
+def test_a_refusal_at_trigger_is_said_in_the_params_words_and_starts_no_run(stack, conf, words):
+    """Issue 45 D2/D3: the provider's plugin (its API server middleware) answers Airflow's 400 in the Param's words
+    instead of jsonschema's dump; an emptied number (null) is refused there too, before a run exists."""
+    runs = stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"]
+    with pytest.raises(ApiError) as refused:
+        stack.trigger_dag(DAG_ID, conf)
+    assert refused.value.status == 400 and json.loads(refused.value.body) == {"detail": words}, refused.value
+    assert stack.api("GET", f"/dags/{DAG_ID}/dagRuns")["total_entries"] == runs

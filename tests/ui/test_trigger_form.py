@@ -21,11 +21,13 @@ def runs(stack) -> int:
 
 
 @pytest.mark.parametrize(("name", "value", "words"), [
-    ("workers", "0", "Workers: a whole number from 1 to 64."),
-    ("workers", "100000", "Workers: a whole number from 1 to 64."),
-    ("shards", "65", "Shards: a whole number from 1 to 64."),
-    ("learning_rate", "1.5", "Learning rate: above 0 and at most 1."),
-    ("model_name", "my model", "Model name: ml_training_pipeline[.<variant>]"),  # D5
+    ("workers", "0", "Workers: a whole number from 1 to 64; you entered 0"),  # issue 45 D3: words, not a schema dump
+    ("workers", "100000", "Workers: a whole number from 1 to 64; you entered 100000"),
+    ("workers", "", "Workers: a whole number from 1 to 64; you entered nothing"),  # issue 45 D2: an emptied field
+    ("shards", "65", "Shards: a whole number from 1 to 64; you entered 65"),
+    ("learning_rate", "1.5", "Learning rate: above 0 and at most 1; you entered 1.5"),
+    ("learning_rate", "", "Learning rate: above 0 and at most 1; you entered nothing"),
+    ("model_name", "my model", 'Model name: ml_training_pipeline[.<variant>]; you entered "my model"'),  # D5
 ])
 def test_an_out_of_range_number_is_refused_in_the_params_words_and_starts_no_run(
     page, stack, screenshots, name, value, words
@@ -44,4 +46,5 @@ def test_an_out_of_range_number_is_refused_in_the_params_words_and_starts_no_run
     shown = dialog.inner_text()
     page.keyboard.press("Escape")
     assert words in shown, shown
+    assert "Failed validating" not in shown and "On instance" not in shown, shown
     assert runs(stack) == before

@@ -17,6 +17,7 @@ LAYERS = [
     {"search", "serving"},  # the search core, serving manifests (Airflow-free)
     {"assets", "hooks", "reporting"},  # connections and clients; what a run reports (summary, lineage, MLflow output)
     {"triggers"},
+    {"plugins"},  # the API server's views and refusal middleware (they read the follow state triggers save)
     {"operators", "sensors"},
     {"recipes"},  # YAML recipe -> DAG
     {"ci", "cli", "get_provider_info"},  # ci: `airflow-ml check`, which loads DAGs and recipes
