@@ -12,11 +12,22 @@ METRICS = "metrics.json"
 
 
 def plot_training_curve(history: list[dict[str, Any]], path: str | Path, title: str) -> Path:
-    """Loss (left) and every other per-step metric (right) against the step (epoch or round)."""
+    """Loss (left) and every other per-step metric (right) against the step (epoch or round), saved to ``path``."""
+    import matplotlib.pyplot as plt
+
+    figure = training_curve_figure(history, title)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return Path(path)
+
+
+def training_curve_figure(history: list[dict[str, Any]], title: str):
+    """The plot's figure; whole-numbered steps (epochs, rounds) get whole-numbered ticks, not 1.00, 1.25, ..."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a worker
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     steps = [row.get("step", i + 1) for i, row in enumerate(history)]
     others = sorted({key for row in history for key in row} - {"step", "loss"})
@@ -26,15 +37,16 @@ def plot_training_curve(history: list[dict[str, Any]], path: str | Path, title: 
     for name in others:
         right.plot(steps, [row.get(name) for row in history], marker=".", label=name)
     right.set(title="metrics", xlabel="step")
+    whole = all(float(step).is_integer() for step in steps)
     for axis in (left, right):
         axis.grid(alpha=0.3)
+        if whole:
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         if axis.lines:
             axis.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return Path(path)
+    return figure
 
 
 def write_report(out_dir: str | Path, evaluation: dict[str, Any], training: dict[str, Any],

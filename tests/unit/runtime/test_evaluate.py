@@ -70,3 +70,18 @@ def test_the_confusion_matrix_is_a_markdown_table_with_a_header_row(tmp_path):
     html = markdown_it.MarkdownIt("commonmark").enable("table").render(section)
     assert html.count("<tr>") == 3 and html.count("</th>") == 3, html  # header + two true classes
     assert "<td><strong>1</strong></td>\n<td" in html and "<td style=\"text-align:right\">5</td>" in html
+
+
+def test_a_curve_over_epochs_ticks_whole_epochs():
+    """Issue 45 D10: a Horovod run's 3 epochs were ticked 1.00, 1.25, 1.50, ... on the x axis."""
+    import matplotlib.pyplot as plt
+
+    from airflow_ml_provider.runtime.report import training_curve_figure
+
+    figure = training_curve_figure([{"step": step, "loss": 1 / step, "accuracy": 0.5 + step / 10} for step in (1, 2, 3)],
+                                   "training")
+    figure.canvas.draw()
+    for axis in figure.axes:
+        shown = [tick for tick in axis.get_xticks() if axis.get_xlim()[0] <= tick <= axis.get_xlim()[1]]
+        assert shown and all(float(tick).is_integer() for tick in shown), shown
+    plt.close(figure)
