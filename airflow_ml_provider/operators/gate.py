@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_ml_provider.hooks.model_registry import (
     CHAMPION,
@@ -18,6 +18,7 @@ from airflow_ml_provider.hooks.model_registry import (
 )
 from airflow_ml_provider.reporting.notify import notify_all
 
+XCOM_RETURN_KEY = "return_value"
 ROWS_TAG = "airflow.test_rows_sha256"  # a version's held-out rows (reporting.lineage tags the evaluation's lineage)
 
 
@@ -78,7 +79,13 @@ def decide(
         reasons.append(f"the champion (version {champion['version']}) has no {metric} on these rows")
     else:
         improvement = (held - challenger) if metric_goal(metric) == "min" else (challenger - held)
-        if improvement < min_improvement:
+        if improvement < 0:  # worse: never "improves by -0.03"
+            passed = False
+            reasons.append(
+                f"{metric} = {challenger:.6g} is worse than the champion's {held:.6g} (version "
+                f"{champion['version']}, same rows) by {-improvement:.6g}; the required improvement is {min_improvement}"
+            )
+        elif improvement < min_improvement:
             passed = False
             reasons.append(
                 f"{metric} = {challenger:.6g} improves on the champion's {held:.6g} (version "
@@ -119,8 +126,9 @@ class ModelGateOperator(BaseOperator):
     ``thresholds`` maps metric names to bounds (numbers or numeric strings, so DAG Params can be
     templated in); ``min_improvement`` applies to ``metric``, compared with the champion as the
     evaluation measured it on the same rows (``EvaluateModelOperator(model_name=...)``). A rejection is
-    a normal outcome, not a failure: the task succeeds and returns ``{"passed": false, "reasons":
-    [...]}``, and the deploy task then registers the model without an alias. ``model_name`` must be
+    a normal outcome, not a failure, but one a person sees in the run: the task ends *skipped*, its log and
+    its XCom (``{"passed": false, "reasons": [...]}``, pushed before the skip) saying why, and a deploy task
+    downstream (``trigger_rule="none_failed_min_one_success"``) then registers the model without an alias. ``model_name`` must be
     one of ``model_names`` (names or fnmatch patterns; default: the DAG id): a DAG writes only its
     own models. On a rejection every one of ``notifiers``
     (Airflow ``BaseNotifier``s: Slack, SMTP, HTTP...) is called with the task's context plus ``gate``
@@ -200,4 +208,8 @@ class ModelGateOperator(BaseOperator):
         if not decision["passed"] and self.notifiers:
             sent = notify_all(self.notifiers, context, self.log, gate={**decision, "model_name": self.model_name})
             self.log.info("Rejection sent through %d of %d notifier(s)", sent, len(self.notifiers))
+        if not decision["passed"]:
+            context["ti"].xcom_push(XCOM_RETURN_KEY, decision)  # what downstream tasks read, skipped or not
+            raise AirflowSkipException(f"Gate REJECTED model {self.model_name}: {'; '.join(decision['reasons'])} "
+                                       "(the task is skipped to show it; the model stays without an alias)")
         return decision

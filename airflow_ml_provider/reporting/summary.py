@@ -17,7 +17,8 @@ def run_summary(evaluation: dict[str, Any], gate: dict[str, Any], deploy: dict[s
         "metrics": evaluation.get("metrics", {}),
         "gate": {"passed": bool(gate.get("passed")), "reasons": list(gate.get("reasons", []))},
         "approval": {"asked": bool(approval.get("required")), "approved": approval.get("approved"),
-                     "by": approval.get("by"), "reason": approval.get("reason") or "no approval step"},
+                     "by": approval.get("by"), "reason": approval.get("reason") or (
+                         "no approval step" if gate.get("passed") else "the gate rejected the model: nothing to approve")},
         "model": {
             "name": deploy.get("model_name"),
             "version": deploy.get("version"),
@@ -52,10 +53,12 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"approval    {'APPROVED' if approval['approved'] else 'REJECTED'} by {approval['by']}")
     else:
         lines.append(f"approval    not asked: {approval['reason']}")
-    lines.append(
-        f"model       {model['name']} version {model['version']} ({', '.join(model['aliases'])}), "
-        f"load it as {model['model_uri']}"
-    )
+    if gate["passed"]:
+        lines.append(f"model       {model['name']} version {model['version']} ({', '.join(model['aliases'])}), "
+                     f"load it as {model['model_uri']}")
+    else:  # never offered for loading
+        lines.append(f"model       {model['name']} version {model['version']}: registered for the record, "
+                     "without an alias; the gate rejected it, do not serve it")
     if model.get("superseded"):
         lines.append(f"            not champion: {model['superseded']}")
     if model["url"]:

@@ -163,7 +163,9 @@ def test_a_horovod_challenger_short_of_the_required_margin_is_rejected(first, pi
         and result.states[("train_horovod", -1)] == "success"
     )
     gate, deploy = result.value("gate"), result.value("deploy")
-    assert not gate["passed"] and "less than the required 0.5" in " ".join(gate["reasons"])
+    reasons = " ".join(gate["reasons"])
+    assert not gate["passed"] and ("less than the required 0.5" in reasons or "the required improvement is 0.5" in reasons)
+    assert result.states[("gate", -1)] == "skipped", "a rejection shows in the run (issue 45 D4)"
     assert result.value("evaluate")["champion"]["version"] == before, "the LightGBM champion scored on the same rows"
     assert (deploy["promoted"], deploy["aliases"]) == (False, [])
     assert registry.alias_version(MODEL, CHAMPION)["version"] == before
@@ -172,6 +174,24 @@ def test_a_horovod_challenger_short_of_the_required_margin_is_rejected(first, pi
         result.value("evaluate")["framework"] == "keras"
         and result.value("evaluate")["metrics"]["accuracy"] > 0.5
     )
+
+
+def test_a_rejected_gate_shows_in_the_run_and_the_summary_offers_nothing_to_load(first, pipeline):
+    """Issue 45 D4: a rejection was all green (run, gate, grid: Success) and the summary said "version 5 (), load
+    it as models:/..."; now the gate ends skipped, the version is registered for the record, the summary says so."""
+    from airflow_ml_provider.reporting.summary import summary_lines
+
+    result = run(pipeline, {"model_name": MODEL, "boost_rounds": 5, "min_accuracy": 1.0})
+    assert result.state == "success", result.states
+    assert (result.states[("gate", -1)], result.states[("approve", -1)]) == ("skipped", "skipped"), result.states
+    assert (result.states[("deploy", -1)], result.states[("summary", -1)]) == ("success", "success"), result.states
+    gate, deploy = result.value("gate"), result.value("deploy")
+    assert not gate["passed"] and "accuracy = " in gate["reasons"][0] and "below the minimum 1.0" in gate["reasons"][0]
+    assert (deploy["promoted"], deploy["aliases"]) == (False, [])
+    lines = summary_lines(result.value("summary"))
+    assert f"model       {MODEL} version {deploy['version']}: registered for the record, without an alias; the gate " \
+        "rejected it, do not serve it" in lines
+    assert not any("load it" in line for line in lines), lines
 
 
 def test_invalid_params_refuse_the_run_before_any_task(pipeline):

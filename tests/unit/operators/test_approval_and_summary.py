@@ -33,3 +33,14 @@ def test_the_summary_includes_the_approval(approval, line):
     summary = run_summary(EVALUATION, {"passed": True, "reasons": ["no champion yet"]}, DEPLOY, approval)
     assert summary["approval"]["asked"] is approval["required"] and summary["approval"]["by"] == approval.get("by")
     assert line in summary_lines(summary)
+
+
+def test_the_summary_of_a_rejected_model_never_offers_to_load_it():
+    """Issue 45 D4: it said "version 5 (), load it as models:/ml_training_pipeline/5" for a rejected version;
+    its approve task is skipped with the gate (no approval result)."""
+    rejected = {"passed": False, "reasons": ["accuracy = 0.5 is below the minimum 0.9"]}
+    lines = summary_lines(run_summary(EVALUATION, rejected, {**DEPLOY, "aliases": []}, None))
+    assert "gate        REJECTED: accuracy = 0.5 is below the minimum 0.9" in lines
+    assert "model       m version 4: registered for the record, without an alias; the gate rejected it, do not serve it" in lines
+    assert "approval    not asked: the gate rejected the model: nothing to approve" in lines
+    assert not any("load it" in line or "()" in line for line in lines), lines

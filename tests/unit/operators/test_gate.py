@@ -91,3 +91,11 @@ def test_the_decision_records_the_champions_same_row_metrics():
     decision = decide({"accuracy": 0.95}, {}, "accuracy", 0.0, _champion(), measured=_same_rows(accuracy=0.97))
     assert not decision["passed"] and decision["champion_metrics"] == {"accuracy": 0.97}
     assert "(version 3, same rows)" in decision["reasons"][0]
+
+
+def test_a_worse_challenger_is_said_to_be_worse_never_to_improve_by_a_negative_number():
+    """Issue 45 D4: "improves on the champion's 0.93 ... by -0.02975"."""
+    decision = decide({"accuracy": 0.90025}, {}, "accuracy", 0.0, _champion(), measured=_same_rows(accuracy=0.93))
+    assert not decision["passed"]
+    assert decision["reasons"][-1] == ("accuracy = 0.90025 is worse than the champion's 0.93 (version 3, same rows) "
+                                       "by 0.02975; the required improvement is 0.0")
