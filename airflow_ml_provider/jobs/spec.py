@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -17,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_ml_provider.jobs import roles as job_roles
 from airflow_ml_provider.jobs.shards import ShardPlan
 from airflow_ml_provider.patterns import DNS_LABEL
 
@@ -32,6 +34,7 @@ class Framework(str, Enum):
     LIGHTGBM = "lightgbm"  # LightGBM sockets: each worker is told the full machine list
     PYTORCH = "pytorch"  # torchrun (c10d rendezvous): one agent per worker, nproc_per_node ranks each
     XGBOOST = "xgboost"  # XGBoost's collective: a tracker started by the job, DMLC_* in every worker (jobs.xgboost)
+    TENSORFLOW_PS = "tensorflow-ps"  # parameter servers: roles chief, ps, worker, TF_CONFIG in each (jobs.roles)
     GENERIC = "generic"  # N independent ranks with RANK/NUM_WORKERS in their environment
 
 
@@ -184,6 +187,51 @@ class KubernetesOptions(BaseModel):
     run_as_user: Annotated[int, Field(ge=1, le=2**31 - 1)] = 1000
 
 
+def _argv_list(value):
+    if isinstance(value, str):
+        raise ValueError("must be an argv list such as ['python', 'train.py'], not a shell string")
+    return value
+
+
+def _plain_program(value: list[str]) -> list[str]:
+    if not value[0]:
+        raise ValueError("the program (first element) is empty")
+    if _SHELL_SYNTAX.search(value[0]):
+        raise ValueError(
+            f"the program {value[0]!r} contains shell syntax; commands are argv lists and never "
+            "run through a shell: split it into separate elements"
+        )
+    return value
+
+
+class Role(BaseModel):
+    """One replica group of a job of several roles (jobs.roles); ``command``, ``image`` and ``resources``
+    default to the job's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
+    min_count: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None  # elastic: tolerated down to this
+    max_count: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None  # elastic: a backend may grow to this
+    command: Annotated[list[Text], BeforeValidator(_argv_list), Field(min_length=1),
+                       AfterValidator(_plain_program)] | None = None
+    image: Text | None = None
+    resources: Resources | None = None
+    on_failure: job_roles.OnFailure | None = None  # None: the role's default (jobs.roles.DEFAULT_POLICY)
+    priority_class: DnsLabel | None = None  # where a backend can give a role a priority of its own
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Role:
+        low, high = self.min_count or self.count, self.max_count or self.count
+        if not low <= self.count <= high:
+            raise ValueError(f"min_count ({low}) <= count ({self.count}) <= max_count ({high}) must hold")
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_count is not None or self.max_count is not None
+
+
 class SpecError(ValueError):
     """A TrainingJobSpec field is invalid; the message names the field and the value."""
 
@@ -200,7 +248,7 @@ class TrainingJobSpec(BaseModel):
 
     framework: Framework
     command: list[Text] = Field(min_length=1)
-    num_workers: int = Field(ge=1, le=MAX_WORKERS)
+    num_workers: int = Field(ge=1, le=MAX_WORKERS)  # a job of roles: its processes, all roles together
     image: Text | None = None
     resources: Resources = Resources()
     env: dict[EnvName, Text] = Field(default_factory=dict)
@@ -227,6 +275,8 @@ class TrainingJobSpec(BaseModel):
     kubernetes: KubernetesOptions = KubernetesOptions()
     # A sharded job (jobs.shards): its workers take the plan's shards one after another, each committed once
     shards: ShardPlan | None = None
+    # A job of several roles (jobs.roles), e.g. {"chief": {}, "ps": {"count": 2}, "worker": {"count": 4}}
+    roles: dict[DnsLabel, Role] | None = Field(default=None, min_length=1)
 
     def __init__(self, **data):
         try:
@@ -237,21 +287,39 @@ class TrainingJobSpec(BaseModel):
     @field_validator("command", mode="before")
     @classmethod
     def _argv_only(cls, value):
-        if isinstance(value, str):
-            raise ValueError("must be an argv list such as ['python', 'train.py'], not a shell string")
-        return value
+        return _argv_list(value)
 
     @field_validator("command")
     @classmethod
     def _program_is_not_shell(cls, value: list[str]) -> list[str]:
-        if not value[0]:
-            raise ValueError("the program (first element) is empty")
-        if _SHELL_SYNTAX.search(value[0]):
-            raise ValueError(
-                f"the program {value[0]!r} contains shell syntax; commands are argv lists and never "
-                "run through a shell: split it into separate elements"
-            )
-        return value
+        return _plain_program(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _roles_count_workers(cls, data):
+        """A job of roles has as many workers as its roles have processes, unless it says otherwise."""
+        if isinstance(data, dict) and isinstance(data.get("roles"), dict) and "num_workers" not in data:
+            counts = [role.count if isinstance(role, Role) else role.get("count", 1) if isinstance(role, dict)
+                      else 1 for role in data["roles"].values()]
+            if all(isinstance(count, int) for count in counts):
+                data = {**data, "num_workers": sum(counts)}
+        return data
+
+    @model_validator(mode="after")
+    def _roles(self) -> TrainingJobSpec:
+        if self.roles is None:
+            if self.framework is Framework.TENSORFLOW_PS:
+                raise ValueError("roles: a tensorflow-ps job needs roles chief, ps and worker")
+            return self
+        if self.framework is not Framework.TENSORFLOW_PS:
+            raise ValueError(f"roles: only framework 'tensorflow-ps' runs jobs of several roles (got framework "
+                             f"{self.framework.value!r})")
+        if self.min_workers is not None or self.max_workers is not None:
+            raise ValueError("min_workers/max_workers: a job of roles sets each role's min_count/max_count")
+        if self.num_workers != (total := job_roles.process_count(self.roles)):
+            raise ValueError(f"num_workers ({self.num_workers}) must be the roles' processes ({total}), or unset")
+        job_roles.check_ps_roles(self.roles, self.command)
+        return self
 
     @model_validator(mode="after")
     def _elastic_bounds(self) -> TrainingJobSpec:

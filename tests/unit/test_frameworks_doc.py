@@ -15,7 +15,7 @@ def test_the_frameworks_table_is_what_the_backends_run():
     header = re.search(r"^\| framework \| operator \|(.*)\|$", text, re.M)
     columns = [cell.strip().strip("`") for cell in header.group(1).split("|")]
     assert sorted(columns) == sorted(BACKENDS)
-    rows = re.findall(r"^\| `([a-z]+)` \| `?[A-Za-z]*`? \|(.*)\|$", text, re.M)
+    rows = re.findall(r"^\| `([a-z-]+)` \| `?[A-Za-z]*`? \|(.*)\|$", text, re.M)
     table = {framework: {backend for backend, cell in zip(columns, cells.split("|")) if cell.strip() == "yes"}
              for framework, cells in rows}
     assert table == {f.value: set(backends_for(f.value)) for f in Framework}

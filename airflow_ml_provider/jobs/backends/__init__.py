@@ -30,10 +30,19 @@ def backends_for(framework: str) -> list[str]:
 
 def sharding_backends() -> list[str]:
     """The backends that run a sharded job (``TrainingJobSpec.shards``): those whose class says ``shards``."""
+    return _backends_with("shards")
+
+
+def role_backends() -> list[str]:
+    """The backends that run a job of several roles (``TrainingJobSpec.roles``): those whose class says ``roles``."""
+    return _backends_with("roles")
+
+
+def _backends_with(feature: str) -> list[str]:
     names = []
     for name, path in BACKENDS.items():
         module, _, cls = path.partition(":")
-        if getattr(getattr(import_module(module), cls), "shards", False):
+        if getattr(getattr(import_module(module), cls), feature, False):
             names.append(name)
     return names
 

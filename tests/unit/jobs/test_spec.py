@@ -28,7 +28,7 @@ def test_valid_spec_keeps_argv_and_defaults():
         ({"command": ["python train.py; rm -rf /"]}, "TrainingJobSpec.command", "shell syntax"),
         ({"command": ["$(curl evil)", "x"]}, "TrainingJobSpec.command", "shell syntax"),
         ({"command": [""]}, "TrainingJobSpec.command", "empty"),
-        ({"framework": "tensorflow"}, "TrainingJobSpec.framework", "'horovod', 'lightgbm', 'pytorch', 'xgboost' or 'generic'"),
+        ({"framework": "tensorflow"}, "TrainingJobSpec.framework", "'horovod', 'lightgbm', 'pytorch', 'xgboost', 'tensorflow-ps' or 'generic'"),
         ({"env": {"BAD NAME": "x"}}, "TrainingJobSpec.env", "not a valid environment variable name"),
         ({"resources": {"gpu": -1}}, "TrainingJobSpec.resources.gpu", "greater than or equal to 0"),
         ({"resources": {"memory": "lots"}}, "TrainingJobSpec.resources.memory", "pattern"),

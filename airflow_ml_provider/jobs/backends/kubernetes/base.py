@@ -92,6 +92,7 @@ class KubernetesBackend(Backend):
     api_version: ClassVar[str]
     kind: ClassVar[str]
     frameworks: ClassVar[frozenset[Framework]]
+    roles: ClassVar[bool] = False  # renders a job of several roles (TrainingJobSpec.roles, jobs.roles)
     # The primary object's field that holds it suspended until Kueue admits it; None: Kueue cannot manage the kind.
     suspend_field: ClassVar[tuple[str, ...] | None] = None
     # The spec fields ``pod_group`` reads: all of its spec that the shared watch keeps of a job (``watched``).
@@ -159,6 +160,11 @@ class KubernetesBackend(Backend):
 
             raise JobSubmissionError(f"shards: the {self.name} backend does not run sharded jobs; backends that do: "
                                      f"{', '.join(sharding_backends())}")
+        if spec.roles is not None and not self.roles:
+            from airflow_ml_provider.jobs.backends import role_backends
+
+            raise JobSubmissionError(f"roles: the {self.name} backend does not render jobs of several roles; "
+                                     f"backends that do: {', '.join(role_backends())}")
         if spec.framework not in self.frameworks:
             from airflow_ml_provider.jobs.backends import backends_for
 

@@ -122,6 +122,7 @@ class LocalBackend(Backend):
 
     name = "local"
     shards = True  # runs sharded jobs (jobs.shards): its launcher is the job's queue (local_sharded)
+    roles = True  # runs jobs of several roles (jobs.roles): a process group per role (local_roles)
 
     def __init__(self, root: str | os.PathLike, image: str | None = None, cancel_grace_s: float = 10.0,
                  etcd: str | None = None, orphan_grace_s: float | None = 600.0, max_workers: int | None = None,
