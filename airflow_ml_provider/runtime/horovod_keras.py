@@ -21,7 +21,13 @@ from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv, shard
 from airflow_ml_provider.runtime.lean_imports import sklearn_hidden
-from airflow_ml_provider.runtime.metrics_log import emit, emit_epoch_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import (
+    StepLines,
+    emit,
+    emit_epoch_metrics,
+    emit_progress,
+    worker_env,
+)
 from airflow_ml_provider.runtime.quiet import quiet_startup
 
 
@@ -178,12 +184,15 @@ def main(argv: list[str] | None = None) -> int:
         announce_resume(*resumed, rank=rank, epoch=start_epoch, step=int(optimizer.iterations.numpy()))
 
     train_step = make_train_step(model, optimizer, loss_fn)
+    progress = StepLines(burst=1)  # inside an epoch: at most a line a second, rank 0's
     for epoch in range(start_epoch + 1, args.epochs + 1):
         order = np.random.default_rng((args.seed, rank, epoch)).permutation(len(X))
         order = np.resize(order, steps * args.batch_size)  # every rank runs the same number of steps
         totals = np.zeros(2)
-        for batch in np.split(order, steps):
+        for done, batch in enumerate(np.split(order, steps), start=1):
             totals += [float(t) for t in train_step(X[batch], y[batch])]
+            if rank == 0 and done < steps and progress.due():
+                emit_progress(epoch, done, steps, loss=totals[0] / done, accuracy=totals[1] / done)
         mean = hvd.allreduce(tf.constant(totals / steps), op=hvd.Average, name=f"epoch_{epoch}").numpy()
         if rank == 0:
             emit_epoch_metrics(epoch, loss=mean[0], accuracy=mean[1])

@@ -30,7 +30,7 @@ from airflow_ml_provider.runtime.checkpoints import KEEP, Checkpoints, add_keep_
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, save_npz, shard
 from airflow_ml_provider.runtime.evaluate import classification_metrics
 from airflow_ml_provider.runtime.lean_imports import sklearn_hidden
-from airflow_ml_provider.runtime.metrics_log import WorkerEnv, emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import StepLines, WorkerEnv, emit, emit_metrics, worker_env
 
 # LightGBM accepts several spellings of a parameter; a user's alias must win over our default.
 _ALIASES = {
@@ -174,9 +174,11 @@ def _boost(params: dict, data, valid, resumed, args: argparse.Namespace, checkpo
     if valid is not None:
         booster.add_valid(lgb.Dataset(*valid, init_score=scores.get("valid"), reference=train_set, params=params),
                           "valid")
+    lines = StepLines()
     for rounds in range(done + 1, args.num_boost_round + 1):
         booster.update()
-        if valid is not None and (rounds % args.log_every == 0 or rounds == args.num_boost_round):
+        last = rounds == args.num_boost_round
+        if valid is not None and (rounds % args.log_every == 0 or last) and lines.due(last):
             _emit_metrics(rounds, booster.eval_valid())
         if checkpoints.directory and rounds % args.checkpoint_every == 0:
             _save_scores(booster, params, saved_scores.path(rounds))

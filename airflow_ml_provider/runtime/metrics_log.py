@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 
 EVENT_KEY = "event"
@@ -25,6 +26,31 @@ def emit_epoch_metrics(epoch: int, loss: float, **metrics: float) -> None:
     """Emit a ``metrics`` line for one epoch, named ``epoch`` (``step`` is the optimizer's step everywhere,
     as in the checkpoint line: ``checkpoint epoch 1 step 218``); the epoch is the metric's position."""
     emit("metrics", epoch=int(epoch), loss=float(loss), **{k: float(v) for k, v in metrics.items()})
+
+
+def emit_progress(epoch: int, batch: int, batches: int, **metrics: float) -> None:
+    """Emit a ``progress`` line inside an epoch (``batch`` of ``batches`` done, running metrics): not a point of
+    the epoch curve, a sign of life between epoch lines (a Keras epoch could be a minute of silence)."""
+    emit("progress", epoch=int(epoch), batch=int(batch), batches=int(batches), **{k: float(v) for k, v in metrics.items()})
+
+
+class StepLines:
+    """Whether a per-step line (a boosting round's, a batch's progress) is due, one instance per rank: a burst of
+    ``burst`` lines first (a short run keeps every point of its curve), then at most one per ``interval_s``
+    seconds, and always the last step's. A 10,000-round LightGBM job printed 11,000 lines (1,759 in 90 s)."""
+
+    def __init__(self, interval_s: float = 1.0, burst: int = 50, clock=time.monotonic):
+        self.interval_s, self.burst, self.clock = interval_s, burst, clock
+        self.tokens, self.then = float(burst), clock()
+
+    def due(self, last: bool = False) -> bool:
+        now = self.clock()
+        self.tokens = min(float(self.burst), self.tokens + (now - self.then) / self.interval_s)
+        self.then = now
+        if self.tokens < 1 and not last:
+            return False
+        self.tokens = max(0.0, self.tokens - 1)
+        return True
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,13 @@ from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv
-from airflow_ml_provider.runtime.metrics_log import emit, emit_epoch_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import (
+    StepLines,
+    emit,
+    emit_epoch_metrics,
+    emit_progress,
+    worker_env,
+)
 from airflow_ml_provider.runtime.predict import torch_mlp
 
 MODEL_FILE = "model.pt"
@@ -137,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters: every rank starts equal
     loss_fn = torch.nn.CrossEntropyLoss()
 
+    progress = StepLines(burst=1)  # inside an epoch: at most a line a second, rank 0's
     for epoch in range(start_epoch + 1, args.epochs + 1):
         sampler.set_epoch(epoch)
         # loss sum, correct, rows: on the rank's device, where nccl (a GPU's backend) reduces it
         totals = torch.zeros(3, dtype=torch.float64, device=device)
-        for xb, yb in loader:
+        for done, (xb, yb) in enumerate(loader, start=1):
             xb, yb = xb.to(device), yb.to(device)
             optimizer.zero_grad()
             logits = ddp(xb)
@@ -151,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             step += 1
             totals += torch.tensor([loss.item() * len(yb), float((logits.argmax(1) == yb).sum()), len(yb)],
                                    dtype=torch.float64, device=device)
+            if rank == 0 and done < len(loader) and progress.due():  # this rank's running figures
+                emit_progress(epoch, done, len(loader), loss=float(totals[0] / totals[2]),
+                              accuracy=float(totals[1] / totals[2]))
         dist.all_reduce(totals)
         if rank == 0:
             emit_epoch_metrics(epoch, loss=totals[0] / totals[2], accuracy=totals[1] / totals[2])

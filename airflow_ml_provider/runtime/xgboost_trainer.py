@@ -28,7 +28,7 @@ from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argume
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, shard
 from airflow_ml_provider.runtime.evaluate import classification_metrics
 from airflow_ml_provider.runtime.lean_imports import sklearn_hidden
-from airflow_ml_provider.runtime.metrics_log import WorkerEnv, emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import StepLines, WorkerEnv, emit, emit_metrics, worker_env
 
 # XGBoost's aliases of the parameters defaulted here: a user's spelling wins over the default.
 _ALIASES = {"nthread": ("nthread", "n_jobs"), "tree_method": ("tree_method",), "objective": ("objective",),
@@ -130,12 +130,15 @@ def _progress(xgb, args: argparse.Namespace, checkpoints: Checkpoints, rank: int
     job's ``done`` rounds included: XGBoost 3.2 numbers a continued model's iterations from 0 again
     (xgboost/training.py, ``for i in range(start_iteration, num_boost_round)``, ``start_iteration = 0``)."""
 
+    lines = StepLines()
+
     class Progress(xgb.callback.TrainingCallback):
         def after_iteration(self, model, epoch: int, evals_log) -> bool:
             rounds = done + epoch + 1
             if rank != 0:
                 return False
-            if has_valid and (rounds % args.log_every == 0 or rounds == args.num_boost_round):
+            last = rounds == args.num_boost_round
+            if has_valid and (rounds % args.log_every == 0 or last) and lines.due(last):
                 results = {name: values[-1] for name, values in evals_log.get("valid", {}).items()}
                 if results:
                     loss_name = "logloss" if "logloss" in results else next(iter(results))

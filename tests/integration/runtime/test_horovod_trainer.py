@@ -143,3 +143,12 @@ def test_second_run_resumes_from_last_checkpoint(first_run, train):
     per_epoch = _of(first_run[1], "checkpoint")[0]["step"]
     steps = [int(np.load(work / "ckpt" / f"ckpt-{epoch:06d}.npz")["step"]) for epoch in (3, 4, 5)]
     assert steps == [3 * per_epoch, 4 * per_epoch, 5 * per_epoch], "optimizer step carried over"
+
+
+def test_an_epoch_shows_progress_between_its_epoch_lines(first_run):
+    """Issue 45 D5: a Keras job was silent until its first epoch ended; rank 0 now says where in the epoch it is,
+    at most once a second (a progress line, not a point of the epoch curve)."""
+    progress = _of(first_run[1], "progress")
+    assert progress and progress == _of(first_run[1], "progress", rank=0), "rank 0's only"
+    assert all(1 <= p["batch"] < p["batches"] and p["epoch"] in (1, 2, 3) and p["loss"] > 0 for p in progress)
+    assert progress[0]["epoch"] == 1 and progress[0]["batch"] == 1, "the first batch is shown at once"

@@ -217,3 +217,20 @@ def test_params_defaults_yield_to_user_aliases_and_add_the_network():
 def test_params_reject_a_machine_list_of_the_wrong_size():
     with pytest.raises(UsageError, match="lists 1 machines for 2 workers"):
         build_params({}, WorkerEnv(0, 2, ["h0:1200"], 1200, None, None))
+
+
+def test_a_long_run_prints_a_burst_then_about_a_line_a_second_and_the_last_round(data, tmp_path):
+    """Issue 45 D5: a 10,000-round run printed a line per round (1,759 in 90 s). 3,000 quick rounds now print the
+    first 50, then about one a second, and the last (``runtime.metrics_log.StepLines``)."""
+    import time
+
+    rounds = 3000
+    argv = _trainer_argv(data, tmp_path, "--num-boost-round", str(rounds))  # the later flag wins (argparse)
+    started = time.monotonic()
+    proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    steps = [e["step"] for e in _events(proc.stdout) if e["event"] == "metrics"]
+    print(f"{rounds} rounds in {took:.1f} s: {len(steps)} metrics lines")
+    assert steps[:50] == list(range(1, 51)) and steps[-1] == rounds
+    assert len(steps) <= 50 + took + 2, (len(steps), took)

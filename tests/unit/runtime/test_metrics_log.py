@@ -84,3 +84,37 @@ def test_an_epoch_metrics_line_names_its_epoch_not_a_step(capsys):
 
     emit_epoch_metrics(np.int64(2), loss=np.float32(0.5), accuracy=0.75)
     assert json.loads(capsys.readouterr().out) == {"event": "metrics", "epoch": 2, "loss": 0.5, "accuracy": 0.75}
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_step_lines_are_a_burst_then_about_one_a_second_and_always_the_last():
+    """Issue 45 D5: a 10,000-round job printed a line per round. 10,000 rounds over 100 s now print the burst,
+    about one a second after it, and the last round's."""
+    from airflow_ml_provider.runtime.metrics_log import StepLines
+
+    clock = _Clock()
+    lines = StepLines(interval_s=1.0, burst=50, clock=clock)
+    shown = []
+    for step in range(1, 10_001):
+        clock.now = step / 100
+        if lines.due(last=step == 10_000):
+            shown.append(step)
+    assert shown[:50] == list(range(1, 51)) and shown[-1] == 10_000
+    assert 140 <= len(shown) <= 152, len(shown)  # 50 + ~100 s at one a second + the last
+    gaps = [b - a for a, b in zip(shown[50:-2], shown[51:-1], strict=True)]
+    assert min(gaps) >= 99, gaps  # 99-100 rounds (a second) apart after the burst
+
+
+def test_a_progress_line_says_where_in_the_epoch_it_is(capsys):
+    from airflow_ml_provider.runtime.metrics_log import emit_progress
+
+    emit_progress(2, 30, 218, loss=np.float32(0.5))
+    assert json.loads(capsys.readouterr().out) == {"event": "progress", "epoch": 2, "batch": 30, "batches": 218,
+                                                   "loss": 0.5}
