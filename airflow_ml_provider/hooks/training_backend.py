@@ -123,14 +123,16 @@ class TrainingBackendHook(BaseHook):
                 hide=airflow_private_paths(),
                 limits=self._sandbox_limits(settings),
             )
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+        from airflow_ml_provider.hooks.kubernetes_cluster import cluster
 
-        kubernetes = KubernetesHook(conn_id=self.kubernetes_conn_id(settings))
-        namespace = settings.namespace or kubernetes.get_namespace() or "default"
-        return get_backend(name, api_client=kubernetes.api_client, namespace=namespace,
-                           async_api_factory=self.async_api_factory(settings),
-                           watch_key=self.kubernetes_conn_id(settings), gang_scheduler=settings.gang_scheduler,
-                           queueing=settings.queueing, **_trainjob_options(name, settings))
+        reached = cluster(self.kubernetes_conn_id(settings))
+        namespace = settings.namespace or reached.namespace or "default"
+        backend = get_backend(name, api_client=reached.api, namespace=namespace,
+                              async_api_factory=self.async_api_factory(settings),
+                              watch_key=self.kubernetes_conn_id(settings), gang_scheduler=settings.gang_scheduler,
+                              queueing=settings.queueing, **_trainjob_options(name, settings))
+        backend.where = f"{reached.where}, namespace {namespace}"
+        return backend
 
     def _sandbox_limits(self, settings: TrainingConnection) -> SandboxLimits:
         """Each sandboxed local job's bounds (``[ml_training] local_job_*``) and the endpoints it may reach: the

@@ -16,7 +16,13 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_ml_provider.artifact_layout import job_dirs
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import Backend, JobNotFound, JobSubmissionError
+from airflow_ml_provider.jobs.backends.base import (
+    Backend,
+    BackendUnavailable,
+    JobNotFound,
+    JobSubmissionError,
+    one_line,
+)
 from airflow_ml_provider.jobs.drivers import SyncDriver, job_options, replay
 from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
@@ -143,12 +149,16 @@ class JobRunner:
         """Submit (or attach to) the task's job and follow it to its summary."""
         identity, backend = self.identity(context), self.backend
         environment = self.setup.checked()  # the artifact store, checked before anything reads it
-        spec = self.spec = self._in_generation(self.prepare(context), identity.name, self._choose_generation(identity))
-        self.job = (backend, identity.name)  # set first: a kill during submission still cancels the job
         try:
+            spec = self.spec = self._in_generation(self.prepare(context), identity.name,
+                                                   self._choose_generation(identity))
+            self.job = (backend, identity.name)  # set first: a kill during submission still cancels the job
             started = backend.submit(identity.name, spec, identity.labels(), **environment.submit_kwargs())
         except JobSubmissionError as exc:
             raise AirflowFailException(f"{self.task.task_id}: backend {backend.name} refused the job: {exc}") from None
+        except BackendUnavailable as exc:  # one line naming the connection and the server; a retry may reach it
+            raise TrainingJobFailed(f"{self.task.task_id}: {backend.where or 'backend ' + backend.name}: "
+                                    f"{one_line(exc)}") from None
         self.log.info("%s job %s on backend %s with %d worker(s): %s",
                       "Submitted" if started else "Attached to the already running",
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import ClassVar
@@ -25,9 +26,22 @@ class BackendAccessError(RuntimeError):
     waiting or retrying cannot fix it, so a follower fails at once with this message."""
 
 
+class BackendUnavailable(RuntimeError):
+    """The backend's server could not be reached, or kept failing through every retry: an Airflow retry may
+    find it back. The message says where, in one line (the connection, the server)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line, without the object addresses urllib3 puts in its (``<...HTTPSConnection
+    object at 0x7f...>: Failed to establish a new connection: [Errno 111] Connection refused``)."""
+    return " ".join(re.sub(r"<[^<>]* object at 0x[0-9a-f]+>:? ?", "", str(exc)).split())
+
+
 class Backend(ABC):
     """Runs TrainingJobSpecs. Jobs are addressed by a deterministic name, so submitting a name whose
     job is still active attaches to it instead of starting a second one."""
+
+    where: str = ""  # where its jobs run, for messages (the hook names a cluster's connection and server)
 
     name: ClassVar[str]
 

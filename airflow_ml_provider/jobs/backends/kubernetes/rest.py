@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from airflow_ml_provider.jobs.backends.base import BackendUnavailable
 from airflow_ml_provider.patterns import DNS_LABEL, DNS_LABEL_MAX
 
 if TYPE_CHECKING:  # the client itself is imported only by the backends that call the API
@@ -27,7 +28,7 @@ REFUSED = frozenset({401, 403})  # who we are, what we may do: retrying cannot f
 PERMANENT = REFUSED | {404}  # ... nor what the server serves (a CRD that is not installed, an object that is gone)
 
 
-class TransientApiError(RuntimeError):
+class TransientApiError(BackendUnavailable):
     """The API server kept failing with 429/5xx or dropped connections through every retry."""
 
 
