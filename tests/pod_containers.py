@@ -89,9 +89,11 @@ class PodNetwork:
 
     def start(self, hostname: str, subdomain: str, pod: dict, container: dict, *,
               extra_env: dict[str, str] | None = None, mounts: dict[str, Path] | None = None,
-              claims: dict[str, Path] | None = None, fields: dict[str, str] | None = None) -> str:
+              claims: dict[str, Path] | None = None, fields: dict[str, str] | None = None,
+              hosts: dict[str, str] | None = None) -> str:
         """Start ``container`` of pod spec ``pod`` as pod ``hostname`` under Service ``subdomain``; ``mounts``
-        (mount path -> host folder) are the controller's ConfigMap and Secret volumes, ``claims`` the PVCs."""
+        (mount path -> host folder) are the controller's ConfigMap and Secret volumes, ``claims`` the PVCs,
+        ``hosts`` (name -> address) names outside the network (tests/pod_api.py: the API server's)."""
         assert not self.closed, f"pod {hostname}: the network is gone"
         name = f"{self.network}-{hostname}"
         env = {**container_env(container, fields), **(extra_env or {})}
@@ -102,6 +104,8 @@ class PodNetwork:
                    "--restart", RESTART[pod.get("restartPolicy", "Always")]]
         for search in searches:
             options += ["--dns-search", search]
+        for host, address in (hosts or {}).items():
+            options += ["--add-host", f"{host}:{address}"]
         context = {**(pod.get("securityContext") or {}), **(container.get("securityContext") or {})}
         if "runAsUser" in context:
             options += ["--user", f"{context['runAsUser']}:{context.get('runAsGroup', context['runAsUser'])}"]

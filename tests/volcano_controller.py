@@ -25,6 +25,10 @@ pkg/controllers/job/ there:
   (state/running.go:33-61), RestartJob counts a retry and a job whose retries reach maxRetry fails
   (state/restarting.go:33-39); with no policy for an event, the job ends once every pod has ended, Completed when
   at least minAvailable succeeded, else Failed (state/running.go:62-112).
+
+With ``api`` (tests/pod_api.py) the pods are Pod objects of a real API server as well, created as the controller
+creates them (job_controller_actions.go:475-480) and their phase reported as the kubelet would: for what a pod reads
+from the API (the elastic Horovod master's pod discovery).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from pod_api import PodApi
 from pod_containers import PodNetwork
 
 SVC_MOUNT = "/etc/volcano"  # plugins/svc/const.go:28
@@ -44,8 +49,8 @@ SSH_MOUNT = "/root/.ssh"  # plugins/ssh/const.go:33
 class VolcanoController:
     """Runs one Volcano Job to its end: ``run`` returns the phase it ends in (Completed, Failed, Aborted)."""
 
-    def __init__(self, job: dict, pods: PodNetwork, directory: Path, claims: dict[str, Path]):
-        self.job, self.pods, self.directory, self.claims = copy.deepcopy(job), pods, directory, claims
+    def __init__(self, job: dict, pods: PodNetwork, directory: Path, claims: dict[str, Path], api: PodApi | None = None):
+        self.job, self.pods, self.directory, self.claims, self.api = copy.deepcopy(job), pods, directory, claims, api
         self.name = self.job["metadata"]["name"]
         self.plugins = self.job["spec"].get("plugins") or {}
         self.retries = 0
@@ -107,8 +112,14 @@ class VolcanoController:
                 env.update(VK_TASK_INDEX=str(index), VC_TASK_INDEX=str(index))
             if "pytorch" in self.plugins and task["name"] in ("master", "worker"):
                 env.update(self._pytorch_env(task, index))
+            mounts, hosts = self.mounts, None
+            if self.api is not None:
+                if hostname in self.api.phases:  # the pod of the run before
+                    self.api.delete(hostname)
+                self.api.create(hostname, task["template"], self.name)
+                env, mounts, hosts = {**env, **self.api.env}, {**mounts, **self.api.mounts}, self.api.hosts
             started[hostname] = self.pods.start(hostname, self.name, pod, pod["containers"][0], extra_env=env,
-                                                mounts=self.mounts, claims=self.claims)
+                                                mounts=mounts, claims=self.claims, hosts=hosts)
         return started
 
     def _policy(self, task: dict, event: str) -> str | None:
@@ -154,6 +165,8 @@ class VolcanoController:
         while time.monotonic() < deadline:
             for hostname, task, _ in self.pod_specs:
                 before, phases[hostname] = phases.get(hostname, "Running"), self._phase_of(hostname, task)
+                if self.api is not None:
+                    self.api.report(hostname, phases[hostname])
                 event = None
                 if phases[hostname] == "Failed" and before != "Failed":
                     event = "PodFailed"

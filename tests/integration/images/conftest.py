@@ -32,3 +32,19 @@ def network(training_image):
     pods = PodNetwork(training_image, NAMESPACE)
     yield pods
     pods.close()
+
+
+@pytest.fixture
+def api_server():
+    """A kube-apiserver (tests/kube_cluster.py) for the pods of a test that read the API from inside a pod, with
+    the image tests' namespace; skipped without one."""
+    from kube_cluster import apiserver_binary, start_cluster
+
+    binary = apiserver_binary()
+    if binary is None:
+        pytest.skip("no kube-apiserver/etcd: run `make kube-apiserver` (scripts/build_kube_apiserver.sh)")
+    cluster = start_cluster(binary, crds=[])
+    cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": NAMESPACE}})
+    yield cluster
+    cluster.stop()

@@ -7,10 +7,15 @@ run with podman on a network whose DNS answers ``<pod>.<job>`` (tests/pod_contai
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from kube_cluster import TRAINER_TOKEN
+from pod_api import PodApi
 from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, PodNetwork, json_events
 from volcano_controller import VolcanoController
 
@@ -136,3 +141,51 @@ def test_a_crashing_volcano_trainer_with_backoff_limit_runs_backoff_limit_plus_o
     controller, phase = _run("retry", spec, network, tmp_path, claims)
     assert controller.job["spec"]["maxRetry"] == 2
     assert phase == "Failed" and controller.retries == 2 and len(controller.runs) == 2
+
+
+def test_elastic_volcano_horovod_loses_a_worker_container_mid_run_and_finishes_on_the_rest(tmp_path, training_image,
+                                                                                          network, claims, api_server):
+    """Issue 39, elastic Horovod on Volcano, run: max_workers worker pods, min_workers of them in the gang; the
+    master's horovodrun finds the workers by listing the job's Running worker pods from the API server
+    (runtime.pod_discovery, with a service account granted only `list pods`: tests/pod_api.py makes the pods Pod
+    objects and reports their phase). One worker's container is killed mid-run: its rank is gone, Horovod drops
+    its host, and the ring goes on with the other two to the last step; the master's TaskCompleted completes the
+    job."""
+    total = 200
+    spec = TrainingJobSpec(framework="horovod", num_workers=3, min_workers=1, max_workers=3, image=training_image,
+                           checkpoint_dir="/work/checkpoints", env={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"},
+                           kubernetes={"volumes": [CLAIM]},
+                           command=["python", "-m", "airflow_ml_provider.runtime.horovod_elastic", "--total-steps",
+                                    str(total)])
+    # render: the manifests with the job-name label the pod discovery selects by
+    (job,) = yaml.safe_load_all(get_backend("volcano", api_client=None, namespace=NAMESPACE).render("ela", spec, {}))
+    workers = next(task for task in job["spec"]["tasks"] if task["name"] == "worker")
+    assert (workers["replicas"], workers["minAvailable"], job["spec"]["minAvailable"]) == (3, 1, 2)
+    api_server.grant(NAMESPACE, "trainer", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}])
+    api = PodApi(api_server, NAMESPACE, network, tmp_path / "kubelet", TRAINER_TOKEN)
+    controller = VolcanoController(job, network, tmp_path / "controller", claims, api=api)
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.update(phase=controller.run(JOB_TIMEOUT_S + 300)))
+    try:
+        runner.start()
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while time.monotonic() < deadline and runner.is_alive() and not ("ela-master-0" in network.pods and any(
+                # 3 workers in the ring, 10 steps trained on them
+                e.get("event") == "metrics" and e.get("workers") == 3 and e.get("step", 0) >= 10
+                for e in json_events(network.logs("ela-master-0")))):
+            time.sleep(2)
+        sizes = [e.get("workers") for e in json_events(network.logs("ela-master-0")) if e.get("event") == "metrics"]
+        network.kill("ela-worker-1")
+        runner.join(JOB_TIMEOUT_S + 330)
+    finally:
+        if runner.is_alive():  # the master still runs: stop it, so that the thread ends before the network goes
+            network.kill("ela-master-0")
+            runner.join(60)
+        api.close()
+    master = network.logs("ela-master-0")
+    assert outcome.get("phase") == "Completed", master[-5000:]
+    events = json_events(master)
+    changes = [e for e in events if e.get("event") == "membership"]
+    assert any((c["previous_size"], c["size"]) == (3, 2) for c in changes), (changes, sizes)
+    [result] = [e for e in events if e.get("event") == "result"]
+    assert result["steps"] == total and result["workers"] == 2, result
