@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import IO
 
 from airflow_ml_provider.jobs import torchrun, xgboost
+from airflow_ml_provider.jobs.backends.local import roles as local_roles
 from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
 from airflow_ml_provider.jobs.backends.local.common import (
     JOB_UID_ENV,
@@ -144,6 +145,9 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         argv = xgboost.local_gate(sys.executable, spec.command)
         return {"framework": spec.framework.value, "argv": argv, "env": env, "cwd": spec.working_dir or str(job_dir),
                 "tracker_python": os.path.join(bin_dir, "python")}
+    elif spec.roles is not None:  # a process group per role (local_roles)
+        return {"framework": spec.framework.value, "argv": list(spec.command), "env": env,
+                "cwd": spec.working_dir or str(job_dir), "roles": local_roles.role_plan(spec)}
     elif spec.shards is not None and not spec.shards.in_process:  # the command runs once per shard
         argv = [sys.executable, "-I", "-S", str(SHARD_RUNNER), "--", *spec.command]
         env[shards.COUNT_ENV] = str(spec.shards.count)
@@ -291,6 +295,8 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
         from airflow_ml_provider.jobs.backends.local.sharded import run_shards
 
         runner = functools.partial(run_shards, on_started=_forward_sigterm)
+    if plan.get("roles"):
+        runner = functools.partial(local_roles.run_roles, on_started=_forward_sigterm)
     try:
         timing["workers_started_at"] = time.time()
         status = runner(spec, plan, env, writer, start)
