@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import literal
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_ml_provider.artifact_layout import evaluation_dir, inputs_dir, join
 from airflow_ml_provider.hooks.model_registry import (
@@ -157,8 +157,10 @@ class EvaluateModelOperator(BaseJobOperator):
         if isinstance(self.training, str):
             task_id = self.render_template(self.training, context, jinja_env)
             result = context["ti"].xcom_pull(task_ids=task_id)
-            if not isinstance(result, dict) or "model_path" not in result:
-                raise AirflowFailException(f"{self.task_id}: task {task_id!r} returned no training result")
+            if not isinstance(result, dict) or "model_path" not in result:  # D6: nothing trained, said so
+                raise AirflowSkipException(
+                    f"{self.task_id}: nothing to evaluate: task {task_id!r} left no training result (marked success "
+                    f"by hand while its job ran, which cancels the job); clear {task_id!r} to train")
             self.training = literal(result)
         super().render_template_fields(context, jinja_env)
 

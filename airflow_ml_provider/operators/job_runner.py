@@ -5,8 +5,11 @@ holds what parsing needs)."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 from collections.abc import Callable
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
@@ -39,6 +42,7 @@ from airflow_ml_provider.operators.config import (
     TrainingOutputs,
     parse,
 )
+from airflow_ml_provider.operators.live_view import LiveView, both, planned_total
 from airflow_ml_provider.operators.task_log import task_log_capped
 from airflow_ml_provider.triggers.durable import save_before_deferring, task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
@@ -67,6 +71,7 @@ class JobRunner:
         self.framework = Framework.GENERIC  # the request's, once a spec was built
         self.spec: TrainingJobSpec | None = None  # this try's, built once (see prepare)
         self._identity: JobIdentity | None = None  # this try's, read from the context once (see identity)
+        self.stopped = False  # the task was stopped from outside (on_kill): a person marked it, or its run stopped
 
     @property
     def log(self):
@@ -164,8 +169,9 @@ class JobRunner:
                       identity.name, backend.name, spec.num_workers, json.dumps(spec.command))
         source = self.source(backend, identity.name)
         follower = Follower(job_options(task_log_capped(self.follow), backend, identity.name, spec, source))
-        return self._drive(context, backend, identity.name, follower, self._wait(context, backend, identity.name,
-                                                                                follower, source))
+        with self._ending_stopped(identity.name):
+            return self._drive(context, backend, identity.name, follower,
+                               self._wait(context, backend, identity.name, follower, source))
 
     def resume(self, context, event: dict[str, Any]) -> dict[str, Any]:
         """The trigger's final event (the task resumed from deferral): conclude, or resubmit and follow again."""
@@ -173,14 +179,34 @@ class JobRunner:
         self.job = (backend, name)
         self.spec = self._in_generation(self.prepare(context), name, self._generation(name, bump=False))
         follower = Follower(FollowOptions.from_dict(event["options"]), event["state"])
-        return self._drive(context, backend, name, follower, Decision.from_dict(event))
+        with self._ending_stopped(name):
+            return self._drive(context, backend, name, follower, Decision.from_dict(event))
 
     def cancel(self) -> None:
-        """The task was killed: cancel the job this try submitted, if any."""
+        """The task was stopped from outside (Airflow's SIGTERM: a person marked it success or failed, its run
+        was stopped, it timed out): cancel the job this try submitted, if any."""
         if self.job is not None:
             backend, name = self.job
-            self.log.info("Task killed: cancelling job %s on backend %s", name, backend.name)
+            self.stopped = True
+            self.log.info("This task was stopped from outside while job %s ran (marked success or failed by hand, "
+                          "or its run stopped): cancelling the job on backend %s", name, backend.name)
             backend.cancel(name)
+
+    @contextmanager
+    def _ending_stopped(self, name: str):
+        """A task stopped from outside ends saying so, not with "Task failed with exception ... CANCELLED": the
+        job it cancelled ends CANCELLED, and once cleaned up (``_conclude``'s ``on_finish``) this process exits,
+        as Airflow asked it to (SIGTERM; a SIGKILL follows 5 s later); Airflow keeps the state it was set to."""
+        try:
+            yield
+        except (AirflowFailException, TrainingJobFailed):
+            if not self.stopped:
+                raise
+            self.log.info("Job %s was cancelled because this task was stopped from outside; the task keeps the "
+                          "state it was given (no model from this try)", name)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(0)
 
     def source(self, backend: Backend, name: str) -> LogSource:
         """A job's log, built once per attempt (at submission, at each resubmission): the follow options, the
@@ -250,7 +276,9 @@ class JobRunner:
                                            state_key=task_key(context), metric_tags=metrics.tags),
                 method_name="execute_complete",
             )
-        return SyncDriver(follower, self.log, backend, name, source, on_step=metrics).run()
+        view = LiveView(context["ti"], name, backend.name, follower,
+                        planned_total(self.spec.command) if self.spec else None)
+        return SyncDriver(follower, self.log, backend, name, source, on_step=both(metrics, view)).run()
 
     def _conclude(self, backend: Backend, name: str, follower: Follower, step: Decision) -> dict[str, Any]:
         """The job's summary when it finished, else the task's failure (a retry when the follower allows one)."""

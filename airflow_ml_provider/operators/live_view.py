@@ -1,0 +1,81 @@
+"""What the training view (``plugins.training_view``) shows of a job while its task follows it here (not
+deferred): the follow core's own state, saved as the task instance's XCom ``ml_training_view`` at most every few
+seconds and at every change of the job's state, never by reading the log again. A deferred task's trigger saves
+the follow core's state itself (``ml_follow_state``), which the view reads instead."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+VIEW_XCOM_KEY = "ml_training_view"
+SAVE_EVERY_S = 3.0
+TIMELINE = 50  # state changes kept
+TAIL = 20  # workers' last lines kept
+_TOTAL_FLAGS = re.compile(r"--(num-boost-round|epochs|steps)(?:=(\d+))?$")
+
+log = logging.getLogger(__name__)
+
+
+def planned_total(command: Sequence[str]) -> dict[str, Any] | None:
+    """How many rounds, epochs or steps the job's command asks for (the bundled trainers' flags), or None."""
+    for i, word in enumerate(command):
+        match = _TOTAL_FLAGS.match(str(word))
+        value = match and (match[2] or (command[i + 1] if i + 1 < len(command) else None))
+        if match and str(value).isdigit():
+            unit = {"num-boost-round": "round", "epochs": "epoch", "steps": "step"}[match[1]]
+            return {"unit": unit, "total": int(value)}
+    return None
+
+
+class LiveView:
+    """An ``on_step`` hook of the sync driver: keeps the job's timeline and saves the view's snapshot."""
+
+    def __init__(self, ti, job: str, backend: str, follower, plan: dict[str, Any] | None,
+                 every_s: float = SAVE_EVERY_S, clock: Callable[[], float] = time.time):
+        self.ti, self.job, self.backend, self.follower, self.plan = ti, job, backend, follower, plan
+        self.every_s, self.clock = every_s, clock
+        self.timeline: list[list[Any]] = []
+        self.started: float | None = None  # when the first metric point came
+        self.saved = 0.0
+        self.state: str | None = None
+
+    def __call__(self, step) -> None:
+        try:
+            self._record(step)
+        except Exception as exc:  # noqa: BLE001 - the view must never break following the job
+            log.warning("Could not save the training view of job %s: %s", self.job, exc)
+
+    def _record(self, step) -> None:
+        now = self.clock()
+        status = getattr(step, "status", None)
+        changed = status is not None and status.state.value != self.state
+        if changed:
+            self.state = status.state.value
+        for event in getattr(step, "events", ()):
+            self.timeline = (self.timeline + [[now, event]])[-TIMELINE:]
+        if getattr(step, "points", None) and self.started is None:
+            self.started = now
+        if changed or now - self.saved >= self.every_s:
+            self.saved = now
+            self.ti.xcom_push(VIEW_XCOM_KEY, self.snapshot(now))
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        state = self.follower.state
+        return {"job": self.job, "backend": self.backend, "state": self.state, "updated": now,
+                "started": self.started, "plan": self.plan, "timeline": self.timeline,
+                "metrics": state["metrics"].get("metrics", {}), "tail": state["tail"][-TAIL:],
+                "preemptions": state["preemptions"]}
+
+
+def both(*hooks: Callable[[Any], None]) -> Callable[[Any], None]:
+    """One ``on_step`` hook calling each of ``hooks``."""
+
+    def call(step) -> None:
+        for hook in hooks:
+            hook(step)
+
+    return call
