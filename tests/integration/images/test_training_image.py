@@ -34,10 +34,12 @@ COMMANDS = {
     "lightgbm": [["python", "-m", MODULE + "lightgbm_trainer"]],
     "pytorch": [["python", "-m", MODULE + "torch_ddp"]],
     "xgboost": [["python", "-m", MODULE + "xgboost_trainer"]],
+    "tensorflow-ps": [["python", "-m", MODULE + "tf_ps_trainer"]],
     "generic": [["python", "-m", MODULE + "preprocess"], ["python", "-m", MODULE + "evaluate"],
                 ["python", "-m", MODULE + "score", "--model", "/models/m"]],
 }
 ELASTIC = {"min_workers": 1, "max_workers": 3}
+PS_ROLES = {"chief": {}, "ps": {}, "worker": {"count": 2}}  # a job of several roles (tensorflow-ps)
 # What a controller mounts into the pod rather than the image holding it: the MPI operator's discover_hosts.sh
 # (kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go:1376-1378, in the launcher's /etc/mpi).
 FROM_THE_CONTROLLER = {"/etc/mpi/discover_hosts.sh"}
@@ -116,8 +118,9 @@ def rendered_checks(image: str) -> dict[str, list[dict]]:
     for kind, framework, bounds in _runs():
         assert framework in COMMANDS, f"{kind} takes {framework}: add the command its operator gives it to COMMANDS"
         for command in COMMANDS[framework]:
-            spec = TrainingJobSpec(framework=framework, command=command, num_workers=2, image=image,
-                                   scheduling={"gang": False}, **bounds)
+            size = {"roles": PS_ROLES} if framework == "tensorflow-ps" else {"num_workers": 2}
+            spec = TrainingJobSpec(framework=framework, command=command, image=image,
+                                   scheduling={"gang": False}, **size, **bounds)
             for obj in get_backend(kind, api_client=None, namespace="ml").manifests("job", spec, {}):
                 for pod, container in _containers(kind, obj) if "spec" in obj and obj["kind"] != "Service" else []:
                     argv = [*container.get("command", []), *container.get("args", [])]

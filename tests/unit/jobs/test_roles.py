@@ -83,7 +83,7 @@ def test_each_process_gets_the_cluster_and_its_own_task_in_tf_config():
     assert (env["AIRFLOW_ML_ROLE"], env["AIRFLOW_ML_ROLE_INDEX"], env["AIRFLOW_ML_RANK"]) == ("ps", "1", "2")
 
 
-@pytest.mark.parametrize("kind", ["mpijob", "volcano", "indexed-job", "trainjob"])
+@pytest.mark.parametrize("kind", ["mpijob", "indexed-job", "trainjob"])
 def test_the_backends_that_cannot_render_roles_refuse_them_naming_the_field_and_those_that_can(kind):
     from airflow_ml_provider.jobs.backends import get_backend, role_backends
     from airflow_ml_provider.jobs.backends.base import JobSubmissionError
@@ -92,4 +92,54 @@ def test_the_backends_that_cannot_render_roles_refuse_them_naming_the_field_and_
     with pytest.raises(JobSubmissionError, match=f"^roles: the {kind} backend does not render jobs of several roles; "
                                                  f"backends that do: {', '.join(role_backends())}$"):
         backend.render("job", _ps(image="img:1"), {})
-    assert "local" in role_backends()
+    assert role_backends() == ["local", "volcano"]
+
+
+def test_volcano_renders_a_task_per_role_with_its_own_pods_policy_and_gang_share():
+    from airflow_ml_provider.jobs.backends import get_backend
+
+    spec = _ps(image="img:1", timeout_s=600, scheduling={"priority_class": "normal"},
+               roles={"chief": {"resources": {"cpu": 2}}, "ps": {"count": 2, "priority_class": "high", "image": "ps:2"},
+                      "worker": {"count": 4, "min_count": 2, "command": ["python", "worker.py"]}})
+    [job] = get_backend("volcano", api_client=None, namespace="ml").manifests("job", spec, {})
+    body = job["spec"]
+    tasks = {task["name"]: task for task in body["tasks"]}
+    assert list(tasks) == ["chief", "ps", "worker"] and body["plugins"] == {"svc": [], "env": []}
+    assert [tasks[r]["replicas"] for r in tasks] == [1, 2, 4] and body["minAvailable"] == 1 + 2 + 2
+    assert tasks["chief"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"},
+                                          {"event": "PodFailed", "action": "AbortJob"}]
+    assert tasks["ps"]["policies"] == [{"event": "PodFailed", "action": "AbortJob"}]
+    assert "policies" not in tasks["worker"] and tasks["worker"]["minAvailable"] == 2
+    assert body["policies"] == [{"event": "PodEvicted", "action": "AbortJob"}]  # the provider resubmits
+    pods = {name: task["template"]["spec"] for name, task in tasks.items()}
+    assert {name: pod["restartPolicy"] for name, pod in pods.items()} == {
+        "chief": "Never", "ps": "Never", "worker": "OnFailure"}
+    assert (pods["ps"]["priorityClassName"], pods["chief"]["priorityClassName"]) == ("high", "normal")
+    containers = {name: pod["containers"][0] for name, pod in pods.items()}
+    assert containers["ps"]["image"] == "ps:2" and containers["chief"]["image"] == "img:1"
+    assert containers["chief"]["resources"]["requests"] == {"cpu": "2.0"} and "requests" not in containers["ps"]["resources"]
+    gate = ["python", "-m", "airflow_ml_provider.runtime.tf_config", "--task-index", "$(VC_TASK_INDEX)", "--"]
+    assert containers["worker"]["command"] == [*gate, "python", "worker.py"]
+    assert containers["ps"]["command"] == [*gate, *TRAINER]
+    env = {item["name"]: item.get("value") for item in containers["ps"]["env"]}
+    assert json.loads(env["TF_CONFIG"]) == {"cluster": {
+        "chief": ["job-chief-0.job:2222"], "ps": ["job-ps-0.job:2222", "job-ps-1.job:2222"],
+        "worker": [f"job-worker-{i}.job:2222" for i in range(4)]}, "task": {"type": "ps", "index": 0}}
+    assert env["AIRFLOW_ML_ROLE"] == "ps" and containers["ps"]["ports"] == [{"containerPort": 2222}]
+
+
+def test_the_gate_completes_tf_config_with_the_pods_index_and_becomes_the_command():
+    import os
+    import subprocess
+    import sys
+
+    config = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}
+    shown = "import os; print(os.environ['TF_CONFIG']); print(os.environ['AIRFLOW_ML_ROLE_INDEX'])"
+    done = subprocess.run([sys.executable, "-m", "airflow_ml_provider.runtime.tf_config", "--task-index", "1", "--",
+                           sys.executable, "-c", shown], env={**os.environ, "TF_CONFIG": json.dumps(config)},
+                          capture_output=True, text=True, check=True)
+    tf_config, index = done.stdout.splitlines()
+    assert json.loads(tf_config) == {**config, "task": {"type": "worker", "index": 1}} and index == "1"
+    unexpanded = subprocess.run([sys.executable, "-m", "airflow_ml_provider.runtime.tf_config", "--task-index",
+                                 "$(VC_TASK_INDEX)", "--", "true"], capture_output=True, text=True)
+    assert unexpanded.returncode == 2 and "needs --task-index N" in unexpanded.stderr

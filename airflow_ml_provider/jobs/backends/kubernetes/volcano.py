@@ -3,7 +3,8 @@
 Horovod runs as a ``master`` task (horovodrun over the workers' svc-plugin host names) plus a
 ``worker`` task running sshd; LightGBM and generic jobs are one ``worker`` task whose pods find each
 other by the stable hostnames of the svc plugin (XGBoost's: the tracker beside worker 0). PyTorch runs one torchrun agent a pod in a ``master``
-task of one pod and a ``worker`` task of the rest, numbered by Volcano's ``pytorch`` plugin.
+task of one pod and a ``worker`` task of the rest, numbered by Volcano's ``pytorch`` plugin. A job of several
+roles (tensorflow-ps) is a task per role (``kubernetes.roles``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     refuse_unused,
     user_argv,
 )
+from airflow_ml_provider.jobs.backends.kubernetes.roles import volcano_tasks as role_tasks
 from airflow_ml_provider.jobs.backends.kubernetes.status import ended, said
 from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
@@ -77,7 +79,8 @@ class VolcanoBackend(KubernetesBackend):
     api_version = "batch.volcano.sh/v1alpha1"
     kind = "Job"
     frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.PYTORCH, Framework.XGBOOST,
-                            Framework.GENERIC})
+                            Framework.TENSORFLOW_PS, Framework.GENERIC})
+    roles = True  # a task per role (kubernetes.roles)
     gang_fields = (("schedulerName",), ("minAvailable",))
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -92,6 +95,9 @@ class VolcanoBackend(KubernetesBackend):
             refuse_unused(spec, f"{self.name} (pytorch)", "worker_port")  # the plugin opens its own port
             tasks = self._torch_tasks(spec, labels)
             plugins = {"pytorch": ["--master=master", "--worker=worker", f"--port={TORCH_PLUGIN_PORT}"], "svc": []}
+        elif spec.roles is not None:
+            tasks = role_tasks(name, spec, labels, _crash_policy(spec), _deadline(spec))
+            plugins = {"svc": [], "env": []}
         elif spec.elastic:
             raise ValueError(f"min_workers/max_workers: {spec.framework.value} workers are told a fixed machine "
                              "list; elastic bounds need framework 'horovod'")
