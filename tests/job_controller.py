@@ -1,19 +1,30 @@
 """What Kubernetes' Job controller makes of an Indexed Job (an indexed-job backend's Job, a TrainJob's JobSet's
 Job), and its pods run as containers (tests/pod_containers.py).
 
-From kubernetes' pkg/controller/job (job_controller.go, indexed_job_utils.go; functions named below: the
-kubernetes repository is too large to fetch here, so no ref's line numbers are pinned):
+From kubernetes/kubernetes pkg/controller/job/, job_controller.go at 6ae037f1db843e99547258d7dd292301a74ba0eb and
+indexed_job_utils.go at 78fc8e44052f699bf598f84b697b41e5a328c9c5 (the versions the public index holds: the
+repository is too large to fetch here, so no release tag's copy could be read; both carry the 1.29-and-later
+features used below, PodIndexLabel and the SuccessCriteriaMet/FailureTarget conditions, and the behaviours played
+here are the same in 1.29 to 1.37):
 
-- one pod per completion index, ``parallelism`` of them at once (all, as the provider renders parallelism =
-  completions): the completion-index annotation ``batch.kubernetes.io/job-completion-index`` and hostname
-  ``<job>-<index>`` on each (job_controller.go ``manageJob``: ``addCompletionIndexAnnotation``,
-  ``template.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, completionIndex)``), and ``JOB_COMPLETION_INDEX`` from
-  that annotation by the downward API (indexed_job_utils.go ``addCompletionIndexEnvVariable``);
-- restartPolicy Never: a failed pod is replaced by a new one for its index while the failures stay within
-  ``backoffLimit`` (default 6), else the Job fails and its running pods are deleted (job_controller.go
-  ``syncJob``: ``exceedsBackoffLimit``, ``deleteActivePods``); OnFailure: the kubelet restarts the container in
-  place and those restarts count against backoffLimit (``pastBackoffLimitOnFailure``);
-- the Job completes when every index has a succeeded pod (``succeededIndexes`` covering ``completions``).
+- one pod per completion index, ``min(completions - succeeded, parallelism)`` of them at once (job_controller.go
+  :1569-1572; all of them, as the provider renders parallelism = completions), each with the completion-index
+  annotation (:1674, indexed_job_utils.go:486-491), the same label (job_controller.go:1676-1678,
+  indexed_job_utils.go:493-499: PodIndexLabel, on by default since 1.28) and hostname ``<job>-<index>``
+  (job_controller.go:1679); every container gets ``JOB_COMPLETION_INDEX`` (indexed_job_utils.go:37) from that
+  label by the downward API (job_controller.go:1643-1646, indexed_job_utils.go:455-484; from the annotation where
+  PodIndexLabel is off);
+- restartPolicy Never: a failed pod is counted (job_controller.go:828-830) and the Job fails once the failures exceed
+  ``backoffLimit`` (``jobCtx.failed > *job.Spec.BackoffLimit``, :842, :857-860; default 6, the API's), else a new
+  pod is made for the index (manageJob from :1533, firstPendingIndexes indexed_job_utils.go:247-275). The
+  controller waits its pod-failure backoff before that pod (10 s, doubling: job_controller.go:70-72, :1608-1616);
+  this stand-in does not;
+- restartPolicy OnFailure: the kubelet restarts the container in place, and the restart counts of the Job's
+  Running and Pending pods fail the Job once they reach ``backoffLimit``, or at the first restart with a
+  backoffLimit of 0 (:1446-1469, ``pastBackoffLimitOnFailure``);
+- a failed Job's active pods are deleted (:891-893, deleteActivePods :999-1025);
+- the Job completes when every index has a succeeded pod (:870-871, calculateSucceededIndexes
+  indexed_job_utils.go:61-75; :925, ``succeeded >= completions && active == 0``).
 """
 
 from __future__ import annotations
@@ -24,8 +35,9 @@ from pathlib import Path
 
 from pod_containers import PodNetwork
 
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # the annotation's and the label's key
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX}']"
+COMPLETION_INDEX_LABEL_FIELD = f"metadata.labels['{COMPLETION_INDEX}']"  # JOB_COMPLETION_INDEX's, under PodIndexLabel
 
 
 class IndexedJob:
@@ -47,14 +59,15 @@ class IndexedJob:
     def _start(self, index: int) -> None:
         pod = copy.deepcopy(self.template)
         container = pod["containers"][0]
-        # addCompletionIndexEnvVariable: JOB_COMPLETION_INDEX from the annotation, for every container
-        container.setdefault("env", []).append(
-            {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}})
+        # indexed_job_utils.go:464-484: JOB_COMPLETION_INDEX from the pod's label, unless the container sets it
+        if not any(var["name"] == "JOB_COMPLETION_INDEX" for var in container.get("env", [])):
+            container.setdefault("env", []).append(
+                {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_LABEL_FIELD}}})
         host = self.host(index)
         if self.pod_names[index]:  # a replacement pod: the failed one kept under another name
             self.pods.rename_stopped(host, f"{host}-try{len(self.pod_names[index])}")
         self.pods.start(host, self.subdomain, pod, container, claims=self.claims,
-                        fields={COMPLETION_INDEX_FIELD: str(index)})
+                        fields={COMPLETION_INDEX_FIELD: str(index), COMPLETION_INDEX_LABEL_FIELD: str(index)})
         self.pod_names[index].append(self.pods.pods[host])
 
     def run(self, timeout_s: float, order: list[int] | None = None) -> str:
@@ -82,7 +95,7 @@ class IndexedJob:
                     if self.failures > backoff:
                         return self._fail()
                     self._start(index)
-            if restart == "OnFailure" and restarts > backoff:
+            if restart == "OnFailure" and (restarts > 0 if backoff == 0 else restarts >= backoff):  # :1466-1469
                 return self._fail()
             if len(succeeded) == self.completions:
                 return "Complete"

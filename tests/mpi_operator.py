@@ -22,7 +22,8 @@ a PodGroup (no gang scheduler runs here):
   ``OMPI_MCA_orte_set_default_slots``, NVIDIA_VISIBLE_DEVICES/NVIDIA_DRIVER_CAPABILITIES emptied (:1556-1645,
   :180-219), created at once (AtStartup) or once every worker pod is Ready (WaitForWorkersReady, :677-686,
   :854-865). Its Job's pods restart as the Job controller does for restartPolicy Never: a new pod per failure
-  while failures <= backoffLimit (kubernetes pkg/controller/job/job_controller.go, ``pastBackoffLimit``).
+  while failures <= backoffLimit (kubernetes pkg/controller/job/job_controller.go:842, :857-860 at 6ae037f1db84;
+  tests/job_controller.py).
 
 A suspended MPIJob (``runPolicy.suspend``, as Kueue's integration submits it) gets its Service, ConfigMap and
 Secret but no worker pod and a suspended launcher Job, so no pod at all (:650-686 and :1547-1549); ``run``

@@ -189,7 +189,7 @@ def pods_of(jobset: dict) -> list[dict]:
     """The pods of the JobSet's one Job (``<jobset>-<job>-0``), as JobSet and the Job controller make them:
     hostname ``<jobset>-<job>-0-<index>`` (Job controller: ``<job name>-<index>``), subdomain the
     JobSet's name (jobset_controller.go ``constructJob``, ``GetSubdomain``), the completion-index
-    annotation and JOB_COMPLETION_INDEX (kubernetes pkg/controller/job/indexed_job_utils.go). Each is
+    annotation and JOB_COMPLETION_INDEX (the Job controller's, as tests/job_controller.py cites them). Each is
     ``{"hostname", "subdomain", "container", "fields", "env"}``: ``fields`` answers the downward API."""
     name = jobset["metadata"]["name"]
     (job,) = jobset["spec"]["replicatedJobs"]

@@ -143,3 +143,21 @@ def test_trainjob_xgboost_runs_a_users_script_with_trainers_dmlc_variables_in_th
     assert "rank=1 world=2 task_id=1 " in network.logs("xgb-node-0-1")
     models = [(claims["work"] / f"model-{rank}.json").read_bytes() for rank in (0, 1)]
     assert models[0] == models[1] and len(models[0]) > 1000
+
+
+def test_restarts_in_place_fail_an_on_failure_job_once_they_reach_its_backoff_limit(tmp_path, training_image, network,
+                                                                                      claims):
+    """The Job controller's rule for restartPolicy OnFailure (job_controller.go:1446-1469, as tests/job_controller.py
+    cites it), which a TrainJob on Trainer's stock runtimes gets from JobSet: the kubelet restarts a crashed container
+    in place, and the Job fails as soon as its pods' restarts reach backoffLimit. The pod crashes on its first run
+    only; with backoffLimit 1 its one restart fails the Job, although that second run would have succeeded."""
+    once = ("import pathlib, sys, time\nruns = pathlib.Path('/work/runs')\n"
+            "runs.write_text((runs.read_text() if runs.exists() else '') + 'x')\n"
+            "sys.exit(1) if len(runs.read_text()) == 1 else time.sleep(20)")
+    spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           scheduling={"gang": False}, command=["python", "-c", once])
+    job, _ = get_backend("indexed-job", api_client=None, namespace=NAMESPACE).manifests("once", spec, {})
+    job["spec"]["template"]["spec"]["restartPolicy"], job["spec"]["backoffLimit"] = "OnFailure", 1
+    controller = IndexedJob("once", job["spec"], network, claims)
+    assert controller.run(JOB_TIMEOUT_S) == "Failed", network.logs("once-0")[-2000:]
+    assert (claims["work"] / "runs").read_text() == "xx" and network.restarts("once-0") == 1

@@ -17,11 +17,11 @@ utils.py:117-165: the name, the hostname, or the name's addresses among the mach
 fails, no agent hosts the store, and every agent waits on it until its rendezvous times out. Under static
 rendezvous the host is node rank 0 (static_tcp_rendezvous.py:65, ``is_master = self.rank == 0``), so pod 0
 always serves the store, and every agent's connection to ``<job>-0.<job>`` retries until the name resolves.
-The values come from the Job controller (kubernetes pkg/controller/job/indexed_job_utils.go
-``addCompletionIndexEnvVariable``: every container gets ``JOB_COMPLETION_INDEX`` from the pod's completion index;
-job_controller.go: hostname ``<job>-<index>``) and the kubelet's ``$(VAR)`` expansion of the command
-(pkg/kubelet/container/helpers.go ``ExpandContainerCommandAndArgs``). The same in the Kubernetes docs (the
-kubernetes/kubernetes snapshot was too large to fetch here): "the control plane automatically sets the downward
+The values come from the Job controller (kubernetes/kubernetes pkg/controller/job/indexed_job_utils.go:455-484 at
+78fc8e44052f: every container gets ``JOB_COMPLETION_INDEX`` from the pod's completion index; job_controller.go:1679
+at 6ae037f1db84: hostname ``<job>-<index>``; tests/job_controller.py plays both) and the kubelet's ``$(VAR)``
+expansion of the command (pkg/kubelet/container/helpers.go ``ExpandContainerCommandAndArgs``). The same in the
+Kubernetes docs: "the control plane automatically sets the downward
 API to expose the index in the JOB_COMPLETION_INDEX environment variable"
 (https://kubernetes.io/docs/tasks/job/indexed-parallel-processing-static/), and JobSpec.completionMode: "the Pod
 hostname takes the form $(job-name)-$(index)" (the batch/v1 API reference). The torch lines are torch 2.13.0's,

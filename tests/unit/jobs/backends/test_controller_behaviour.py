@@ -47,9 +47,9 @@ def job_runs(job_spec: dict) -> float:
     failed) until the Job fails. backoffLimit defaults to 6 (the Job schema: "Defaults to 6", as the training
     runtime CRD carries it, trainer.kubeflow.org_clustertrainingruntimes.yaml:522-526). Under restartPolicy
     OnFailure the kubelet restarts the container in place and the Job controller sums the restart counts
-    (``pastBackoffLimitOnFailure``: with backoffLimit 0 any restart fails the Job, else ``>= backoffLimit``);
-    under Never each crash is a failed pod, replaced until ``failed > backoffLimit`` (``syncJob``'s
-    ``exceedsBackoffLimit``)."""
+    (kubernetes pkg/controller/job/job_controller.go:1446-1469 at 6ae037f1db84: with backoffLimit 0 any restart
+    fails the Job, else ``>= backoffLimit``); under Never each crash is a failed pod, replaced until
+    ``failed > backoffLimit`` (:842, :857-860). The citations: tests/job_controller.py."""
     limit = job_spec.get("backoffLimit", 6)
     policy = job_spec["template"]["spec"].get("restartPolicy")
     runs, lost = 1, 0
