@@ -1,19 +1,24 @@
 """Parameter-server training on the local backend with real processes (framework tensorflow-ps, the bundled
 trainer): 2 ps, 2 workers and a chief train the digits and the loss decreases; the chief's checkpoints resume a
 resubmitted job; a worker SIGKILLed mid-run costs the job nothing (the others run its steps); a ps SIGKILLed
-fails the job, and a ps asked to stop (SIGTERM, as an eviction asks) preempts it, and the job resubmitted resumes
-from the chief's checkpoint."""
+fails the job, and a ps asked to stop (SIGTERM, as an eviction asks) preempts it: the follow core resubmits it,
+and it resumes from the chief's checkpoint."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from airflow_ml_provider.jobs.drivers import SyncDriver, job_options
+from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions
+from airflow_ml_provider.jobs.preemption import resubmit
 from airflow_ml_provider.jobs.roles import PS_TRAINER
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
@@ -111,22 +116,28 @@ def test_a_ps_sigkilled_mid_run_fails_the_job(backend):
     assert status.message == "ps 1 was killed by signal SIGKILL (exit -9) (roles.ps.on_failure: fail)"
 
 
-def test_a_ps_evicted_preempts_the_job_and_the_resubmitted_job_resumes_from_the_chiefs_checkpoint(backend):
-    args = ("--steps", "100000", "--log-every", "50", "--checkpoint-every", "100")
-    assert backend.submit("ps-evict", _spec(backend, "ps-evict", *args), {})
-    _kill_mid_run(backend, "ps-evict", "ps 0", signal.SIGTERM)
-    status = final_status(backend, "ps-evict", timeout=TIMEOUT_S)
-    log = job_log(backend, "ps-evict")
-    assert status.state is JobState.PREEMPTED, log
-    assert status.message == ("ps 0 was killed by signal SIGTERM (exit -15): evicted (on_failure: fail); "
-                              "resubmitted, the job resumes from the chief's checkpoint")
-    newest = _events(log, "checkpoint")[-1]
-    # resubmitted as the follow core does after a preemption (its AIRFLOW_ML_RESUME_FROM aside): the newest
-    # checkpoint in the job's directory, and the steps it holds are not trained again
-    state, _, log = _run(backend, "ps-evict", _spec(backend, "ps-evict", "--steps", str(newest["step"] + 200),
-                                                    "--log-every", "50"))
-    assert state is JobState.SUCCEEDED, log
-    [resumed] = _events(log, "resumed")  # (the chief may have saved once more between its last line and its end)
-    assert resumed["step"] in (newest["step"], newest["step"] + 100), (resumed, newest)
-    assert Path(resumed["path"]).name == f"ckpt-{resumed['step']}"
-    assert _events(log, "metrics")[0]["step"] == resumed["step"] + 50
+def test_a_ps_evicted_preempts_the_job_and_the_follow_core_resubmits_it_from_the_chiefs_checkpoint(backend):
+    """The follow core's own decisions, driven as a training task drives them (jobs.drivers, jobs.preemption)."""
+    name = "ps-evict"
+    spec = _spec(backend, name, "--steps", "100000", "--log-every", "50", "--checkpoint-every", "100")
+    assert backend.submit(name, spec, {})
+    source = backend.log_source(name)
+    follower = Follower(job_options(FollowOptions(poll_interval=0.5), backend, name, spec, source))
+    killer = threading.Thread(target=_kill_mid_run, args=(backend, name, "ps 0", signal.SIGTERM))
+    killer.start()
+    step = SyncDriver(follower, logging.getLogger(__name__), backend, name, source).run()
+    killer.join()
+    assert step.action is Action.RESUBMIT and step.status.state is JobState.PREEMPTED, job_log(backend, name)
+    assert step.status.message == ("ps 0 was killed by signal SIGTERM (exit -15): evicted (on_failure: fail); "
+                                   "resubmitted, the job resumes from the chief's checkpoint")
+    newest = _events(job_log(backend, name), "checkpoint")[-1]
+    assert (step.resume.path, step.resume.step) == (newest["path"], newest["step"])
+
+    again = _spec(backend, name, "--steps", str(newest["step"] + 100), "--log-every", "50")
+    resubmit(backend, name, again, {}, follower, step.resume, source.restarts_with_job)
+    step = SyncDriver(follower, logging.getLogger(__name__), backend, name, source).run()
+    log = job_log(backend, name)
+    assert step.action is Action.FINISH and step.status.state is JobState.SUCCEEDED, log
+    assert _events(log, "resumed") == [{"event": "resumed", "path": newest["path"], "rank": 0,
+                                        "source": "AIRFLOW_ML_RESUME_FROM", "step": newest["step"]}]
+    assert [e["step"] for e in _events(log, "metrics")] == [newest["step"] + 50, newest["step"] + 100]
