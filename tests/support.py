@@ -37,7 +37,9 @@ needs_training_env = pytest.mark.skipif(
 # unit of `make test`'s workers (tests/scheduling.py), so that its deployment starts once (about 25 CPU s).
 SHARED_DEPLOYMENTS = {"tests/ui/test_pipeline_ui.py": "ml_training_pipeline UI",
                       "tests/ui/test_trigger_form.py": "ml_training_pipeline UI",
-                      "tests/security/test_params_through_rest.py": "ml_training_pipeline UI"}
+                      "tests/security/test_params_through_rest.py": "ml_training_pipeline UI",
+                      "tests/ui/test_training_view.py": "ml_training_pipeline view",  # issue 45: one deployment
+                      "tests/ui/test_marked_by_hand.py": "ml_training_pipeline view"}
 
 
 def deployment_group(nodeid: str) -> str | None:

@@ -13,16 +13,24 @@ _started = time.perf_counter()
 from airflow.sdk.plugins_manager import AirflowPlugin  # noqa: E402
 
 from airflow_ml_provider.plugins.param_words import ParamRefusals  # noqa: E402
+from airflow_ml_provider.plugins.view_app import LazyApp  # noqa: E402
 
 log = logging.getLogger(__name__)
 IMPORT_MS = (time.perf_counter() - _started) * 1000
 
 
+PREFIX = "/ml-training"
+
+
 class MLTrainingPlugin(AirflowPlugin):
-    """Trigger refusals in the Params' words."""
+    """The training view on every task instance's page (a "Training" tab), and trigger refusals in the Params'
+    words."""
 
     name = "ml_training"
+    fastapi_apps = [{"app": LazyApp(), "url_prefix": PREFIX, "name": "ML Training view"}]
     fastapi_root_middlewares = [{"middleware": ParamRefusals, "name": "ML Training: Param refusals in words"}]
+    external_views = [{"name": "Training", "href": PREFIX + "/ti/{DAG_ID}/{RUN_ID}/{TASK_ID}?map_index={MAP_INDEX}",
+                       "destination": "task_instance", "url_route": "ml-training"}]
 
     @classmethod
     def on_load(cls, *args, **kwargs):

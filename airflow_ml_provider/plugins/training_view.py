@@ -1,0 +1,148 @@
+"""The training view: a task instance's job as a page of plain HTML and server-drawn SVG (no JavaScript), from
+what the follow core saved (``ml_training_view`` while the task follows the job, ``ml_follow_state`` while it is
+deferred) and the task's result, never by reading the job's log again: metric curves (the gate's threshold
+drawn), progress and ETA, the job's state timeline, the workers' last lines, links to MLflow; for a search, its
+trials as a table and plots with the best marked. Every text from a job or a person is escaped."""
+
+from __future__ import annotations
+
+import re
+import time
+from html import escape
+from typing import Any
+
+from airflow_ml_provider.logs.display import format_line
+from airflow_ml_provider.logs.source import LogLine
+from airflow_ml_provider.plugins.charts import line_chart
+
+VIEW_KEY, FOLLOW_KEY = "ml_training_view", "ml_follow_state"
+REFRESH_S = 5
+_PARAM = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
+STYLE = """body{font:14px sans-serif;margin:16px;color:#222}h1{font-size:18px}h2{font-size:15px;margin-top:20px}
+.chart{border:1px solid #ddd;margin:4px}.axis{stroke:#888}.curve{fill:none;stroke:#1f6feb;stroke-width:2}
+.point{fill:#1f6feb}.best{fill:#d4380d}.target{stroke:#d4380d;stroke-dasharray:6 4}.tick{font-size:10px;fill:#555}
+.title{font-size:12px;font-weight:bold}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px}
+tr.best{background:#fff1e6}pre{background:#f6f8fa;padding:8px;white-space:pre-wrap;max-height:300px;overflow:auto}
+.bar{background:#eee;width:400px;height:12px}.bar>div{background:#1f6feb;height:12px}"""
+
+
+def gate_targets(dag, conf: dict[str, Any]) -> dict[str, float]:
+    """The thresholds of the DAG's promotion gates, their ``{{ params.x }}`` filled in from the run's conf (else
+    the Param's default): the target line drawn on a metric's curve."""
+    targets = {}
+    for task in getattr(dag, "tasks", ()):
+        thresholds = getattr(task, "thresholds", None) if task.task_type == "ModelGateOperator" else None
+        for name, bound in (thresholds or {}).items():
+            if isinstance(bound, str) and (match := _PARAM.fullmatch(bound.strip())):
+                bound = conf.get(match[1], dag.params[match[1]] if match[1] in dag.params else None)
+            try:
+                if float(bound):  # 0: no threshold to draw (a Param left at its "any" default)
+                    targets[name] = float(bound)
+            except (TypeError, ValueError):
+                continue
+    return targets
+
+
+def progress(view: dict[str, Any], now: float) -> dict[str, Any] | None:
+    """Done of the planned rounds, epochs or steps, and the time left at the rate so far."""
+    plan = view.get("plan")
+    done = max((m.get("last_step") or 0 for m in (view.get("metrics") or {}).values()), default=0)
+    if not plan or not plan.get("total"):
+        return None
+    total, eta = int(plan["total"]), None
+    started, updated = view.get("started"), view.get("updated") or now
+    if started and 0 < done < total and updated > started:
+        eta = (updated - started) / done * (total - done)
+    return {"unit": plan.get("unit", "step"), "done": min(done, total), "total": total, "eta_s": eta}
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def page(data: dict[str, Any], now: float | None = None) -> str:
+    """The view of one task instance: ``data`` as ``read`` gathers it."""
+    now = time.time() if now is None else now
+    view, ti = data.get("view") or {}, data["ti"]
+    running = ti["state"] not in _ENDED
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(ti['task_id'])}</title>",
+             f"<meta http-equiv='refresh' content='{REFRESH_S}'>" if running else "",
+             f"<style>{STYLE}</style></head><body>",
+             f"<h1>{escape(ti['dag_id'])} / {escape(ti['task_id'])}: task {escape(str(ti['state']))}"
+             f"{', job ' + escape(str(view['state'])) if view.get('state') else ''}</h1>"]
+    if view.get("job"):
+        parts.append(f"<p>Job <code>{escape(view['job'])}</code> on backend {escape(str(view.get('backend')))}"
+                     f"{'; preempted ' + str(int(view['preemptions'])) + ' time(s)' if view.get('preemptions') else ''}"
+                     "</p>")
+    if (done := progress(view, now)) is not None:
+        share = done["done"] / done["total"]
+        eta = f", about {_duration(done['eta_s'])} left" if done["eta_s"] is not None and running else ""
+        parts.append(f"<p>{done['done']} of {done['total']} {escape(done['unit'])}s{eta}</p>"
+                     f"<div class='bar'><div style='width:{share * 100:.1f}%'></div></div>")
+    parts += _curves(view, data.get("targets") or {})
+    parts += _search(data.get("result") or {})
+    parts += _links(data.get("links") or [])
+    if timeline := view.get("timeline"):
+        parts.append("<h2>Timeline</h2><table><tr><th>when (UTC)</th><th>what</th></tr>")
+        parts += [f"<tr><td>{time.strftime('%H:%M:%S', time.gmtime(when))}</td><td>{escape(str(what))}</td></tr>"
+                  for when, what in timeline]
+        parts.append("</table>")
+    if tail := view.get("tail"):
+        parts.append("<h2>Workers' last lines</h2><pre>")
+        parts += [escape(format_line(LogLine(str(source), str(text)))) + "\n" for source, text in tail]
+        parts.append("</pre>")
+    if not view and not data.get("result"):
+        parts.append("<p>No job followed by this task yet.</p>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:
+    metrics = view.get("metrics") or {}
+    if not metrics:
+        return []
+    parts = ["<h2>Metrics</h2>"]
+    for name, metric in sorted(metrics.items()):
+        title = f"{name} (last {metric.get('last', float('nan')):.5g}, best {metric.get('best', float('nan')):.5g})"
+        parts.append(line_chart(title, metric.get("series") or [], targets.get(name),
+                                x_label=(view.get("plan") or {}).get("unit", "step")))
+    return parts
+
+
+def _search(result: dict[str, Any]) -> list[str]:
+    """A search's trials: a table, the objective per trial and each numeric parameter against it, best marked."""
+    trials = [t for t in result.get("trials") or [] if isinstance(t, dict)]
+    if not trials:
+        return []
+    best = result.get("best_trial")
+    scored = [t for t in trials if isinstance(t.get("value"), int | float)]
+    marked = next((i for i, t in enumerate(scored) if t.get("number") == best), None)
+    parts = ["<h2>Trials</h2>", line_chart("objective per trial", [[t["number"], t["value"]] for t in scored],
+                                            x_label="trial", marked=marked, connect=False)]
+    names = sorted({name for t in scored for name, value in (t.get("params") or {}).items()
+                    if isinstance(value, int | float) and not isinstance(value, bool)})
+    for name in names:
+        points = [(t, t["params"][name]) for t in scored if isinstance((t.get("params") or {}).get(name), int | float)]
+        mark = next((i for i, (t, _) in enumerate(points) if t.get("number") == best), None)
+        parts.append(line_chart(f"objective against {name}", [[value, t["value"]] for t, value in points],
+                                x_label=name, marked=mark, connect=False))
+    parts.append("<table><tr><th>trial</th><th>state</th><th>objective</th><th>parameters</th><th>job</th></tr>")
+    for t in trials:
+        params = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in sorted((t.get("params") or {}).items()))
+        parts.append(f"<tr class='{'best' if t.get('number') == best else ''}'><td>{escape(str(t.get('number')))}"
+                     f"{' (best)' if t.get('number') == best else ''}</td><td>{escape(str(t.get('state')))}</td>"
+                     f"<td>{escape(str(t.get('value')))}</td><td>{params}</td>"
+                     f"<td><code>{escape(str(t.get('job_name') or ''))}</code></td></tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _links(links: list[tuple[str, str]]) -> list[str]:
+    shown = [(what, url) for what, url in links if isinstance(url, str) and url.startswith(("http://", "https://"))]
+    if not shown:
+        return []
+    return ["<h2>Links</h2><ul>"] + [f"<li><a href='{escape(url, quote=True)}' target='_blank' rel='noopener'>"
+                                      f"{escape(what)}</a></li>" for what, url in shown] + ["</ul>"]

@@ -1,0 +1,95 @@
+"""The training view's FastAPI app (mounted at ``/ml-training`` by the provider's plugin), built on its first
+request: the API server's start pays for importing this module only. Its routes are behind Airflow's own
+authentication (a session cookie or a bearer token; none: 401) and the DAG's read permission on task instances
+(none: 403), which a plugin's routes do not get by default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_ml_provider.plugins.training_view import FOLLOW_KEY, VIEW_KEY, gate_targets, page
+
+RESULT_KEY = "return_value"
+# Nothing on the page runs: no script at all, styles inline only (the escaping's second line of defence).
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; frame-ancestors 'self'"
+
+
+def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any] | None:
+    """What the view shows of a task instance, from the metadata database; None when there is no such one."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ti = session.scalar(select(TaskInstance).where(
+            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index))
+        if ti is None:
+            return None
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        rows = session.scalars(select(XComModel).where(
+            XComModel.dag_id == dag_id, XComModel.run_id == run_id,
+            XComModel.key.in_([VIEW_KEY, FOLLOW_KEY, RESULT_KEY]))).all()
+        values = {(row.task_id, row.map_index, row.key): XComModel.deserialize_value(row) for row in rows}
+        serialized = SerializedDagModel.get(dag_id, session=session)
+        targets = gate_targets(serialized.dag, (run.conf if run else None) or {}) if serialized else {}
+        state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
+    own = (task_id, map_index)
+    view = values.get((*own, VIEW_KEY)) or _from_follow_state(values.get((*own, FOLLOW_KEY)))
+    result = values.get((*own, RESULT_KEY))
+    links = [(f"MLflow{what} ({task}{'' if index < 0 else f'[{index}]'})", value.get(field))
+             for (task, index, key), value in sorted(values.items()) if key == RESULT_KEY and isinstance(value, dict)
+             for field, what in (("url", ""), ("artifacts_url", " artifacts")) if value.get(field)]
+    return {"ti": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state},
+            "view": view, "result": result if isinstance(result, dict) else None, "targets": targets,
+            "links": links}
+
+
+def _from_follow_state(state: Any) -> dict[str, Any]:
+    """A deferred task's view: the follow core's durable state, as its trigger saved it."""
+    if not isinstance(state, dict):
+        return {}
+    return {"metrics": (state.get("metrics") or {}).get("metrics") or {}, "tail": (state.get("tail") or [])[-20:],
+            "state": (state.get("shown") or [None])[0], "preemptions": state.get("preemptions", 0)}
+
+
+def make_app():
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.responses import HTMLResponse
+
+    app = FastAPI(title="ML Training view", docs_url=None, redoc_url=None, openapi_url=None)
+    may_read = [Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))]
+
+    def found(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any]:
+        data = read(dag_id, run_id, task_id, map_index)
+        if data is None:
+            raise HTTPException(404, f"no task instance {dag_id}/{run_id}/{task_id}[{map_index}]")
+        return data
+
+    @app.get("/ti/{dag_id}/{run_id}/{task_id}", response_class=HTMLResponse, dependencies=may_read)
+    def view_page(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> HTMLResponse:
+        return HTMLResponse(page(found(dag_id, run_id, task_id, map_index)),
+                            headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"})
+
+    @app.get("/api/ti/{dag_id}/{run_id}/{task_id}", dependencies=may_read)
+    def view_data(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any]:
+        return found(dag_id, run_id, task_id, map_index)
+
+    return app
+
+
+class LazyApp:
+    """An ASGI app that builds ``make_app()`` on its first request."""
+
+    def __init__(self):
+        self.app = None
+
+    async def __call__(self, scope, receive, send):
+        if self.app is None:
+            self.app = make_app()
+        await self.app(scope, receive, send)

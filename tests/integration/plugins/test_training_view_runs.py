@@ -1,0 +1,47 @@
+"""The training view of real runs (dag.test(), local jobs, the metadata database the API server would read):
+the curves come from what the follow core saved (the view's XCom while the task follows the job, the follow
+core's durable state while it is deferred), a hostile metric name is text, a search's trials are listed with the
+best marked."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_ml_provider.plugins.training_view import page
+from airflow_ml_provider.plugins.view_app import read
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def viewed(airflow_db):
+    from conftest import _test_dag
+
+    dag_run = _test_dag("ml_view_test").test()
+    return dag_run.run_id
+
+
+def test_a_followed_jobs_view_has_its_curves_and_its_progress_done(viewed):
+    data = read("ml_view_test", viewed, "lightgbm")
+    view = data["view"]
+    assert data["ti"]["state"] == "success" and view["state"] == "SUCCEEDED"
+    assert view["plan"] == {"unit": "round", "total": 30}
+    assert [point[0] for point in view["metrics"]["auc"]["series"]][-1] == 30
+    html = page(data)
+    assert "30 of 30 rounds" in html and "<svg" in html and "Job is SUCCEEDED" in html
+
+
+def test_a_deferred_jobs_view_comes_from_the_follow_state_and_escapes_a_hostile_line(viewed):
+    data = read("ml_view_test", viewed, "deferred")
+    assert [point[0] for point in data["view"]["metrics"]["loss"]["series"]] == [1, 2, 3], data["view"]
+    html = page(data)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
+
+
+def test_a_search_view_lists_the_trials_with_the_best_marked(run_dag):
+    result = run_dag("ml_test_search")
+    data = read("ml_test_search", result.run_id, "search")
+    best = data["result"]["best_trial"]
+    html = page(data)
+    assert f"<tr class='best'><td>{best} (best)</td>" in html and html.count("<tr class='best'>") == 1
+    assert "objective per trial" in html and "objective against learning_rate" in html
