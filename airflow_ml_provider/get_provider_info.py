@@ -352,6 +352,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_ml_provider.operators.base_job",
                     "airflow_ml_provider.operators.training",
+                    "airflow_ml_provider.operators.parameter_server",
                     "airflow_ml_provider.operators.search",
                     "airflow_ml_provider.operators.preprocess",
                     "airflow_ml_provider.operators.evaluate",

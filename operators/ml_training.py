@@ -3,6 +3,7 @@
 from airflow_ml_provider.operators.deploy import DeployModelOperator
 from airflow_ml_provider.operators.evaluate import EvaluateModelOperator
 from airflow_ml_provider.operators.gate import ModelGateOperator
+from airflow_ml_provider.operators.parameter_server import ParameterServerTrainingOperator
 from airflow_ml_provider.operators.preprocess import PreprocessOperator
 from airflow_ml_provider.operators.recipe import RecipeTrialOperator
 from airflow_ml_provider.operators.scoring import BatchScoringOperator
@@ -28,6 +29,7 @@ __all__ = [
     "LightGBMTrainingOperator",
     "ModelGateOperator",
     "OnFinish",
+    "ParameterServerTrainingOperator",
     "PreprocessOperator",
     "PyTorchTrainingOperator",
     "RecipeTrialOperator",

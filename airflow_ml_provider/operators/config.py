@@ -105,6 +105,7 @@ class JobRequest:
             a generic job that loads a model runs where that model's trainer ran.
         shards: a sharded job's plan (``jobs.shards.ShardPlan`` as a dict); its ``output`` defaults to the
             job's ``<model_dir>/shards``.
+        roles: a job of several roles (``TrainingJobSpec.roles`` as a dict); ``num_workers`` is then its processes.
     """
 
     framework: Framework
@@ -117,3 +118,4 @@ class JobRequest:
     nproc_per_node: int = 1
     image_of: str | None = None
     shards: dict[str, Any] | None = None
+    roles: dict[str, Any] | None = None

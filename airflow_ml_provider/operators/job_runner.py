@@ -120,7 +120,8 @@ class JobRunner:
         dirs = self.artifact_dirs(setup, name)
         try:
             return TrainingJobSpec(
-                framework=request.framework, command=request.command, num_workers=request.num_workers,
+                framework=request.framework, command=request.command,
+                **({"roles": request.roles} if request.roles else {"num_workers": request.num_workers}),
                 min_workers=request.min_workers, max_workers=request.max_workers, inputs=request.inputs,
                 output_dirs=request.output_dirs,
                 nproc_per_node=request.nproc_per_node,

@@ -18,7 +18,8 @@ from support import REPO
         ("operators.ml_training", "airflow_ml_provider.operators.training airflow_ml_provider.operators.search"
                                   " airflow_ml_provider.operators.preprocess airflow_ml_provider.operators.evaluate"
                                   " airflow_ml_provider.operators.gate airflow_ml_provider.operators.deploy"
-                                  " airflow_ml_provider.operators.recipe airflow_ml_provider.operators.scoring"),
+                                  " airflow_ml_provider.operators.recipe airflow_ml_provider.operators.scoring"
+                                  " airflow_ml_provider.operators.parameter_server"),
         ("sensors.ml_training", "airflow_ml_provider.sensors.training_job airflow_ml_provider.sensors.elasticsearch_log"),
     ],
 )
