@@ -30,6 +30,7 @@ SLOW_FIRST = (
     "tests/integration/kubernetes/test_sync_task_in_airflow.py",  # ~170 s
     "tests/integration/pipeline/test_ml_training_pipeline.py",  # ~150 s
     "tests/integration/elastic/test_preemption_dag.py",  # ~140 s
+    "tests/integration/ps/",  # ~125 s (90 + 35) serially on a quiet machine: five-process TensorFlow jobs
     "tests/ui/",
     "tests/integration/storage/",
     "tests/integration/test_benchmarks_run.py",
