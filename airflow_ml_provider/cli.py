@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 def _render(args: argparse.Namespace) -> int:
     """Print what a backend would run or create for a job, without running it."""
     try:
-        spec = TrainingJobSpec(framework=args.framework, command=args.command, num_workers=args.workers,
-                               image=args.image)
+        size = ({"roles": {"chief": {}, "ps": {"count": args.ps}, "worker": {"count": args.workers}}}
+                if args.framework == Framework.TENSORFLOW_PS.value else {"num_workers": args.workers})
+        spec = TrainingJobSpec(framework=args.framework, command=args.command, image=args.image, **size)
     except SpecError as exc:
         print(f"airflow-ml render: {exc}", file=sys.stderr)
         return 2
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("--backend", default="local", choices=sorted(BACKENDS))
     render.add_argument("--framework", default="horovod", choices=[framework.value for framework in Framework])
     render.add_argument("--workers", type=int, default=2)
+    render.add_argument("--ps", type=int, default=1, help="tensorflow-ps: its parameter servers (and a chief)")
     render.add_argument("--image", default=None)
     render.add_argument("--dag-id", default="dag")
     render.add_argument("--task-id", default="train")

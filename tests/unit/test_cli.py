@@ -24,6 +24,20 @@ def test_render_rejects_a_bad_spec_naming_the_field(capsys):
     assert "TrainingJobSpec.num_workers" in capsys.readouterr().err
 
 
+def test_render_prints_a_parameter_server_job_of_a_chief_ps_and_workers(tmp_path, capsys):
+    import yaml
+
+    trainer = ["python", "-m", "airflow_ml_provider.runtime.tf_ps_trainer"]
+    assert main(["render", "--backend", "volcano", "--framework", "tensorflow-ps", "--ps", "2", "--workers", "3",
+                 "--image", "img:1", "--", *trainer]) == 0
+    [job] = yaml.safe_load_all(capsys.readouterr().out)
+    assert [(task["name"], task["replicas"]) for task in job["spec"]["tasks"]] == [("chief", 1), ("ps", 2), ("worker", 3)]
+    assert main(["render", "--local-root", str(tmp_path), "--framework", "tensorflow-ps", "--", *trainer]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [(role["name"], role["count"], role["on_failure"]) for role in plan["roles"]] == [
+        ("chief", 1, "fail"), ("ps", 1, "fail"), ("worker", 2, "tolerate")]
+
+
 def test_render_prints_kubernetes_manifests_without_a_cluster(capsys):
     import yaml
 
