@@ -24,7 +24,9 @@ here are the same in 1.29 to 1.37):
   backoffLimit of 0 (:1446-1469, ``pastBackoffLimitOnFailure``);
 - a failed Job's active pods are deleted (:891-893, deleteActivePods :999-1025);
 - the Job completes when every index has a succeeded pod (:870-871, calculateSucceededIndexes
-  indexed_job_utils.go:61-75; :925, ``succeeded >= completions && active == 0``).
+  indexed_job_utils.go:61-75; :925, ``succeeded >= completions && active == 0``);
+- a suspended Job (``spec.suspend``, as Kueue's integration submits it) has no pod (:1543-1554): ``run`` returns
+  None for it.
 """
 
 from __future__ import annotations
@@ -70,8 +72,11 @@ class IndexedJob:
                         fields={COMPLETION_INDEX_FIELD: str(index), COMPLETION_INDEX_LABEL_FIELD: str(index)})
         self.pod_names[index].append(self.pods.pods[host])
 
-    def run(self, timeout_s: float, order: list[int] | None = None) -> str:
-        """Every index's pod (in ``order``, default ascending), then follow them to the Job's end."""
+    def run(self, timeout_s: float, order: list[int] | None = None) -> str | None:
+        """Every index's pod (in ``order``, default ascending), then follow them to the Job's end; None for a
+        suspended Job, which runs no pod."""
+        if self.spec.get("suspend"):  # job_controller.go:1543-1554: its active pods deleted, none created
+            return None
         backoff = self.spec.get("backoffLimit", 6)
         restart = self.template.get("restartPolicy", "Never")
         for index in order or range(self.completions):

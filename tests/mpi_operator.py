@@ -27,7 +27,7 @@ a PodGroup (no gang scheduler runs here):
 
 A suspended MPIJob (``runPolicy.suspend``, as Kueue's integration submits it) gets its Service, ConfigMap and
 Secret but no worker pod and a suspended launcher Job, so no pod at all (:650-686 and :1547-1549); ``run``
-returns None for it until it is unsuspended (Kueue's admission: ``kueue_admit``).
+returns None for it until it is unsuspended (Kueue's admission: tests/kueue_controller.py).
 
 A worker pod is Ready here once its sshd listens on port 22: the TCP check a readiness probe would make (a pod
 without one is Ready when its container has started; the launcher's first ssh then races sshd's start, which
@@ -204,15 +204,3 @@ class MPIOperator:
     def close(self) -> None:
         self._stop.set()
 
-
-def kueue_admit(mpijob: dict, node_selector: dict[str, str] | None = None) -> dict:
-    """What Kueue v0.19.2 (kubernetes-sigs/kueue 8eab68778fc1b52affe165fdf5af29d1e9b4f3cb) does to an MPIJob once its Workload is
-    admitted: jobframework/reconciler.go:1480-1510 ``startJob`` calls the integration's ``RunWithPodSetsInfo``
-    (jobs/mpijob/mpijob_controller.go:135-155): ``runPolicy.suspend`` false and each replica's pod template merged
-    with its PodSet's info (the assigned flavor's nodeSelector; none here unless given)."""
-    job = copy.deepcopy(mpijob)
-    job["spec"]["runPolicy"]["suspend"] = False
-    for replica in job["spec"]["mpiReplicaSpecs"].values():
-        if node_selector:
-            replica["template"]["spec"].setdefault("nodeSelector", {}).update(node_selector)
-    return job

@@ -151,14 +151,15 @@ def jobset_for(trainjob: dict, runtime: dict | None = None) -> dict:
     plugins/torch/torch.go ``EnforceMLPolicy``; the xgboost plugin's DMLC_*, ``_xgboost_env``); named after the
     TrainJob and owned by it (jobset.go ``Build``); then JobSet's
     webhook's defaults for a pod template without restartPolicy: OnFailure (kubernetes-sigs/jobset v0.12.0
-    pkg/webhooks/jobset_webhook.go:124-127)."""
+    pkg/webhooks/jobset_webhook.go:124-127). A suspended TrainJob's JobSet is suspended (jobset.go:425), and so is
+    the JobSet's Job (JobSet's pkg/controllers/jobset_controller.go:968-970): it has no pod."""
     runtime = runtime or runtime_of(trainjob)
     name, trainer = trainjob["metadata"]["name"], trainjob["spec"]["trainer"]
     spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
     (job,) = spec["replicatedJobs"]
     pod = job["template"]["spec"]["template"]
     for patch in trainjob["spec"].get("runtimePatches") or []:
-        for replicated in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+        for replicated in patch["trainingRuntimeSpec"]["template"]["spec"].get("replicatedJobs") or []:
             if replicated["name"] == job["name"]:
                 _merge_patch(pod, replicated["template"]["spec"]["template"])
     nodes = trainer.get("numNodes", runtime["spec"]["mlPolicy"]["numNodes"])
@@ -177,6 +178,8 @@ def jobset_for(trainjob: dict, runtime: dict | None = None) -> dict:
         _upsert_env(node["env"], _xgboost_env(name, nodes, node))
     node.setdefault("ports", []).append({"containerPort": TRAINER_PORT})  # torch.go / xgboost.go:142-144 UpsertPort
     pod["spec"].setdefault("restartPolicy", "OnFailure")  # jobset_webhook.go:124-127
+    if trainjob["spec"].get("suspend"):
+        spec["suspend"] = job["template"]["spec"]["suspend"] = True  # jobset.go:425; jobset_controller.go:968-970
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": trainjob["metadata"]["namespace"],
                          "ownerReferences": [{"apiVersion": trainjob["apiVersion"], "kind": "TrainJob", "name": name,

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from job_controller import IndexedJob
+from kueue_controller import admit_job, admit_trainjob, webhook_default_trainjob
 from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, json_events
 from trainer_controller import jobset_for, pods_of
 
@@ -161,3 +163,55 @@ def test_restarts_in_place_fail_an_on_failure_job_once_they_reach_its_backoff_li
     controller = IndexedJob("once", job["spec"], network, claims)
     assert controller.run(JOB_TIMEOUT_S) == "Failed", network.logs("once-0")[-2000:]
     assert (claims["work"] / "runs").read_text() == "xx" and network.restarts("once-0") == 1
+
+
+def test_a_kueue_indexed_job_runs_nothing_until_admitted_then_runs(tmp_path, training_image, network, claims):
+    """queueing kueue on indexed-job: the Job is submitted suspended with its LocalQueue label; the Job controller
+    makes no pod of a suspended Job; Kueue's admission (tests/kueue_controller.py: RunWithPodSetsInfo of its
+    batch/Job integration) unsuspends it with the flavor's node selector, and the same Job runs."""
+    rng = np.random.default_rng(4)
+    np.savez(claims["work"] / "raw.npz", X=rng.normal(size=(20, 2)) * 10, y=np.zeros(20))
+    spec = TrainingJobSpec(framework="generic", num_workers=1, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           scheduling={"queue": "team-a", "gang": False},
+                           command=["python", "-m", "airflow_ml_provider.runtime.preprocess", "--input",
+                                    "/work/raw.npz", "--output", "/work/clean.npz"])
+    backend = get_backend("indexed-job", api_client=None, namespace=NAMESPACE, queueing="kueue")
+    job, _ = yaml.safe_load_all(backend.render("queued", spec, {}))
+    assert job["spec"]["suspend"] is True and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert IndexedJob("queued", job["spec"], network, claims).run(JOB_TIMEOUT_S) is None
+    assert network.pods == {}, "a suspended Job has no pod"
+    admitted = admit_job(job, node_selector={"pool": "spot"})
+    assert admitted["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "spot"}
+    assert IndexedJob("queued", admitted["spec"], network, claims).run(JOB_TIMEOUT_S) == "Complete"
+    assert (claims["work"] / "clean.npz").exists()
+
+
+def test_a_kueue_trainjob_runs_nothing_until_admitted_then_trains(tmp_path, training_image, network, claims):
+    """queueing kueue on trainjob: the TrainJob is submitted suspended with its LocalQueue label, Kueue's webhook adds
+    its runtime patch; Trainer's JobSet of a suspended TrainJob and its Job are suspended, so no pod runs. Kueue's
+    admission fills its patch with the flavor's node selector and unsuspends it; Trainer merges the patch into the
+    JobSet's pods, which train (an XGBoost user's script on Trainer's DMLC_* variables)."""
+    script = claims["work"] / "user_script.py"
+    script.write_bytes((Path(__file__).parents[2] / "fixtures" / "xgboost" / "user_script.py").read_bytes())
+    spec = TrainingJobSpec(framework="xgboost", num_workers=2, image=training_image, kubernetes={"volumes": [CLAIM]},
+                           scheduling={"queue": "team-a"},
+                           command=["python", "/work/user_script.py", "--out", "/work", "--rounds", "3"])
+    backend = get_backend("trainjob", api_client=None, namespace=NAMESPACE, queueing="kueue")
+    (trainjob,) = yaml.safe_load_all(backend.render("qx", spec, {}))
+    assert trainjob["spec"]["suspend"] is True
+    assert trainjob["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    queued = webhook_default_trainjob({**trainjob, "metadata": {**trainjob["metadata"], "uid": "0"}})
+
+    def run(job: dict) -> tuple[str | None, dict]:
+        jobset = jobset_for(job)
+        (replicated,) = jobset["spec"]["replicatedJobs"]
+        controller = IndexedJob(f"qx-{replicated['name']}-0", replicated["template"]["spec"], network, claims,
+                                subdomain=pods_of(jobset)[0]["subdomain"])
+        return controller.run(JOB_TIMEOUT_S), replicated["template"]["spec"]["template"]
+
+    assert run(queued)[0] is None and network.pods == {}, "a suspended TrainJob has no pod"
+    phase, pod = run(admit_trainjob(queued, node_selector={"pool": "spot"}))
+    assert phase == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
+    assert pod["spec"]["nodeSelector"] == {"pool": "spot"}
+    models = [(claims["work"] / f"model-{rank}.json").read_bytes() for rank in (0, 1)]
+    assert models[0] == models[1]

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from mpi_operator import MPIOperator, kueue_admit
+from kueue_controller import admit_mpijob
+from mpi_operator import MPIOperator
 from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, PodNetwork, json_events
 
 from airflow_ml_provider.jobs.backends import get_backend
@@ -166,6 +167,6 @@ def test_a_kueue_mpijob_runs_nothing_until_admitted_then_trains(tmp_path, traini
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert MPIOperator(job, network, tmp_path / "before", claims).run(JOB_TIMEOUT_S) is None
     assert network.pods == {}, "a suspended MPIJob has no pod"
-    operator, code = _run(kueue_admit(job), network, tmp_path, claims)
+    operator, code = _run(admit_mpijob(job), network, tmp_path, claims)
     assert code == 0, network.logs(operator.launcher)[-3000:]
     assert (claims["work"] / "clean.npz").exists()

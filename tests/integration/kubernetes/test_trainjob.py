@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 from kube_cluster import resource_path
+from kueue_controller import admit_trainjob, webhook_default_trainjob
 from test_backends import KUBERNETES as BACKEND_OPTIONS  # the same pod options, rendered the same way
 from trainer_controller import COMPLETION_INDEX_FIELD, jobset_for
 
@@ -111,6 +112,33 @@ def test_an_xgboost_trainjob_and_its_jobset_are_accepted_on_trainers_xgboost_run
     assert pod["metadata"]["labels"]["ml.airflow.apache.org/job-name"] == name
     restarts = (pod["spec"]["restartPolicy"], job["template"]["spec"].get("backoffLimit"))
     assert restarts == (("Never", 0) if runtime is None else ("OnFailure", None))  # the stock one's: F6
+
+
+def test_a_kueue_trainjob_kueues_runtime_patch_and_the_suspended_jobset_are_accepted(trainer_cluster, namespace):
+    """queueing kueue: the TrainJob is created suspended with its LocalQueue label; Kueue's webhook patch and its
+    admission's node selector (tests/kueue_controller.py, Kueue v0.19.2) are kept by the TrainJob CRD, and Trainer's
+    JobSet of the job, suspended before admission and with the node selector after, by JobSet's."""
+    jobs = get_backend("trainjob", api_client=trainer_cluster.api_client(), namespace=namespace, queueing="kueue")
+    name = IDENTITY.name
+    assert jobs.submit(name, spec(framework="xgboost", scheduling={"queue": "team-a"}), IDENTITY.labels()) is True
+    stored = jobs.get("TrainJob", name)
+    assert stored["spec"]["suspend"] is True and stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    path = resource_path("trainer.kubeflow.org/v1alpha1", "TrainJob", namespace, name)
+    queued = trainer_cluster.request("PUT", path, webhook_default_trainjob(stored))
+    jobsets = resource_path("jobset.x-k8s.io/v1alpha2", "JobSet", namespace)
+    suspended = trainer_cluster.request("POST", jobsets, jobset_for(queued))
+    assert suspended["spec"]["suspend"] is True
+    assert suspended["spec"]["replicatedJobs"][0]["template"]["spec"]["suspend"] is True
+    trainer_cluster.request("DELETE", f"{jobsets}/{name}")
+    admitted = trainer_cluster.request("PUT", path, admit_trainjob(queued, node_selector={"pool": "spot"}))
+    assert admitted["spec"]["suspend"] is False
+    (patch,) = [p for p in admitted["spec"]["runtimePatches"] if p["manager"] == "kueue.x-k8s.io/manager"]
+    (replicated,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert replicated["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "spot"}
+    running = trainer_cluster.request("POST", jobsets, jobset_for(admitted))
+    (job,) = running["spec"]["replicatedJobs"]
+    assert job["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "spot"}
+    assert not running["spec"].get("suspend") and not job["template"]["spec"].get("suspend")
 
 
 @pytest.mark.parametrize("overrides,field", [
