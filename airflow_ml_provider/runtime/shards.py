@@ -94,7 +94,8 @@ def run_program(argv: list[str], root: str | None = None) -> int:
     def run(shard: Shard) -> int:
         env = os.environ | {INDEX_ENV: str(shard.index), COUNT_ENV: str(count), ATTEMPT_ENV: str(shard.attempt),
                             INPUTS_ENV: json.dumps(shard.inputs), OUTPUT_ENV: shard.output}
-        env.pop(STREAM_ENV, None)
+        for name in (STREAM_ENV, ROOT_ENV):  # it writes its own directory alone, and is not a worker of the stream
+            env.pop(name, None)
         code = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL).returncode
         if code != 0:
             raise RuntimeError(f"{argv[0]} exited with code {code}")

@@ -32,7 +32,7 @@ def backend(tmp_path) -> LocalBackend:
 def sharded(backend: LocalBackend, name: str, count: int, workers: int = 2, serve: bool = False,
             **plan) -> TrainingJobSpec:
     model_dir = f"{backend.default_artifact_dir(name)}/model"
-    env = {key: str(plan.pop(key)) for key in ("SHARD_DELAY_S", "SHARD_FAIL") if key in plan}
+    env = {key: str(plan.pop(key)) for key in ("SHARD_DELAY_S", "SHARD_FAIL", "SHARD_CRASH") if key in plan}
     return TrainingJobSpec(framework="generic", command=["python", WORKER, *(["--serve"] if serve else [])],
                            num_workers=workers, model_dir=model_dir, env=env,
                            shards={"count": count, "output": f"{model_dir}/shards", "in_process": serve,
@@ -85,7 +85,29 @@ def test_a_shard_failing_every_try_fails_the_job_naming_it_and_its_last_lines(ba
     assert status.state is JobState.FAILED
     assert "shard 4 failed 2 time(s) (max_attempts 2)" in status.message
     assert "shard 4 cannot parse its input" in status.message, "its last lines are named"
-    assert starts(job_log(backend, "fails"))[4] == 2
+    assert starts(job_log(backend, "fails"))[4] == 2, "the report-shaped line it printed was no report"
+    assert not (Path(spec.shards.output) / "shard-000004").exists()
+
+
+def test_a_worker_reporting_a_shard_it_was_not_handed_is_ignored_and_said_so(backend):
+    forge = ("import os; os.write(0, b'{\"index\": 5, \"state\": \"done\"}\\n'); "
+             "from airflow_ml_provider.runtime.shards import serve; raise SystemExit(serve(lambda shard: 1))")
+    spec = sharded(backend, "forges", 6, workers=1, serve=True).model_copy(update={"command": ["python", "-c", forge]})
+    backend.submit("forges", spec, {})
+    assert final_status(backend, "forges").state is JobState.SUCCEEDED, job_log(backend, "forges")
+    assert "[launcher] ignored: worker 0 reported shard 5, which it was not running" in job_log(backend, "forges")
+    assert result(backend, "forges")["shards_ran"] == 6, "shard 5 still ran: the forged report settled nothing"
+
+
+def test_a_worker_that_dies_of_itself_spends_a_try_and_with_none_left_the_job_fails(backend):
+    spec = sharded(backend, "crashes", 5, serve=True, SHARD_CRASH=2, max_attempts=5)
+    backend.submit("crashes", spec, {})
+    status = final_status(backend, "crashes")
+    assert status.state is JobState.FAILED, "not a preemption: nothing killed them from outside"
+    assert re.search(r"every worker ended \(rank 0 \(exit 1\), rank 1 \(exit 1\)\) with 1 shard\(s\) not done",
+                     status.message), status.message
+    assert job_log(backend, "crashes").count("while running shard 2: it waits again (a failed try)") == 2
+    assert sorted(committed_ids(spec)) == [i for s in (0, 1, 3, 4) for i in range(10 * s, 10 * s + 10)]
 
 
 def test_max_failed_shards_lets_the_job_succeed_listing_the_failed_ones(backend):
@@ -130,6 +152,7 @@ def test_a_job_killed_whole_mid_run_resumes_with_only_the_unfinished_shards(back
     for proc in job_processes(job_uid(backend, name)):
         proc.send_signal(signal.SIGKILL)
     assert final_status(backend, name).state is JobState.PREEMPTED
+    wait_for(lambda: not job_processes(job_uid(backend, name)), what="every process of the job gone")
     done_before = len(list(Path(spec.shards.output).glob("shard-*")))
     assert backend.submit(name, spec, {})
     assert final_status(backend, name).state is JobState.SUCCEEDED, job_log(backend, name)

@@ -88,16 +88,42 @@ def run_shards(spec: dict, plan: dict, env: dict[str, str], writer, start, on_st
         worker.reader = threading.Thread(target=_read_reports, args=(worker, events), daemon=True)
     for thread in [*pumps, *(w.reader for w in workers)]:
         thread.start()
-    started = last = time.monotonic()
+    started = time.monotonic()
 
     def hand_out(worker: _Worker) -> None:
-        if worker.code is not None or worker.closed:
+        if worker.code is not None or worker.closed or worker.rank in shards.running:
             return
         if (task := shards.take(worker.rank)) is not None:
             index, attempt = task
             worker.tail.clear()
             worker.send({"index": index, "attempt": attempt, "inputs": inputs[index] if inputs else []})
 
+    try:
+        stop = _follow(shards, workers, procs, events, hand_out, config, writer)
+    finally:  # (whatever ended the loop) no worker waits for a shard any more
+        for worker in workers:
+            worker.close()
+    if stop is not None:
+        for worker, proc in zip(workers, procs):
+            if worker.code is None and proc.poll() is None:
+                proc.terminate()
+    codes = {w.rank: proc.wait() for w, proc in zip(workers, procs)}
+    for pump in pumps:
+        pump.join()
+    _progress(shards, time.monotonic() - started, writer)
+    writer.write("launcher", json.dumps({"event": "result", **shards.result()}, sort_keys=True))
+    if stop is not None:
+        return JobStatus(stop.state, stop.message, codes)
+    if shards.failed:
+        return JobStatus(JobState.SUCCEEDED, f"{len(shards.failed)} shard(s) failed, within max_failed_shards "
+                                             f"({shards.max_failed_shards}): {sorted(shards.failed)[:50]}", codes)
+    return JobStatus(JobState.SUCCEEDED, exit_codes=codes)
+
+
+def _follow(shards: ShardQueue, workers: list[_Worker], procs: list, events: queue.Queue, hand_out, config: dict,
+            writer) -> JobStatus | None:
+    """Hand out shards and take reports until every shard is settled (None) or the job must stop (its status)."""
+    started = last = time.monotonic()
     for worker in workers:
         hand_out(worker)
     stop: JobStatus | None = None
@@ -145,23 +171,7 @@ def run_shards(spec: dict, plan: dict, env: dict[str, str], writer, start, on_st
         if time.monotonic() - last >= PROGRESS_S:
             last = time.monotonic()
             _progress(shards, last - started, writer)
-    for worker in workers:
-        worker.close()
-    if stop is not None:
-        for worker, proc in zip(workers, procs):
-            if worker.code is None and proc.poll() is None:
-                proc.terminate()
-    codes = {w.rank: proc.wait() for w, proc in zip(workers, procs)}
-    for pump in pumps:
-        pump.join()
-    _progress(shards, time.monotonic() - started, writer)
-    writer.write("launcher", json.dumps({"event": "result", **shards.result()}, sort_keys=True))
-    if stop is not None:
-        return JobStatus(stop.state, stop.message, codes)
-    if shards.failed:
-        return JobStatus(JobState.SUCCEEDED, f"{len(shards.failed)} shard(s) failed, within max_failed_shards "
-                                             f"({shards.max_failed_shards}): {sorted(shards.failed)[:50]}", codes)
-    return JobStatus(JobState.SUCCEEDED, exit_codes=codes)
+    return stop
 
 
 def _drain(events: queue.Queue, shards: ShardQueue, workers: list[_Worker], writer) -> None:
