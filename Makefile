@@ -58,6 +58,7 @@ bench: control-env training-env bwrap
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/preemption_cost.py --trainer pytorch
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/sandbox_start.py
 	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/torch_overhead.py
+	AIRFLOW_HOME=$(CURDIR)/.airflow-bench $(VENV)/bin/python benchmarks/sharded_overhead.py
 
 lint: control-env
 	$(UV) pip install --python $(VENV)/bin/python --quiet ruff==0.14.5

@@ -82,3 +82,18 @@ def test_sandbox_start_compares_sandboxed_and_unsandboxed_jobs():
         pytest.skip(f"no sandbox here: {why}")
     out = _bench("sandbox_start.py", "--runs", "2")
     assert "wall, median" in out and "worker, median" in out and "added" in out
+
+
+def test_sharded_overhead_prints_the_cost_per_shard_the_db_rows_and_what_a_preemption_re_runs(tmp_path):
+    home = tmp_path / "airflow-home"
+    home.mkdir()
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sharded_overhead.py"), "--shards", "300",
+                           "--small", "50", "--mapped", "10", "--kill-shards", "200"], cwd=REPO,
+                          env={**os.environ, "AIRFLOW_HOME": str(home)}, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert re.search(r"^orchestration per shard: [\d.]+ ms of wall time, [\d.]+ ms of a worker's time", out, re.M), out
+    assert re.search(r"^metadata DB rows, 1 task, a job of 300 shards: \d+ \(success", out, re.M), out
+    assert re.search(r"^metadata DB rows, 300 mapped tasks: [\d,]+ \([\d.]+ a task instance; extrapolated from 10",
+                     out, re.M), out
+    assert re.search(r"; committed twice: 0; committed by the first attempt \d+, by the resumed one \d+$", out, re.M), out
