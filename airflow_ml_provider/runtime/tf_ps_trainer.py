@@ -20,7 +20,9 @@ import io
 import json
 import logging
 import os
+import socket
 import sys
+import time
 
 import numpy as np
 
@@ -33,6 +35,7 @@ from airflow_ml_provider.runtime.quiet import quiet_startup
 
 MODEL_FILE = "model.npz"
 SERVER_TASKS = ("ps", "worker")
+CHIEF_CHECK_S, CHIEF_MISSES = 5.0, 3  # a server stops 15 s after the chief stopped listening
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,12 +70,29 @@ def task() -> tuple[str, int]:
 
 
 def serve(tf, task_type: str, index: int) -> None:
-    """Run this ps or worker task's server until the job stops it."""
+    """Run this ps or worker task's server until the job stops it, or the chief is gone (``until_gone``)."""
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type, task_index=index, protocol="grpc",
-                                  start=True)
-    print(f"{task_type} {index} serving at {resolver.cluster_spec().task_address(task_type, index)}", flush=True)
-    server.join()
+    cluster = resolver.cluster_spec()
+    server = tf.distribute.Server(cluster, job_name=task_type, task_index=index, protocol="grpc", start=True)
+    print(f"{task_type} {index} serving at {cluster.task_address(task_type, index)}", flush=True)
+    until_gone(cluster.task_address("chief", 0))
+    print(f"{task_type} {index}: the chief is gone; stopping", flush=True)
+    del server  # (held, serving, until here)
+
+
+def until_gone(address: str, period_s: float = CHIEF_CHECK_S, misses: int = CHIEF_MISSES) -> None:
+    """Return once the chief at ``address`` (``host:port``), having listened, no longer does ``misses`` times in a
+    row. A server never ends by itself (``Server.join`` waits for ever), so on a cluster the parameter servers'
+    and workers' pods would outlive the chief's end (an Indexed Job per role); this ends them with it."""
+    host, _, port = address.rpartition(":")
+    seen, missed = False, 0
+    while not seen or missed < misses:
+        try:
+            socket.create_connection((host, int(port)), timeout=period_s).close()
+            seen, missed = True, 0
+        except OSError:
+            missed += seen
+        time.sleep(period_s)
 
 
 def _data(args: argparse.Namespace):

@@ -83,7 +83,7 @@ def test_each_process_gets_the_cluster_and_its_own_task_in_tf_config():
     assert (env["AIRFLOW_ML_ROLE"], env["AIRFLOW_ML_ROLE_INDEX"], env["AIRFLOW_ML_RANK"]) == ("ps", "1", "2")
 
 
-@pytest.mark.parametrize("kind", ["mpijob", "indexed-job", "trainjob"])
+@pytest.mark.parametrize("kind", ["mpijob", "trainjob"])
 def test_the_backends_that_cannot_render_roles_refuse_them_naming_the_field_and_those_that_can(kind):
     from airflow_ml_provider.jobs.backends import get_backend, role_backends
     from airflow_ml_provider.jobs.backends.base import JobSubmissionError
@@ -92,7 +92,7 @@ def test_the_backends_that_cannot_render_roles_refuse_them_naming_the_field_and_
     with pytest.raises(JobSubmissionError, match=f"^roles: the {kind} backend does not render jobs of several roles; "
                                                  f"backends that do: {', '.join(role_backends())}$"):
         backend.render("job", _ps(image="img:1"), {})
-    assert role_backends() == ["local", "volcano"]
+    assert role_backends() == ["local", "volcano", "indexed-job"]
 
 
 def test_volcano_renders_a_task_per_role_with_its_own_pods_policy_and_gang_share():
@@ -143,3 +143,42 @@ def test_the_gate_completes_tf_config_with_the_pods_index_and_becomes_the_comman
     unexpanded = subprocess.run([sys.executable, "-m", "airflow_ml_provider.runtime.tf_config", "--task-index",
                                  "$(VC_TASK_INDEX)", "--", "true"], capture_output=True, text=True)
     assert unexpanded.returncode == 2 and "needs --task-index N" in unexpanded.stderr
+
+
+def test_indexed_job_renders_an_indexed_job_per_role_behind_one_headless_service():
+    from airflow_ml_provider.jobs.backends import get_backend
+    from airflow_ml_provider.jobs.backends.kubernetes.roles import owned_by
+
+    spec = _ps(image="img:1", timeout_s=600, scheduling={"gang": False}, kubernetes={"backoff_limit": 2},
+               roles={"chief": {}, "ps": {"count": 2, "priority_class": "high"}, "worker": {"count": 3}})
+    backend = get_backend("indexed-job", api_client=None, namespace="ml")
+    *jobs, service = backend.manifests("job", spec, {})
+    assert [(job["metadata"]["name"], job["spec"]["completions"], job["spec"]["backoffLimit"]) for job in jobs] == [
+        ("job", 1, 2), ("job-ps", 2, 0), ("job-worker", 3, 2)]  # the chief's first: its status is the job's
+    pods = [job["spec"]["template"]["spec"] for job in jobs]
+    assert [pod["restartPolicy"] for pod in pods] == ["Never", "Never", "OnFailure"]
+    assert {pod["subdomain"] for pod in pods} == {"job"} and pods[1]["priorityClassName"] == "high"
+    assert {job["spec"]["activeDeadlineSeconds"] for job in jobs} == {600}
+    assert (service["metadata"]["name"], service["spec"]["clusterIP"], service["spec"]["ports"][0]["port"]) == (
+        "job", "None", 2222)
+    container = pods[1]["containers"][0]
+    assert container["command"][3:6] == ["--task-index", "$(JOB_COMPLETION_INDEX)", "--"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert json.loads(env["TF_CONFIG"])["cluster"] == {
+        "chief": ["job-0.job:2222"], "ps": ["job-ps-0.job:2222", "job-ps-1.job:2222"],
+        "worker": ["job-worker-0.job:2222", "job-worker-1.job:2222", "job-worker-2.job:2222"]}
+    created = {**jobs[0], "metadata": {**jobs[0]["metadata"], "uid": "u-1"}}
+    owned = backend.dependents(created, [*jobs[1:], service])
+    assert [obj["metadata"].get("ownerReferences") for obj in owned] == [
+        [{"apiVersion": "batch/v1", "kind": "Job", "name": "job", "uid": "u-1"}]] * 2 + [None]
+    assert owned_by(created, []) == []
+
+
+def test_indexed_job_refuses_roles_under_kueue_which_would_admit_each_roles_job_alone():
+    from airflow_ml_provider.jobs.backends import get_backend
+    from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+
+    backend = get_backend("indexed-job", api_client=None, namespace="ml", queueing="kueue")
+    with pytest.raises(JobSubmissionError, match="^roles: under Kueue, indexed-job would have each role's Job "
+                                                 "admitted alone"):
+        backend.render("job", _ps(image="img:1", scheduling={"gang": False, "queue": "research"}), {})

@@ -177,7 +177,7 @@ class KubernetesBackend(Backend):
         self.check_spec(spec)
         primary, *others = self._checked_manifests(name, spec, labels)
         try:
-            self._create(primary)
+            created = self._create(primary)
         except ApiException as exc:
             if exc.status != 409:
                 raise self._refusal(exc, f"{self.kind} {name} rejected") from None
@@ -185,8 +185,8 @@ class KubernetesBackend(Backend):
                 return False  # the same task instance's job is still going: attach to it
             self.delete(name)
             self._wait_gone(primary)
-            self._create(primary)
-        for obj in others:
+            created = self._create(primary)
+        for obj in self.dependents(created, others):
             try:
                 self._create(obj)
             except ApiException as exc:
@@ -362,6 +362,11 @@ class KubernetesBackend(Backend):
             except ApiException as exc:
                 if exc.status != 404:
                     raise self._refusal(exc, f"DELETE {kind} {self.namespace}/{name}") from None
+
+    def dependents(self, primary: dict, others: list[dict]) -> list[dict]:
+        """The job's other objects as created after ``primary`` (as the API server returned it): as they are,
+        unless a backend makes them the primary's (ownerReferences)."""
+        return others
 
     def owned_kinds(self) -> list[tuple[str, str]]:
         """(apiVersion, kind) of every object named after the job; the primary one first."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 
 from airflow_ml_provider.jobs import torchrun, xgboost
+from airflow_ml_provider.jobs.backends.kubernetes import roles
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     check_pod_security,
@@ -97,11 +98,20 @@ class IndexedJobBackend(KubernetesBackend):
     name = "indexed-job"
     api_version = "batch/v1"
     kind = "Job"
-    frameworks = frozenset({Framework.LIGHTGBM, Framework.PYTORCH, Framework.XGBOOST, Framework.GENERIC})
+    frameworks = frozenset({Framework.LIGHTGBM, Framework.PYTORCH, Framework.XGBOOST, Framework.TENSORFLOW_PS,
+                            Framework.GENERIC})
+    roles = True  # an Indexed Job per role behind the job's one headless Service (kubernetes.roles)
     suspend_field = ("spec", "suspend")  # Kueue's batch/job integration
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         check_options(spec)
+        if spec.roles is not None:
+            if self.queueing is not None:  # Kueue would admit each role's Job alone, not the job whole
+                raise ValueError("roles: under Kueue, indexed-job would have each role's Job admitted alone; a job of "
+                                 "several roles is admitted whole as one Volcano Job (backend volcano)")
+            jobs = roles.indexed_jobs(name, spec, labels, lambda job: metadata(job, self.namespace, labels),
+                                      deadline_s(spec), COMPLETION_INDEX_ENV)
+            return [*jobs, _service(name, self.namespace, labels, roles.TF_PORT)]
         if spec.framework is Framework.PYTORCH:
             port, env = torchrun.RENDEZVOUS_PORT, {}
             command = ["torchrun", *torchrun.static_args(spec, rendezvous(name, spec))]
@@ -123,15 +133,12 @@ class IndexedJobBackend(KubernetesBackend):
         }
         if deadline := deadline_s(spec):
             job_spec["activeDeadlineSeconds"] = deadline
-        service = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": metadata(name, self.namespace, labels),
-            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                     "selector": {JOB_NAME_LABEL: name}, "ports": [{"name": "workers", "port": port}]},
-        }
         return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata(name, self.namespace, labels),
-                 "spec": job_spec}, service]
+                 "spec": job_spec}, _service(name, self.namespace, labels, port)]
+
+    def dependents(self, primary: dict, others: list[dict]) -> list[dict]:
+        """A job of several roles: the other roles' Jobs owned by the chief's, deleted with it."""
+        return roles.owned_by(primary, others)
 
     def owned_kinds(self) -> list[tuple[str, str]]:
         return [("batch/v1", "Job"), ("v1", "Service")]
@@ -149,3 +156,10 @@ class IndexedJobBackend(KubernetesBackend):
         if status.get("active"):
             return JobStatus(JobState.RUNNING, f"{status['active']} pod(s) active")
         return JobStatus(JobState.PENDING, "waiting for pods")
+
+
+def _service(name: str, namespace: str, labels: dict[str, str], port: int) -> dict:
+    """The headless Service that gives every pod of the job its stable name ``<host>.<job>``."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata(name, namespace, labels),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": {JOB_NAME_LABEL: name}, "ports": [{"name": "workers", "port": port}]}}
