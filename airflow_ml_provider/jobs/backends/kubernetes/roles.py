@@ -1,7 +1,8 @@
-"""A job of several roles (``jobs.roles``) as Volcano tasks: one task per role, each its own pod template (the
-role's command, image, resources and priority class), policy and gang share.
+"""A job of several roles (``jobs.roles``) on a cluster: Volcano tasks (``volcano_tasks``) or an Indexed Job per
+role (``indexed_jobs``), each role its own pod template (the role's command, image, resources and priority
+class) and policy (the Indexed Jobs': ``indexed_jobs``).
 
-Every pod listens on ``TF_PORT`` at the svc plugin's stable name ``<job>-<role>-<i>.<job>`` (volcano-sh/volcano
+On Volcano every pod listens on ``TF_PORT`` at the svc plugin's stable name ``<job>-<role>-<i>.<job>`` (volcano-sh/volcano
 pkg/controllers/job/plugins/svc/svc.go: the pod's hostname ``<job>-<task>-<index>``, its subdomain the job's
 headless Service) and gets ``TF_CONFIG`` with that cluster and its task type; its index comes from the env
 plugin's ``VC_TASK_INDEX`` through the gate (``runtime.tf_config``), which the kubelet's ``$(VAR)`` expansion of the
