@@ -140,3 +140,13 @@ def rank_process(job_dir: Path, rank: int, trainer: str, rank_env: str = "HOROVO
                 and trainer in cmdline and not any(arg.endswith("/local/output.py") for arg in cmdline)):
             return proc
     return None
+
+
+def assert_steps_once(steps: list[int], first: int, last: int, every: int = 1, what: str = "round") -> None:
+    """A run's step lines from ``first`` to ``last`` (every ``every``-th) as the bundled trainers print them
+    (runtime.metrics_log.StepLines: in order, a burst of 50, then about one a second, and the last): none
+    twice, none outside the run, none missing from the burst."""
+    assert steps == sorted(set(steps)), f"a {what} was trained twice: {steps}"
+    assert steps[0] == first and steps[-1] == last and all((step - first) % every == 0 for step in steps), steps
+    burst = steps[:50]
+    assert burst == list(range(first, first + every * len(burst), every)), f"a {what} was skipped: {burst}"
