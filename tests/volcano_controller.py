@@ -164,7 +164,11 @@ class VolcanoController:
         phases: dict[str, str] = {}
         while time.monotonic() < deadline:
             for hostname, task, _ in self.pod_specs:
-                before, phases[hostname] = phases.get(hostname, "Running"), self._phase_of(hostname, task)
+                try:
+                    phase = self._phase_of(hostname, task)
+                except subprocess.CalledProcessError:  # podman busy (a container restarting in place): no news now
+                    continue
+                before, phases[hostname] = phases.get(hostname, "Running"), phase
                 if self.api is not None:
                     self.api.report(hostname, phases[hostname])
                 event = None
