@@ -111,8 +111,9 @@ start=$SECONDS
 buildah --runtime "$runtime" bud --network host --uts host --add-host "$(hostname):127.0.0.1" --layers --pull=false -f "$dockerfile" -t "$image" \
     "${volumes[@]}" "${args[@]}" "$context/ctx" >&2
 echo "build_image: built in $((SECONDS - start)) s" >&2
-# Older builds of this image: their tags go (their layers stay in buildah's cache while a newer build shares them).
+# Older builds of this image: their tags go (their layers stay in buildah's cache while a newer build shares them),
+# except one a container still runs (no --force): another checkout's tests on this machine may be using it.
 for old in $(podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/airflow-ml-training:' || true); do
-    [[ $old == "$image" ]] || podman rmi --force "$old" >/dev/null 2>&1 || true
+    [[ $old == "$image" ]] || podman rmi "$old" >/dev/null 2>&1 || true
 done
 echo "$image"
