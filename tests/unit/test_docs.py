@@ -145,7 +145,7 @@ def test_the_readme_and_the_design_notes_name_every_backend_and_framework_regist
     from airflow_ml_provider.jobs.backends import BACKENDS, backends_for
     from airflow_ml_provider.jobs.spec import Framework
 
-    rows = re.findall(r"^\| `([a-z-]+)`[^|]*\|[^|]*\| ([a-z, ]+) \|$", (REPO / "README.md").read_text(), re.M)
+    rows = re.findall(r"^\| `([a-z-]+)`[^|]*\|[^|]*\| ([a-z, -]+) \|$", (REPO / "README.md").read_text(), re.M)
     table = {backend: set(frameworks.split(", ")) for backend, frameworks in rows}
     registered = {backend: {f.value for f in Framework if backend in backends_for(f.value)} for backend in BACKENDS}
     assert table == registered
