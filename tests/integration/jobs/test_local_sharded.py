@@ -139,7 +139,7 @@ def test_a_worker_killed_mid_run_gives_its_shard_to_the_others(backend):
     ids = committed_ids(spec)
     assert sorted(ids) == list(range(300)), "no row missing, none twice"
     log = job_log(backend, "lose-one")
-    assert re.search(r"rank 1 ended \(exit -9\) while running shard (\d+): it waits again", log)
+    assert re.search(r"rank 1 ended \(exit -9\) (while running shard \d+: it waits again|between shards)", log)
     again = [index for index, n in starts(log).items() if n > 1]
     assert len(again) <= 1, f"only the lost worker's shard ran again: {again}"
 
@@ -150,7 +150,10 @@ def test_a_job_killed_whole_mid_run_resumes_with_only_the_unfinished_shards(back
     backend.submit(name, spec, {})
     wait_for(lambda: len(list(Path(spec.shards.output).glob("shard-*"))) >= 10, what="a quarter committed")
     for proc in job_processes(job_uid(backend, name)):
-        proc.send_signal(signal.SIGKILL)
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:  # (ended meanwhile)
+            continue
     assert final_status(backend, name).state is JobState.PREEMPTED
     wait_for(lambda: not job_processes(job_uid(backend, name)), what="every process of the job gone")
     done_before = len(list(Path(spec.shards.output).glob("shard-*")))

@@ -152,6 +152,8 @@ def _follow(shards: ShardQueue, workers: list[_Worker], procs: list, events: que
                                              f"it waits again{'' if killed else ' (a failed try)'}")
                     if not killed:
                         _note_failure(shards, index, worker, writer)
+                else:
+                    writer.write("launcher", f"rank {worker.rank} ended (exit {code}) between shards")
                 for other in workers:
                     if other.rank not in shards.running:
                         hand_out(other)
