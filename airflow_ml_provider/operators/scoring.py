@@ -86,6 +86,8 @@ class BatchScoringOperator(BaseJobOperator):
 
         try:
             files = dataset_files(self.input, self.runner.hook.data_roots())
+            if not str(self.workers).strip().isdigit():
+                raise ValueError(f"workers: {self.workers!r} is not a whole number of workers")
             workers = int(self.workers)
         except ValueError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
