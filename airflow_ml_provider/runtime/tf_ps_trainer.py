@@ -30,7 +30,7 @@ from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.checkpoints import RESUME_ENV, add_keep_argument, announce_resume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv
-from airflow_ml_provider.runtime.metrics_log import emit, emit_metrics, worker_env
+from airflow_ml_provider.runtime.metrics_log import StepLines, emit, emit_metrics, worker_env
 from airflow_ml_provider.runtime.quiet import quiet_startup
 
 MODEL_FILE = "model.npz"
@@ -137,12 +137,14 @@ def train(tf, args: argparse.Namespace) -> None:
         bias.assign_sub(args.learning_rate * grad_b)
         return loss
 
+    lines = StepLines()  # (every --log-every steps, throttled as the other bundled trainers' step lines)
     while done < args.steps:
         chunk = min(args.log_every, args.steps - done)
         losses = [coordinator.schedule(step_fn, args=(iterator,)) for _ in range(chunk)]
         coordinator.join()
         done += chunk
-        emit_metrics(step=done, loss=float(np.mean([value.fetch() for value in losses])))
+        if lines.due(last=done == args.steps):
+            emit_metrics(step=done, loss=float(np.mean([value.fetch() for value in losses])))
         if manager is not None and (done % args.checkpoint_every == 0 or done == args.steps):
             step.assign(done)
             emit("checkpoint", path=manager.save(checkpoint_number=done), step=done)
