@@ -5,6 +5,7 @@ authentication (a session cookie or a bearer token; none: 401) and the DAG's rea
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from airflow_ml_provider.plugins.training_view import FOLLOW_KEY, VIEW_KEY, gate_targets, page
@@ -65,19 +66,21 @@ def make_app():
     app = FastAPI(title="ML Training view", docs_url=None, redoc_url=None, openapi_url=None)
     may_read = [Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))]
 
-    def found(dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any]:
-        data = read(dag_id, run_id, task_id, map_index)
+    def found(dag_id: str, run_id: str, task_id: str, map_index: str) -> dict[str, Any]:
+        # an unmapped task's tab comes with "{MAP_INDEX}" left as it is (Airflow's UI fills in only a mapped one's)
+        index = int(map_index) if re.fullmatch(r"-?[0-9]{1,9}", map_index) else -1
+        data = read(dag_id, run_id, task_id, index)
         if data is None:
             raise HTTPException(404, f"no task instance {dag_id}/{run_id}/{task_id}[{map_index}]")
         return data
 
     @app.get("/ti/{dag_id}/{run_id}/{task_id}", response_class=HTMLResponse, dependencies=may_read)
-    def view_page(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> HTMLResponse:
+    def view_page(dag_id: str, run_id: str, task_id: str, map_index: str = "-1") -> HTMLResponse:
         return HTMLResponse(page(found(dag_id, run_id, task_id, map_index)),
                             headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"})
 
     @app.get("/api/ti/{dag_id}/{run_id}/{task_id}", dependencies=may_read)
-    def view_data(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any]:
+    def view_data(dag_id: str, run_id: str, task_id: str, map_index: str = "-1") -> dict[str, Any]:
         return found(dag_id, run_id, task_id, map_index)
 
     return app

@@ -76,6 +76,16 @@ def test_the_curve_of_a_running_job_grows_then_shows_the_finished_job_and_its_li
     links = {a.inner_text(): a.get_attribute("href") for a in page.locator("a").all()}
     assert links.get("MLflow (deploy)", "").startswith("http") and links.get("MLflow (evaluate)", "").startswith("http")
 
+    # the same view, as the task instance's "Training" tab in Airflow's UI (an iframe of the page; the UI leaves
+    # "{MAP_INDEX}" in its address for an unmapped task)
+    page.goto(f"{stack.url}/dags/{DAG_ID}/runs/{urllib.parse.quote(running, safe='')}/tasks/train_lightgbm"
+              "/plugin/ml-training")
+    shown = page.frame_locator("iframe").get_by_text("task success, job SUCCEEDED")
+    try:
+        shown.wait_for(timeout=120_000)
+    finally:
+        page.screenshot(path=screenshots / "training-view-tab.png")
+
 
 def test_the_views_api_needs_a_login_and_the_dags_read_permission(stack, running):
     url = stack.url + _view_path(running, api=True)

@@ -156,6 +156,6 @@ def test_the_readme_and_the_design_notes_name_every_backend_and_framework_regist
 def test_the_training_view_page_shows_the_view(built):
     """Issue 45: docs/training_view.md, with a screenshot of the view (tests/ui/test_training_view.py takes it)."""
     page = (built / "training_view.html").read_text()
-    assert re.search(r'<img alt="The training view of a running LightGBM job" src="_images/training_view.png"', page)
+    assert re.search(r'<img alt="The training view of a LightGBM job, the Training tab of its task instance" src="_images/training_view.png"', page)
     assert (built / "_images" / "training_view.png").stat().st_size > 10_000
     assert "lazy_discover_providers = False" in _text(built / "training_view.html")
