@@ -7,7 +7,7 @@ environment is imported) and talks to it over two pipes:
 
 - stdin, from the launcher: first one JSON line, ``{"workers": [{"argv", "env", "cwd", "fd", "stdin"?}], "relays":
   [{"listen": [address, port], "socket": path}], "user": uid}``; then ``{"worker": i, "signal": n}`` lines, signals to
-  send to worker ``i``;
+  send to worker ``i``; its end kills the workers still running;
 - stdout, to the launcher: ``{"started": n}`` once every worker runs (or ``{"failed": i, "error": text}``
   when one could not start, the others then stopped), then ``{"worker": i, "code": c}`` as each ends
   (``c`` as ``Popen.returncode`` has it: negative for a signal).
@@ -78,12 +78,21 @@ def _wait(index: int, proc: subprocess.Popen, report, lock: threading.Lock) -> N
 
 
 def _signals(control, procs: list) -> None:
+    """Signals from the launcher, until it closes the pipe: the job is over then (the launcher has settled
+    it, or died), so a worker still running is killed, and the sandbox, whose end the launcher waits for,
+    ends instead of waiting on it."""
     for line in control:
         try:
             order = json.loads(line)
             procs[order["worker"]].send_signal(order["signal"])
         except (ValueError, KeyError, IndexError, OSError):
             continue
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
 
 
 def _send(report, message: dict) -> None:
