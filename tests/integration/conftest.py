@@ -46,6 +46,13 @@ def _test_dag(dag_id: str) -> Any:
     raise LookupError(f"no test DAG {dag_id!r} in {TEST_DAGS}" + "".join(f"\n  {error}" for error in errors))
 
 
+@pytest.fixture(scope="session")
+def test_dag():
+    """``_test_dag`` for a fixture of a wider scope than ``run_dag``'s (a test module cannot import it: under
+    xdist ``conftest`` may name another folder's)."""
+    return _test_dag
+
+
 @pytest.fixture
 def run_dag(airflow_db):
     def run(dag_id: str) -> DagRunResult:

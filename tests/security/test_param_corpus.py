@@ -29,7 +29,7 @@ REFUSED = [
     ("model_name_quote", "model_name", "m' or '1'='1", "does not match"),
     ("model_name_path", "model_name", "../models/x", "does not match"),
     ("workers_a_billion", "workers", 10**9, "is greater than the maximum of 64"),
-    ("workers_a_string", "workers", "2; rm -rf /", "is not of type 'integer'"),
+    ("workers_a_string", "workers", "2; rm -rf /", "is not of type 'null', 'integer'"),
     ("backend_unknown", "backend", "../../x", "is not one of"),
     ("learning_rate_infinite", "learning_rate", float("inf"), "is greater than the maximum of 1"),
     ("notes_too_long", "notes", "x" * 501, "is too long"),

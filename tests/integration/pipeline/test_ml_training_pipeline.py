@@ -107,10 +107,16 @@ def test_first_model_is_registered_with_lineage_and_becomes_champion(first, regi
 
 
 def test_every_step_passes_only_small_references_through_xcom(first):
+    """What steps hand each other is small; the training view's snapshot of a job (its metric series, last
+    lines and timeline, all bounded by the follow core and operators.live_view) is the view's, not a step's."""
+    from airflow_ml_provider.operators.live_view import VIEW_XCOM_KEY
+
     sizes = {
         f"{task}[{index}].{key}": len(json.dumps(value)) for (task, index, key), value in first.xcom.items()
     }
-    assert max(sizes.values()) < 2048, sizes
+    views = {name: size for name, size in sizes.items() if name.endswith(f".{VIEW_XCOM_KEY}")}
+    assert views and max(views.values()) < 64 * 1024, views
+    assert max(size for name, size in sizes.items() if name not in views) < 2048, sizes
 
 
 def test_rerunning_the_finished_dag_run_retrains_a_new_model_version(first, pipeline, registry):

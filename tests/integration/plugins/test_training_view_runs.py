@@ -14,10 +14,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def viewed(airflow_db):
-    from conftest import _test_dag
-
-    dag_run = _test_dag("ml_view_test").test()
+def viewed(airflow_db, test_dag):
+    dag_run = test_dag("ml_view_test").test()
     return dag_run.run_id
 
 
