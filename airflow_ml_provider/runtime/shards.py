@@ -5,7 +5,9 @@ Two ways to be a worker of a sharded job (``jobs.shards``):
 - any program, run once per shard: ``python -I -S shards.py -- PROGRAM ARGS...`` (the launcher wraps the job's
   command so) runs it with ``AIRFLOW_ML_SHARD_INDEX``, ``AIRFLOW_ML_SHARD_COUNT``, ``AIRFLOW_ML_SHARD_INPUTS``
   (a JSON list of the shard's files) and ``AIRFLOW_ML_SHARD_OUTPUT`` (an empty directory to write into) in its
-  environment, and commits that directory when the program exits 0;
+  environment, and commits that directory when the program exits 0; it may say how many rows it processed by
+  writing the number to ``_ROWS`` in that directory (read as data: anything but a whole number is ignored with
+  a warning naming the shard, and the file is not committed);
 - a Python function over many cheap shards in one process: ``serve(fn)``, ``fn(shard)`` writing into
   ``shard.output`` and returning the rows it processed.
 
@@ -26,6 +28,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -40,6 +43,8 @@ INDEX_ENV, COUNT_ENV, INPUTS_ENV, OUTPUT_ENV = ("AIRFLOW_ML_SHARD_INDEX", "AIRFL
 ATTEMPT_ENV, ROOT_ENV, STREAM_ENV = "AIRFLOW_ML_SHARD_ATTEMPT", "AIRFLOW_ML_SHARDS_OUTPUT", "AIRFLOW_ML_SHARD_STREAM"
 JOB_ENV = "AIRFLOW_ML_JOB_UID"  # the job attempt's (a local launcher's), recorded in the marker
 MARKER = "_COMMITTED"
+ROWS_FILE = "_ROWS"  # a per-shard program's count of the rows it processed, in its output directory
+_ROWS_BYTES = 32
 TMP = ".tmp"  # under the output: tries in progress, as shard-<index>-<random>
 _ERROR_CHARS = 2000
 
@@ -99,11 +104,41 @@ def run_program(argv: list[str], root: str | None = None) -> int:
         code = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL).returncode
         if code != 0:
             raise RuntimeError(f"{argv[0]} exited with code {code}")
-        return 0
+        return _rows_told(shard)
 
     for task in _assignments():
         _report(_attempt(root, count, task, run))
     return 0
+
+
+def _rows_told(shard: Shard) -> int:
+    """The rows a per-shard program wrote to ``_ROWS`` (0 without one), the file removed: a link is not followed,
+    and what is not a whole number in a plain file is ignored, said on stderr (the job's log) naming the shard."""
+    path = os.path.join(shard.output, ROWS_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:  # a link, or not readable
+        told = f"cannot be read ({exc.strerror})"
+    else:
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(_ROWS_BYTES + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b"(not a file)"
+        told = text.decode("ascii", "replace").strip()
+        if len(text) <= _ROWS_BYTES and told.isascii() and told.isdigit():
+            _discard_file(path)
+            return int(told)
+        told = f"is not a whole number ({told[:_ROWS_BYTES]!r})"
+    _discard_file(path)
+    print(f"shard {shard.index}: {ROWS_FILE} {told}; its rows are not counted", file=sys.stderr, flush=True)
+    return 0
+
+
+def _discard_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _one(root: str, count: int, run: Callable[[Shard], int]) -> int:

@@ -32,7 +32,8 @@ def backend(tmp_path) -> LocalBackend:
 def sharded(backend: LocalBackend, name: str, count: int, workers: int = 2, serve: bool = False,
             **plan) -> TrainingJobSpec:
     model_dir = f"{backend.default_artifact_dir(name)}/model"
-    env = {key: str(plan.pop(key)) for key in ("SHARD_DELAY_S", "SHARD_FAIL", "SHARD_CRASH") if key in plan}
+    env = {key: str(plan.pop(key)) for key in ("SHARD_DELAY_S", "SHARD_FAIL", "SHARD_CRASH", "SHARD_ROWS_BAD")
+           if key in plan}
     return TrainingJobSpec(framework="generic", command=["python", WORKER, *(["--serve"] if serve else [])],
                            num_workers=workers, model_dir=model_dir, env=env,
                            shards={"count": count, "output": f"{model_dir}/shards", "in_process": serve,
@@ -69,13 +70,24 @@ def test_every_shard_is_committed_once_and_a_resubmitted_job_skips_them_all(back
     assert starts(log) == Counter(range(23)), "each shard ran once"
     assert {line.split("]")[0] for line in log.splitlines() if line.endswith(tuple(f"start {i}" for i in range(23)))} \
         == {"[rank 0", "[rank 1", "[rank 2"}, "every worker took shards from the queue"
-    rows = 230 if serve else 0  # (a program run per shard says only whether it succeeded)
-    assert f"shards 23/23  rows {rows}" in log
-    assert result(backend, name) == {**result(backend, name), "shards_ran": 23, "shards_skipped": 0, "rows": rows}
+    assert "shards 23/23  rows 230" in log  # a program run per shard tells its rows in _ROWS
+    assert result(backend, name) == {**result(backend, name), "shards_ran": 23, "shards_skipped": 0, "rows": 230}
+    assert not list(Path(spec.shards.output).glob("shard-*/_ROWS")), "the count is data for the launcher, not output"
     assert backend.submit(name, spec, {})  # the same job again (a cleared task): nothing left to run
     assert final_status(backend, name).state is JobState.SUCCEEDED
     assert result(backend, name)["shards_skipped"] == 23 and not starts(job_log(backend, name))
     assert sorted(committed_ids(spec)) == list(range(230))
+
+
+def test_a_per_shard_programs_rows_file_that_is_no_count_is_ignored_naming_the_shard(backend):
+    spec = sharded(backend, "rows-bad", 6, SHARD_ROWS_BAD="2,3")  # 2: text with code in it; 3: a link
+    assert backend.submit("rows-bad", spec, {})
+    assert final_status(backend, "rows-bad").state is JobState.SUCCEEDED, job_log(backend, "rows-bad")
+    log = job_log(backend, "rows-bad")
+    assert "shard 2: _ROWS is not a whole number ('10; import os'); its rows are not counted" in log
+    assert "shard 3: _ROWS cannot be read (Too many levels of symbolic links); its rows are not counted" in log
+    assert result(backend, "rows-bad")["rows"] == 40 and sorted(committed_ids(spec)) == list(range(60))
+    assert not list(Path(spec.shards.output).glob("shard-*/_ROWS"))
 
 
 def test_a_shard_failing_every_try_fails_the_job_naming_it_and_its_last_lines(backend):
