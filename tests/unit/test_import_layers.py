@@ -16,8 +16,8 @@ LAYERS = [
     {"jobs"},  # the Airflow-free core: specs, backends, following a job
     {"search", "serving"},  # the search core, serving manifests (Airflow-free)
     {"assets", "hooks", "reporting"},  # connections and clients; what a run reports (summary, lineage, MLflow output)
+    {"plugins"},  # the API server's views and refusal middleware (they read what the follow core saved, as data)
     {"triggers"},
-    {"plugins"},  # the API server's views and refusal middleware (they read the follow state triggers save)
     {"operators", "sensors"},
     {"recipes"},  # YAML recipe -> DAG
     {"ci", "cli", "get_provider_info"},  # ci: `airflow-ml check`, which loads DAGs and recipes
