@@ -24,7 +24,8 @@ import numpy as np
 
 from airflow_ml_provider.artifact_layout import join
 from airflow_ml_provider.runtime import storage
-from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argument, announce_resume
+from airflow_ml_provider.runtime.boosting_args import boosting_parser
+from airflow_ml_provider.runtime.checkpoints import Checkpoints, announce_resume
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, shard
 from airflow_ml_provider.runtime.evaluate import classification_metrics
 from airflow_ml_provider.runtime.lean_imports import sklearn_hidden
@@ -53,17 +54,9 @@ def build_params(user_params: dict) -> dict:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m airflow_ml_provider.runtime.xgboost_trainer")
-    parser.add_argument("--train-data", required=True, help=".npz (X, y) or .csv with a label column, or their folder")
-    parser.add_argument("--valid-data", help="evaluated by every worker, reported by rank 0 (not sharded)")
-    parser.add_argument("--params-json", default="{}", help="XGBoost parameters as a JSON object")
-    parser.add_argument("--num-boost-round", type=int, default=100)
-    parser.add_argument("--log-every", type=int, default=1)
-    parser.add_argument("--model-dir", help="where rank 0 writes model.ubj (default AIRFLOW_ML_MODEL_DIR)")
-    parser.add_argument("--checkpoint-dir", help="booster checkpoints; resume (default AIRFLOW_ML_CHECKPOINT_DIR)")
-    parser.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints")
-    add_keep_argument(parser)
-    return parser.parse_args(argv)
+    return boosting_parser("xgboost_trainer", "XGBoost", "model.ubj",
+                           ".npz (X, y) or .csv with a label column, or their folder",
+                           "evaluated by every worker, reported by rank 0 (not sharded)").parse_args(argv)
 
 
 def communicator(env: WorkerEnv):
