@@ -10,6 +10,7 @@ returns, and does what the step says (cancel the job, wait). It decides nothing 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -159,7 +160,11 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
                     state[SHOWING] = _showing(step.lines, follower, before)
                 await on_progress(state)
                 unconfirmed = bool(step.lines)
-            if _report(step, log, on_step, backend, name, owns_job):
+            report = functools.partial(_report, step, log, on_step, backend, name, owns_job)
+            # (off the loop's thread when there is a hook: the training view's XCom push is a sync call of the
+            # task's comms, which Airflow 3.3 refuses on a loop's thread whenever another call holds the comms
+            # lock, DeadlockImminentError, seen failing a sync MPIJob task that had succeeded)
+            if await asyncio.to_thread(report) if on_step is not None else report():
                 await asyncio.to_thread(backend.cancel, name)
             if step.action is not Action.WAIT:
                 return step

@@ -102,3 +102,30 @@ def test_a_batch_that_cannot_be_read_again_is_named_not_hidden(tmp_path, shown):
     assert asyncio.run(show_again(state, Gone(tmp_path / "x"), log)) == {k: v for k, v in state.items() if k != SHOWING}
     assert messages == ["Could not show again the 2 lines being shown when the previous triggerer stopped "
                         "(the pods are gone): some of them may be missing above"]
+
+
+class Stop(Exception):
+    """Ends the follow loop from its hook once the hook has been seen."""
+
+
+def test_the_step_hook_runs_off_the_event_loops_thread(tmp_path, shown):
+    """A sync task's hook pushes XCom through Airflow's sync comms, which raise DeadlockImminentError on the
+    thread of a running loop whenever another call holds the comms lock (Airflow 3.3,
+    airflow/sdk/execution_time/comms.py ``send``): a sync MPIJob task that had succeeded failed so in CI."""
+    log, _ = shown
+    path = tmp_path / "job.log"
+    path.write_text("[rank 0] line 0\n")
+    on_loop: list[bool] = []
+
+    def hook(step):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        raise Stop
+
+    with pytest.raises(Stop):
+        asyncio.run(follow_async(Follower(FollowOptions(poll_interval=0.01)), log, source=FileLogSource(path),
+                                 on_step=hook))
+    assert on_loop == [False]
