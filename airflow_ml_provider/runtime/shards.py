@@ -112,29 +112,32 @@ def run_program(argv: list[str], root: str | None = None) -> int:
 
 
 def _rows_told(shard: Shard) -> int:
-    """The rows a per-shard program wrote to ``_ROWS`` (0 without one), the file removed: a link is not followed,
-    and what is not a whole number in a plain file is ignored, said on stderr (the job's log) naming the shard."""
+    """The rows a per-shard program wrote to ``_ROWS`` (0 without one), which is then removed: a link is not
+    followed, and anything but a whole number in a plain file is ignored, said on stderr (the job's log) naming
+    the shard."""
     path = os.path.join(shard.output, ROWS_FILE)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return 0
     except OSError as exc:  # a link, or not readable
-        told = f"cannot be read ({exc.strerror})"
+        text, why = b"", f"cannot be read ({exc.strerror})"
     else:
-        with os.fdopen(fd, "rb") as f:
-            text = f.read(_ROWS_BYTES + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b"(not a file)"
-        told = text.decode("ascii", "replace").strip()
-        if len(text) <= _ROWS_BYTES and told.isascii() and told.isdigit():
-            _discard_file(path)
-            return int(told)
-        told = f"is not a whole number ({told[:_ROWS_BYTES]!r})"
-    _discard_file(path)
-    print(f"shard {shard.index}: {ROWS_FILE} {told}; its rows are not counted", file=sys.stderr, flush=True)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            text, why = (os.read(fd, _ROWS_BYTES + 1), None) if regular else (b"", "is not a file")
+        finally:
+            os.close(fd)
+    _discard(path) if os.path.isdir(path) and not os.path.islink(path) else _unlink(path)
+    told = text.decode("ascii", "replace").strip()
+    if why is None and len(text) <= _ROWS_BYTES and told.isascii() and told.isdigit():
+        return int(told)
+    why = why or f"is not a whole number ({told[:_ROWS_BYTES]!r})"
+    print(f"shard {shard.index}: {ROWS_FILE} {why}; its rows are not counted", file=sys.stderr, flush=True)
     return 0
 
 
-def _discard_file(path: str) -> None:
+def _unlink(path: str) -> None:
     try:
         os.unlink(path)
     except OSError:

@@ -5,7 +5,6 @@ committed exactly once, a resubmitted job skipping what is committed, per-shard 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 from collections import Counter
@@ -80,13 +79,14 @@ def test_every_shard_is_committed_once_and_a_resubmitted_job_skips_them_all(back
 
 
 def test_a_per_shard_programs_rows_file_that_is_no_count_is_ignored_naming_the_shard(backend):
-    spec = sharded(backend, "rows-bad", 6, SHARD_ROWS_BAD="2,3")  # 2: text with code in it; 3: a link
+    spec = sharded(backend, "rows-bad", 6, SHARD_ROWS_BAD="2,3,4")  # 2: text with code in it; 3: a link; 4: a folder
     assert backend.submit("rows-bad", spec, {})
     assert final_status(backend, "rows-bad").state is JobState.SUCCEEDED, job_log(backend, "rows-bad")
     log = job_log(backend, "rows-bad")
     assert "shard 2: _ROWS is not a whole number ('10; import os'); its rows are not counted" in log
     assert "shard 3: _ROWS cannot be read (Too many levels of symbolic links); its rows are not counted" in log
-    assert result(backend, "rows-bad")["rows"] == 40 and sorted(committed_ids(spec)) == list(range(60))
+    assert "shard 4: _ROWS is not a file; its rows are not counted" in log
+    assert result(backend, "rows-bad")["rows"] == 30 and sorted(committed_ids(spec)) == list(range(60))
     assert not list(Path(spec.shards.output).glob("shard-*/_ROWS"))
 
 
