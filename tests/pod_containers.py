@@ -12,8 +12,9 @@ container on it): a pod is one container, named after the pod, with
   appends, and ``$(VAR)`` in command and args expanded as the kubelet does (``expand``);
 - the pod's user: its securityContext's runAsUser/runAsGroup, else the image's USER; allowPrivilegeEscalation false
   as ``no-new-privileges``, a capabilities drop list as ``--cap-drop``;
-- volumes: a persistentVolumeClaim from ``claims`` (claim name -> host folder), the controller's ConfigMaps and
-  Secrets as folders the test writes with the items' modes, each at its mount path;
+- volumes: a persistentVolumeClaim from ``claims`` (claim name -> host folder), a configMap volume from
+  ``config_maps`` (a folder of its keys: ``config_map_folder``), the controller's ConfigMaps and Secrets as folders
+  the test writes with the items' modes, each at its mount path;
 - restartPolicy: Never as ``--restart no``, OnFailure as ``--restart on-failure``, Always as ``--restart always``.
 
 Needs root (rootful podman) and the image of ``make image`` (tests/training_image.py).
@@ -90,9 +91,10 @@ class PodNetwork:
     def start(self, hostname: str, subdomain: str, pod: dict, container: dict, *,
               extra_env: dict[str, str] | None = None, mounts: dict[str, Path] | None = None,
               claims: dict[str, Path] | None = None, fields: dict[str, str] | None = None,
-              hosts: dict[str, str] | None = None) -> str:
+              hosts: dict[str, str] | None = None, config_maps: dict[str, Path] | None = None) -> str:
         """Start ``container`` of pod spec ``pod`` as pod ``hostname`` under Service ``subdomain``; ``mounts``
         (mount path -> host folder) are the controller's ConfigMap and Secret volumes, ``claims`` the PVCs,
+        ``config_maps`` (name -> host folder, ``config_map_folder``) the ConfigMaps the pod's own volumes name,
         ``hosts`` (name -> address) names outside the network (tests/pod_api.py: the API server's)."""
         assert not self.closed, f"pod {hostname}: the network is gone"
         name = f"{self.network}-{hostname}"
@@ -115,7 +117,11 @@ class PodNetwork:
             options += ["--cap-drop", capability]
         volumes = {volume["name"]: volume for volume in pod.get("volumes") or []}
         for mount in container.get("volumeMounts") or []:
-            claim = volumes[mount["name"]]["persistentVolumeClaim"]["claimName"]
+            volume = volumes[mount["name"]]
+            if "configMap" in volume:  # the kubelet's configMap volume: the data's keys as files, read-only
+                options += ["-v", f"{(config_maps or {})[volume['configMap']['name']]}:{mount['mountPath']}:ro"]
+                continue
+            claim = volume["persistentVolumeClaim"]["claimName"]
             options += ["-v", f"{(claims or {})[claim]}:{mount['mountPath']}{':ro' if mount.get('readOnly') else ''}"]
         for target, source in (mounts or {}).items():
             options += ["-v", f"{source}:{target}"]
@@ -179,6 +185,17 @@ class PodNetwork:
 
     def describe(self) -> str:
         return "; ".join(f"{h}: {shlex.quote(n)}" for h, n in self.pods.items())
+
+
+def config_map_folder(config_map: dict, folder: Path) -> Path:
+    """A ConfigMap's data as the kubelet's configMap volume shows it: a file per key (mode 0644, its default
+    ``defaultMode``), in ``folder``, readable by every pod's user."""
+    folder.mkdir(parents=True)
+    folder.chmod(0o755)
+    for key, value in (config_map.get("data") or {}).items():
+        (folder / key).write_text(value)
+        (folder / key).chmod(0o644)
+    return folder
 
 
 def json_events(text: str) -> list[dict]:

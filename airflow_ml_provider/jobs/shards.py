@@ -166,6 +166,29 @@ class ShardQueue:
                 "failed_shards": sorted(self.failed)[:FAILED_LISTED], "rows": self.rows}
 
 
+def settled(count: int, max_attempts: int = 3, max_failed_shards: int = 0, *, job: str | None,
+            committed: dict[int, dict], failed: set[int]) -> ShardQueue:
+    """The queue of a job whose shards its own pods settled (an Indexed Job's: ``backends.kubernetes.sharded``), so
+    that its ``result()`` says what a local job's says: ``committed`` maps each committed shard to its marker (ran
+    by this job when the marker names ``job``, its Job's uid; skipped otherwise: committed before it), ``failed``
+    the shards out of tries (a committed one is done, whatever failed before)."""
+    queue = ShardQueue(count, max_attempts, max_failed_shards)
+    queue.pending.clear()
+    for index, marker in committed.items():
+        if not 0 <= index < count:
+            continue
+        if job is not None and marker.get("job") == job:
+            queue.ran += 1
+            rows, attempt = marker.get("rows"), marker.get("attempt")
+            queue.rows += rows if type(rows) is int and 0 <= rows < 2**63 else 0
+            queue.retried += attempt - 1 if type(attempt) is int and 1 <= attempt <= max_attempts else 0
+        else:
+            queue.skipped += 1
+    queue.failed = sorted(index for index in failed if 0 <= index < count and index not in committed)
+    queue.retried += len(queue.failed) * (max_attempts - 1)
+    return queue
+
+
 def progress(queue: ShardQueue, elapsed_s: float) -> str:
     """``shards 4,210/10,000  rows 8.1M  2,310 rows/s  ETA 41 min``: the settled shards, the rows this attempt
     scored, its rate and, from the rate of the shards it ran, the time the rest will take."""

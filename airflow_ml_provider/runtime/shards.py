@@ -46,6 +46,8 @@ MARKER = "_COMMITTED"
 ROWS_FILE = "_ROWS"  # a per-shard program's count of the rows it processed, in its output directory
 _ROWS_BYTES = 32
 TMP = ".tmp"  # under the output: tries in progress, as shard-<index>-<random>
+FAILED = ".failed"  # under the output: shards out of tries, as shard-<index>.json (runtime.shard_pod)
+_RECORD_BYTES = 65536
 _ERROR_CHARS = 2000
 
 
@@ -73,6 +75,76 @@ def committed(root: str, index: int) -> bool:
     return os.path.isdir(final) and not os.path.islink(final) and os.path.isfile(os.path.join(final, MARKER))
 
 
+def failed_record(root: str, index: int) -> dict | None:
+    """Shard ``index``'s failure record (``<root>/.failed/shard-<index>.json``: its tries, last error and job),
+    written by a pod of an Indexed Job whose shard ran out of tries (``runtime.shard_pod``), or None."""
+    return _read_json(_fs(root) if "://" in root else None, _join(root, FAILED, f"{shard_name(index)}.json"))
+
+
+def record_failure(root: str, index: int, record: dict) -> None:
+    """Write shard ``index``'s failure record (replaced whole: a temporary file renamed, or one object)."""
+    data = json.dumps({"index": index, **record})[:_RECORD_BYTES]
+    name = f"{shard_name(index)}.json"
+    if "://" in root:
+        with _fs(root).open(_join(root, FAILED, name), "w") as f:
+            f.write(data)
+        return
+    folder = os.path.join(root, FAILED)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, os.path.join(folder, name))
+
+
+def records(root: str) -> tuple[dict[int, dict], dict[int, dict]]:
+    """What is settled under ``root``: each committed shard's marker and each failure record, by shard index (one
+    listing of each folder; a marker that cannot be read counts as committed, with nothing known of it)."""
+    fs = _fs(root) if "://" in root else None
+    committed_ones: dict[int, dict] = {}
+    failed: dict[int, dict] = {}
+    for name in _names(fs, root):
+        index = _index_of(name, "")
+        if index is not None and committed(root, index):
+            committed_ones[index] = _read_json(fs, _join(root, name, MARKER)) or {}
+    for name in _names(fs, _join(root, FAILED)):
+        index = _index_of(name, ".json")
+        if index is not None and (record := failed_record(root, index)) is not None:
+            failed[index] = record
+    return committed_ones, failed
+
+
+def _names(fs, folder: str) -> list[str]:
+    try:
+        if fs is not None:
+            return [path.rstrip("/").rsplit("/", 1)[-1] for path in fs.ls(folder, detail=False)]
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _index_of(name: str, suffix: str) -> int | None:
+    """The shard a name under the output is of (``shard-000042`` + ``suffix``), or None."""
+    if not name.startswith("shard-") or not name.endswith(suffix):
+        return None
+    digits = name[len("shard-"):len(name) - len(suffix)]
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 7 else None
+
+
+def _read_json(fs, path: str) -> dict | None:
+    try:
+        if fs is not None:
+            with fs.open(path, "r") as f:
+                value = json.loads(f.read(_RECORD_BYTES))
+        else:
+            with open(path, encoding="utf-8") as f:
+                value = json.loads(f.read(_RECORD_BYTES))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def serve(fn: Callable[[Shard], int | None], root: str | None = None) -> int:
     """Run ``fn`` over the shards the launcher hands this worker, one after another; returns the exit code. Outside
     a launcher's stream (a pod of an Indexed Job, a run by hand) it runs the one shard its environment names."""
@@ -95,6 +167,15 @@ def run_program(argv: list[str], root: str | None = None) -> int:
     went, and its output is the job's log."""
     root = root or os.environ[ROOT_ENV]
     count = int(os.environ.get(COUNT_ENV, "1"))
+    run = program(argv, count)
+    for task in _assignments():
+        _report(_attempt(root, count, task, run))
+    return 0
+
+
+def program(argv: list[str], count: int) -> Callable[[Shard], int]:
+    """What runs one try of a shard as ``argv``, in a process of its own with the worker's contract in its
+    environment (the launcher's workers, and a pod of an Indexed Job: ``runtime.shard_pod``)."""
 
     def run(shard: Shard) -> int:
         env = os.environ | {INDEX_ENV: str(shard.index), COUNT_ENV: str(count), ATTEMPT_ENV: str(shard.attempt),
@@ -106,9 +187,7 @@ def run_program(argv: list[str], root: str | None = None) -> int:
             raise RuntimeError(f"{argv[0]} exited with code {code}")
         return _rows_told(shard)
 
-    for task in _assignments():
-        _report(_attempt(root, count, task, run))
-    return 0
+    return run
 
 
 def _rows_told(shard: Shard) -> int:

@@ -9,6 +9,7 @@ DNS answers ``<hostname>.<subdomain>`` (tests/pod_containers.py), as the image's
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +17,13 @@ import pytest
 import yaml
 from job_controller import IndexedJob
 from kueue_controller import admit_job, admit_trainjob, webhook_default_trainjob
-from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, json_events
+from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, config_map_folder, json_events
 from trainer_controller import jobset_for, pods_of
 
 from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.backends.kubernetes import sharded
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.runtime.shards import MARKER, records
 
 pytestmark = pytest.mark.integration
 
@@ -239,3 +242,79 @@ def test_trainjob_runs_the_bundled_xgboost_trainer_in_the_image(tmp_path, traini
     assert (claims["work"] / "model" / "model.ubj").exists()
     assert sorted(p.name for p in (claims["work"] / "checkpoints").iterdir()) == ["booster-000010.json",
                                                                                   "booster-000020.json"]
+
+
+# A shard's program: it reads its inputs (ids, a line each), writes them to its output, counts its rows, and notes each
+# run in /work/runs; the shard whose /work/slow-<index> exists sleeps until its pod is killed.
+SHARD_PROGRAM = """
+import json, os, pathlib, time, uuid
+index = os.environ["AIRFLOW_ML_SHARD_INDEX"]
+(pathlib.Path("/work/runs") / f"{index}-{uuid.uuid4().hex[:8]}").write_text(os.environ["AIRFLOW_ML_SHARD_ATTEMPT"])
+time.sleep(120 if pathlib.Path(f"/work/slow-{index}").exists() else 1)
+rows = [line for path in json.loads(os.environ["AIRFLOW_ML_SHARD_INPUTS"]) for line in open(path).read().split()]
+out = pathlib.Path(os.environ["AIRFLOW_ML_SHARD_OUTPUT"])
+(out / "rows.txt").write_text("\\n".join(rows) + "\\n")
+(out / "_ROWS").write_text(str(len(rows)))
+"""
+
+
+@pytest.mark.parametrize("per_index", [True, False], ids=["backoffLimitPerIndex", "pod-side-retry"])
+def test_a_sharded_job_of_12_shards_on_3_pods_commits_each_once_with_a_killed_shard_rerun(tmp_path, training_image,
+                                                                                         network, claims, per_index):
+    """Issue 43: the indexed-job rendering of a sharded job runs as the Job controller runs it (tests/job_controller.py:
+    3 pods at once for 12 completions, a new pod for a failed one's index, with backoffLimitPerIndex or by the global
+    backoffLimit). Shard 4's pod is killed mid-run (podman kill): its index gets a new pod, which re-runs it; every
+    shard ends committed exactly once (each input row once in the outputs), and the result says so. A second Job over
+    the same output skips every shard."""
+    work = claims["work"]
+    (work / "data").mkdir()
+    for i in range(12):
+        (work / "data" / f"part-{i:02d}.txt").write_text("".join(f"id-{i}-{r}\n" for r in range(5)))
+    (work / "runs").mkdir(mode=0o777)
+    (work / "runs").chmod(0o777)
+    (work / "slow-4").write_text("")
+    spec = TrainingJobSpec(framework="generic", num_workers=3, image=training_image, model_dir="/work/model",
+                           kubernetes={"volumes": [CLAIM]}, scheduling={"gang": False},
+                           command=["python", "-c", SHARD_PROGRAM],
+                           shards={"count": 12, "output": "/work/model/shards", "max_attempts": 3,
+                                   "inputs": [[f"/work/data/part-{i:02d}.txt"] for i in range(12)]})
+    backend = get_backend("indexed-job", api_client=None, namespace=NAMESPACE, per_index_retries=per_index)
+    job, plan = backend.manifests("score", spec, {})
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (12, 3)
+    folder = config_map_folder(plan, tmp_path / "plan")
+    killed: list[str] = []
+
+    def kill_shard_4(controller: IndexedJob) -> None:
+        runs = [p.name for p in (work / "runs").iterdir() if p.name.startswith("4-")]
+        if runs and not killed:
+            network.kill("score-4")  # mid-run: it sleeps while /work/slow-4 exists
+            killed.append(runs[0])
+            (work / "slow-4").unlink()
+
+    controller = IndexedJob("score", job["spec"], network, claims, uid="job-uid-1", config_maps={"score": folder})
+    end = controller.run(JOB_TIMEOUT_S, on_tick=kill_shard_4)
+    assert end == "Complete", {h: network.logs(h)[-2000:] for h in network.pods}
+    assert killed and controller.max_active == 3
+    assert len(controller.pod_names[4]) == 2 and all(len(controller.pod_names[i]) == 1 for i in range(12) if i != 4)
+    runs = sorted(p.name.split("-")[0] for p in (work / "runs").iterdir())
+    assert runs == sorted([str(i) for i in range(12)] + ["4"]), "every shard ran once, the killed one twice"
+    shards_out = work / "model" / "shards"
+    assert sorted(p.name for p in shards_out.glob("shard-*")) == [f"shard-{i:06d}" for i in range(12)]
+    rows = [line for i in range(12) for line in (shards_out / f"shard-{i:06d}" / "rows.txt").read_text().split()]
+    assert sorted(rows) == sorted(f"id-{i}-{r}" for i in range(12) for r in range(5)), "no row missing or twice"
+    assert not list((shards_out / ".tmp").iterdir()), "the killed try's files are gone"
+    attempt = json.loads((shards_out / "shard-000004" / MARKER).read_text())["attempt"]
+    assert attempt == (2 if per_index else 1), "per index: the rerun is the index's second try (failure count 1)"
+    ran = {"metadata": {"uid": controller.uid, "annotations": job["metadata"]["annotations"]}, "status": controller.status}
+    assert sharded.result(ran, *records(str(shards_out))) == {
+        "shards": 12, "shards_done": 12, "shards_ran": 12, "shards_skipped": 0, "shards_retried": 1 if per_index else 0,
+        "shards_failed": 0, "failed_shards": [], "rows": 60}
+
+    for host in list(network.pods):  # a resubmitted job: a new Job (uid) over the same output
+        network.rename_stopped(host, f"first-{host}")
+    again = IndexedJob("score", job["spec"], network, claims, uid="job-uid-2", config_maps={"score": folder})
+    assert again.run(JOB_TIMEOUT_S) == "Complete"
+    assert len(list((work / "runs").iterdir())) == 13, "no shard ran again"
+    assert "shard 7: committed already; skipped" in network.logs("score-7")
+    rerun = {"metadata": {"uid": again.uid, "annotations": job["metadata"]["annotations"]}, "status": again.status}
+    assert sharded.result(rerun, *records(str(shards_out)))["shards_skipped"] == 12

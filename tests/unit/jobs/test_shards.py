@@ -72,15 +72,15 @@ def test_a_plan_has_one_input_list_per_shard_and_its_output_is_the_jobs_own():
         TrainingJobSpec(**{**spec, "framework": "lightgbm"}, shards={"count": 3, "output": "/a/model/s"})
 
 
-@pytest.mark.parametrize("kind", ["mpijob", "volcano", "indexed-job", "trainjob"])
-def test_the_cluster_backends_refuse_a_sharded_job_naming_the_backends_that_run_one(kind):
+@pytest.mark.parametrize("kind", ["mpijob", "volcano", "trainjob"])
+def test_the_other_cluster_backends_refuse_a_sharded_job_naming_the_backends_that_run_one(kind):
     from airflow_ml_provider.jobs.backends import get_backend, sharding_backends
     from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 
-    assert sharding_backends() == ["local"]
+    assert sharding_backends() == ["local", "indexed-job"]
     spec = TrainingJobSpec(framework="generic", command=["score"], num_workers=2, image="img:1", model_dir="s3://b/m",
                            shards={"count": 100, "output": "s3://b/m/shards"})
     backend = get_backend(kind, api_client=None, namespace="ml", **({"training_runtime": "rt"} if kind == "trainjob" else {}))
     with pytest.raises(JobSubmissionError, match=f"^shards: the {kind} backend does not run sharded jobs; backends "
-                                                 "that do: local$"):
+                                                 "that do: local, indexed-job$"):
         backend.render("job", spec, {})

@@ -93,6 +93,7 @@ class KubernetesBackend(Backend):
     kind: ClassVar[str]
     frameworks: ClassVar[frozenset[Framework]]
     roles: ClassVar[bool] = False  # renders a job of several roles (TrainingJobSpec.roles, jobs.roles)
+    shards: ClassVar[bool] = False  # runs a sharded job (TrainingJobSpec.shards, jobs.shards)
     # The primary object's field that holds it suspended until Kueue admits it; None: Kueue cannot manage the kind.
     suspend_field: ClassVar[tuple[str, ...] | None] = None
     # The spec fields ``pod_group`` reads: all of its spec that the shared watch keeps of a job (``watched``).
@@ -155,7 +156,7 @@ class KubernetesBackend(Backend):
     def _check_framework(self, spec: TrainingJobSpec) -> None:
         """JobSubmissionError naming the backends that run the spec's framework, if this one does not: no
         manifest (submitted, dry-run or rendered) is ever made for a framework its launcher cannot start."""
-        if spec.shards is not None:
+        if spec.shards is not None and not self.shards:
             from airflow_ml_provider.jobs.backends import sharding_backends
 
             raise JobSubmissionError(f"shards: the {self.name} backend does not run sharded jobs; backends that do: "

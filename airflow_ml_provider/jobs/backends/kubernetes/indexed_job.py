@@ -26,14 +26,20 @@ API to expose the index in the JOB_COMPLETION_INDEX environment variable"
 (https://kubernetes.io/docs/tasks/job/indexed-parallel-processing-static/), and JobSpec.completionMode: "the Pod
 hostname takes the form $(job-name)-$(index)" (the batch/v1 API reference). The torch lines are torch 2.13.0's,
 the version requirements/training.lock pins.
+
+A sharded job (``TrainingJobSpec.shards``) is one Indexed Job of ``shards.count`` completions, ``num_workers`` pods at
+once, pod ``i`` running shard ``i`` and committing it once, with per-shard retries by ``backoffLimitPerIndex`` where
+the server has it (1.29 and later, read from its ``/version`` once per backend) and by the pod itself elsewhere; its
+inputs in a ConfigMap of the job's name, no Service (its pods never talk to each other). See ``sharded``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 from airflow_ml_provider.jobs import torchrun, xgboost
-from airflow_ml_provider.jobs.backends.kubernetes import roles
+from airflow_ml_provider.jobs.backends.kubernetes import roles, sharded
 from airflow_ml_provider.jobs.backends.kubernetes.base import KubernetesBackend
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     check_pod_security,
@@ -93,7 +99,13 @@ def rendezvous(name: str, spec: TrainingJobSpec) -> dict[str, str]:
 
 
 class IndexedJobBackend(KubernetesBackend):
-    """``scheduling.priority_class`` becomes the pods' priorityClassName; see ``check_options`` for the rest."""
+    """``scheduling.priority_class`` becomes the pods' priorityClassName; see ``check_options`` for the rest.
+
+    Args:
+        per_index_retries: whether the cluster's Job controller retries a sharded job's shards itself
+            (``backoffLimitPerIndex``); None: asked of the server's ``/version`` (1.29 or later) when a sharded job is
+            first rendered, and no (the pods retry) without a server to ask.
+    """
 
     name = "indexed-job"
     api_version = "batch/v1"
@@ -101,10 +113,17 @@ class IndexedJobBackend(KubernetesBackend):
     frameworks = frozenset({Framework.LIGHTGBM, Framework.PYTORCH, Framework.XGBOOST, Framework.TENSORFLOW_PS,
                             Framework.GENERIC})
     roles = True  # an Indexed Job per role behind the job's one headless Service (kubernetes.roles)
+    shards = True  # a sharded job: an index per shard (kubernetes.sharded)
     suspend_field = ("spec", "suspend")  # Kueue's batch/job integration
+
+    def __init__(self, *args, per_index_retries: bool | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.per_index_retries = per_index_retries
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         check_options(spec)
+        if spec.shards is not None:
+            return self._sharded(name, spec, labels)
         if spec.roles is not None:
             if self.queueing is not None:  # Kueue would admit each role's Job alone, not the job whole
                 raise ValueError("roles: under Kueue, indexed-job would have each role's Job admitted alone; a job of "
@@ -136,18 +155,67 @@ class IndexedJobBackend(KubernetesBackend):
         return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata(name, self.namespace, labels),
                  "spec": job_spec}, _service(name, self.namespace, labels, port)]
 
+    def _sharded(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
+        """The Indexed Job of a sharded job and its plan's ConfigMap (``kubernetes.sharded``)."""
+        refuse_unused(spec, "indexed-job (shards)", "worker_port")
+        per_index = self._per_index()
+        worker = container(spec, "worker", sharded.command(spec, per_index))
+        worker["env"] += sharded.downward_env(per_index)
+        template = pod_template(spec, labels, "worker", [worker])
+        plan = sharded.plan_config_map(name, self.namespace, labels, spec.shards)
+        if plan is not None:
+            sharded.mount_plan(template, name)
+        job_spec = {**sharded.job_fields(spec, per_index), "template": template}
+        if deadline := deadline_s(spec):
+            job_spec["activeDeadlineSeconds"] = deadline
+        meta = {**metadata(name, self.namespace, labels), "annotations": sharded.annotation(spec.shards)}
+        return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}, *([plan] if plan else [])]
+
+    def _per_index(self) -> bool:
+        """Whether the Job controller retries each index (``per_index_retries``, else the server's version, read
+        once; a server without Indexed Jobs refused)."""
+        if self.per_index_retries is None:
+            if self.api is None:
+                return False
+            try:
+                version = self._call("GET", "/version")
+            except Exception as exc:  # noqa: BLE001 - unknown: the pods retry, which every server runs
+                log.warning("indexed-job: the server's /version could not be read (%s); a sharded job's pods retry "
+                            "their shards themselves", exc)
+                version = {}
+            sharded.check_indexed(version)
+            self.per_index_retries = sharded.per_index_supported(version)
+        return self.per_index_retries
+
     def dependents(self, primary: dict, others: list[dict]) -> list[dict]:
-        """A job of several roles: the other roles' Jobs owned by the chief's, deleted with it."""
-        return roles.owned_by(primary, others)
+        """A job of several roles: the other roles' Jobs owned by the chief's, deleted with it; a sharded job's plan
+        ConfigMap owned by its Job too."""
+        owner = {"apiVersion": primary["apiVersion"], "kind": primary["kind"], "name": primary["metadata"]["name"],
+                 "uid": primary["metadata"]["uid"]}
+        return [{**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}} if obj["kind"] == "ConfigMap"
+                else obj for obj in roles.owned_by(primary, others)]
 
     def owned_kinds(self) -> list[tuple[str, str]]:
-        return [("batch/v1", "Job"), ("v1", "Service")]
+        return [("batch/v1", "Job"), ("v1", "Service"), ("v1", "ConfigMap")]
+
+    def shard_result(self, name: str) -> dict:
+        """A sharded job's result, as a local one's (``ShardQueue.result``): what its Job says and what is committed
+        and recorded under its ``shards.output`` (read here: a URL, or a path this machine mounts too)."""
+        from airflow_ml_provider.runtime.shards import records
+
+        job = self.get(self.kind, name)
+        plan = json.loads(((job.get("metadata") or {}).get("annotations") or {}).get(sharded.PLAN_ANNOTATION) or "{}")
+        if not plan.get("output"):
+            raise ValueError(f"Job {self.namespace}/{name} is no sharded job (no {sharded.PLAN_ANNOTATION} annotation)")
+        return sharded.result(job, *records(plan["output"]))
 
     def job_status(self, obj: dict) -> JobStatus:
         status = obj.get("status", {})
         for condition in status.get("conditions", []):
             if condition.get("status") != "True" or condition.get("type") not in CONDITION_STATES:
                 continue
+            if (within := sharded.shard_state(condition, status)) is not None:
+                return within
             state = CONDITION_STATES[condition["type"]]
             if state.is_terminal:
                 return ended(state, said(condition, condition["type"]))

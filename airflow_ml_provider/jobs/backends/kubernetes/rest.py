@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the client itself is imported only by the backends that cal
 
 OBJECT = {200: "object", 201: "object", 202: "object"}  # deserialize any success as plain dicts
 _PLURALS = {"MPIJob": "mpijobs", "Job": "jobs", "Service": "services", "PodGroup": "podgroups", "Pod": "pods",
-            "Workload": "workloads", "TrainJob": "trainjobs", "JobSet": "jobsets"}
+            "Workload": "workloads", "TrainJob": "trainjobs", "JobSet": "jobsets", "ConfigMap": "configmaps"}
 _DNS_SUBDOMAIN = re.compile(rf"{DNS_LABEL.pattern}(\.{DNS_LABEL.pattern})*")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})  # overload and server-side trouble: worth another try
 REFUSED = frozenset({401, 403})  # who we are, what we may do: retrying cannot fix either

@@ -1,0 +1,114 @@
+"""A sharded job on the indexed-job backend against the real kube-apiserver (tests/kube_cluster.py: Kubernetes
+v1.20.2, older than Indexed Jobs and than backoffLimitPerIndex, so it drops completionMode, backoffLimitPerIndex and
+maxFailedIndexes from a Job, as any server drops the fields it does not know)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kube_cluster import ApiError, resource_path
+
+from airflow_ml_provider.jobs.backends import get_backend
+from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+from airflow_ml_provider.jobs.backends.kubernetes import sharded
+from airflow_ml_provider.jobs.naming import JobIdentity
+from airflow_ml_provider.jobs.spec import TrainingJobSpec
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = JobIdentity("scoring", "score", "manual__2026-12-02T00:00:00+00:00")
+# What the test server drops of a sharded Job: fields newer than it (completionMode 1.21 alpha, the per-index ones 1.28)
+NEWER_THAN_THE_SERVER = {"completionMode", "backoffLimitPerIndex", "maxFailedIndexes"}
+
+
+def _spec(count: int = 40) -> TrainingJobSpec:
+    return TrainingJobSpec(framework="generic", command=["python", "-m", "my_scorer", "--fast"], num_workers=4,
+                           image="registry.example/score:1", model_dir="s3://bucket/model", scheduling={"gang": False},
+                           kubernetes={"volumes": [{"name": "data", "mount_path": "/data", "claim": "datasets",
+                                                    "read_only": True}]},
+                           shards={"count": count, "output": "s3://bucket/model/shards", "max_attempts": 4,
+                                   "max_failed_shards": 2,
+                                   "inputs": [[f"s3://bucket/in/part-{i:05d}.parquet"] for i in range(count)]})
+
+
+def _kept(rendered, stored, path: str = "") -> list[str]:
+    """Where ``stored`` lacks or changed a value of ``rendered`` (the server's defaults it adds are fine)."""
+    if isinstance(rendered, dict):
+        return [miss for key, value in rendered.items() for miss in
+                ([f"{path}.{key}"] if not isinstance(stored, dict) or key not in stored
+                 else _kept(value, stored[key], f"{path}.{key}"))]
+    if isinstance(rendered, list):
+        if not isinstance(stored, list) or len(stored) != len(rendered):
+            return [path]
+        return [miss for i, (a, b) in enumerate(zip(rendered, stored)) for miss in _kept(a, b, f"{path}[{i}]")]
+    return [] if rendered == stored else [path]
+
+
+@pytest.mark.parametrize("per_index", [False, True], ids=["pod-side-retry", "backoffLimitPerIndex"])
+def test_a_sharded_jobs_indexed_job_and_plan_are_accepted_and_kept(kube_cluster, namespace, per_index):
+    """Submitted as for a 1.22-1.28 cluster (the pods retry) and for 1.29+ (backoffLimitPerIndex): the server keeps
+    every field it knows: completions, parallelism, backoffLimit, the pods' command, downward-API variables and plan
+    volume, the plan annotation; the plan ConfigMap is stored with one line per shard and owned by the Job."""
+    backend = get_backend("indexed-job", api_client=kube_cluster.api_client(), namespace=namespace,
+                          per_index_retries=per_index)
+    name = IDENTITY.name
+    rendered_job, rendered_plan = backend.manifests(name, _spec(), {**IDENTITY.labels(),
+                                                                     "ml.airflow.apache.org/job-name": name})
+    assert backend.submit(name, _spec(), IDENTITY.labels()) is True
+    job = backend.get("Job", name)
+    dropped = {path.split(".")[2] for path in _kept(rendered_job, job)}
+    assert dropped == NEWER_THAN_THE_SERVER & set(rendered_job["spec"]), _kept(rendered_job, job)
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (40, 4)
+    assert ("backoffLimit" in rendered_job["spec"]) is not per_index
+    if not per_index:
+        assert job["spec"]["backoffLimit"] == 16  # max_attempts 4 per pod that runs at once
+    (worker,) = job["spec"]["template"]["spec"]["containers"]
+    assert worker["command"][:3] == ["python", "-m", "airflow_ml_provider.runtime.shard_pod"]
+    assert worker["command"][worker["command"].index("--") + 1:] == ["python", "-m", "my_scorer", "--fast"]
+    uid_label = job["spec"]["template"]["metadata"]["labels"]["controller-uid"]
+    assert uid_label == job["metadata"]["uid"], "the label the pods' AIRFLOW_ML_JOB_UID reads on this server"
+    plan = backend.get("ConfigMap", name, "v1")
+    assert not _kept(rendered_plan["data"], plan["data"])
+    assert len(plan["data"][sharded.PLAN_KEY].splitlines()) == 40
+    assert plan["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert json.loads(job["metadata"]["annotations"][sharded.PLAN_ANNOTATION])["max_failed_shards"] == 2
+    backend.delete(name)
+    with pytest.raises(ApiError):
+        kube_cluster.request("GET", resource_path("v1", "ConfigMap", namespace, name))
+
+
+def test_asked_its_version_the_test_server_is_too_old_for_a_sharded_job_and_says_so(kube_cluster, namespace):
+    """per_index_retries unset: the backend reads /version (v1.20.2 here) and refuses, since the server would drop
+    completionMode and run 40 pods with no completion index."""
+    assert kube_cluster.request("GET", "/version")["minor"].rstrip("+") == "20"
+    backend = get_backend("indexed-job", api_client=kube_cluster.api_client(), namespace=namespace)
+    with pytest.raises(JobSubmissionError, match=r"^shards: the cluster's Kubernetes v1\.20\.\d+ has no Indexed Jobs"):
+        backend.submit(IDENTITY.name, _spec(), IDENTITY.labels())
+    with pytest.raises(ApiError):
+        kube_cluster.request("GET", resource_path("batch/v1", "Job", namespace, IDENTITY.name))
+
+
+def test_the_plans_1_mib_bound_is_the_api_servers(kube_cluster, namespace):
+    """A ConfigMap of exactly 1 MiB of data is stored; one byte more is refused by the server itself, which is where
+    the backend refuses a plan (naming shards.inputs) before sending anything."""
+    def config_map(name: str, size: int) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                "data": {sharded.PLAN_KEY: "x" * size}}
+
+    path = resource_path("v1", "ConfigMap", namespace)
+    kube_cluster.request("POST", path, config_map("fits", sharded.CONFIGMAP_MAX_BYTES))
+    with pytest.raises(ApiError) as refused:
+        kube_cluster.request("POST", path, config_map("over", sharded.CONFIGMAP_MAX_BYTES + 1))
+    assert refused.value.status == 422
+    long = "s3://bucket/" + "y" * 4000
+    per_shard = len(json.dumps([long], separators=(",", ":"))) + 1
+    over = sharded.CONFIGMAP_MAX_BYTES // per_shard + 1
+    spec = TrainingJobSpec(**{**_spec().model_dump(), "shards": {**_spec().shards.model_dump(), "count": over,
+                                                                 "inputs": [[long]] * over}})
+    backend = get_backend("indexed-job", api_client=kube_cluster.api_client(), namespace=namespace,
+                          per_index_retries=False)
+    with pytest.raises(JobSubmissionError, match=r"^shards\.inputs: "):
+        backend.submit("big", spec, IDENTITY.labels())
+    with pytest.raises(ApiError):
+        kube_cluster.request("GET", resource_path("batch/v1", "Job", namespace, "big"))
