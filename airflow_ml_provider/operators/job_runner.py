@@ -286,9 +286,12 @@ class JobRunner:
         state = step.status.state if step.status else JobState.FAILED
         try:
             if step.action is Action.FINISH:
-                self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(follower.metrics))
+                metrics = follower.metrics
+                if self.spec is not None and self.spec.shards is not None and (told := backend.job_result(name)):
+                    metrics = {**metrics, **told}  # a sharded Indexed Job's result (no launcher's line in its log)
+                self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(metrics))
                 return {"job_name": name, "backend": backend.name, "state": state.value,
-                        "metrics": follower.metrics, "image": self._image(backend),
+                        "metrics": metrics, "image": self._image(backend),
                         "model_path": follower.model_path or (self.spec.model_dir if self.spec else None)}
             message = follower.failure(f"{self.task.task_id}: job {name}: {step.message}")
             if not step.retryable:

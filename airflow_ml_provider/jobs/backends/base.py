@@ -84,6 +84,11 @@ class Backend(ABC):
         """A follower of the job is alive. Backends whose jobs outlive an abandoned owner (local) use
         it to stop orphans; the default does nothing (cluster jobs carry their own deadline)."""
 
+    def job_result(self, name: str) -> dict | None:
+        """What the job's result is where its log does not say it (its own objects do: a sharded Indexed Job's
+        shards), merged into the task's metrics once the job succeeded; None: its log's ``result`` line says it."""
+        return None
+
     def default_artifact_dir(self, name: str) -> str | None:
         """Where a job keeps its model and checkpoints when the task names no directory."""
         return None

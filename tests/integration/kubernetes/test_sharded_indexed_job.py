@@ -5,6 +5,9 @@ maxFailedIndexes from a Job, as any server drops the fields it does not know).""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from kube_cluster import ApiError, resource_path
@@ -14,6 +17,7 @@ from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.kubernetes import sharded
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +116,33 @@ def test_the_plans_1_mib_bound_is_the_api_servers(kube_cluster, namespace):
         backend.submit("big", spec, IDENTITY.labels())
     with pytest.raises(ApiError):
         kube_cluster.request("GET", resource_path("batch/v1", "Job", namespace, "big"))
+
+
+def test_the_result_of_a_completed_sharded_job_is_read_from_its_job_and_what_its_pods_committed(kube_cluster, namespace,
+                                                                                               tmp_path):
+    """The pods' entry point run as each of 3 pods would (the Job's uid from its controller-uid label, the completion
+    index), one shard committed by an earlier Job, one failing every try; the Job then Complete (played): its status
+    is SUCCEEDED and job_result is a ShardQueue.result() of what they committed and recorded."""
+    output = tmp_path / "model" / "shards"
+    spec = TrainingJobSpec(framework="generic", num_workers=2, image="registry.example/score:1",
+                           model_dir=str(tmp_path / "model"), scheduling={"gang": False},
+                           command=[sys.executable, "-c", "import os, pathlib, sys; i = os.environ['AIRFLOW_ML_SHARD_INDEX']; "
+                                    "sys.exit(3) if i == '2' else pathlib.Path(os.environ['AIRFLOW_ML_SHARD_OUTPUT'], "
+                                    "'_ROWS').write_text(str(10 + int(i)))"],
+                           shards={"count": 4, "output": str(output), "max_attempts": 2, "max_failed_shards": 1})
+    backend = get_backend("indexed-job", api_client=kube_cluster.api_client(), namespace=namespace,
+                          per_index_retries=False)
+    assert backend.submit("scored", spec, IDENTITY.labels()) is True
+    job = backend.get("Job", "scored")
+    (worker,) = job["spec"]["template"]["spec"]["containers"]
+    argv = [sys.executable if arg == "python" else arg for arg in worker["command"]]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    for index, uid in ((0, "an-earlier-job"), (0, labels["controller-uid"]), (1, None), (2, None), (3, None)):
+        env = {**os.environ, "JOB_COMPLETION_INDEX": str(index), "AIRFLOW_ML_JOB_UID": uid or labels["controller-uid"]}
+        assert subprocess.run(argv, env=env, timeout=60).returncode == 0
+    kube_cluster.patch_status(resource_path("batch/v1", "Job", namespace, "scored"), {
+        "succeeded": 4, "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-12-02T00:00:00Z"}]})
+    assert backend.status("scored").state is JobState.SUCCEEDED
+    assert backend.job_result("scored") == {
+        "shards": 4, "shards_done": 3, "shards_ran": 2, "shards_skipped": 1, "shards_retried": 1, "shards_failed": 1,
+        "failed_shards": [2], "rows": 24}

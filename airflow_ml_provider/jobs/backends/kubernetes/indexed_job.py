@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 from airflow_ml_provider.jobs import torchrun, xgboost
 from airflow_ml_provider.jobs.backends.kubernetes import roles, sharded
@@ -198,16 +199,22 @@ class IndexedJobBackend(KubernetesBackend):
     def owned_kinds(self) -> list[tuple[str, str]]:
         return [("batch/v1", "Job"), ("v1", "Service"), ("v1", "ConfigMap")]
 
-    def shard_result(self, name: str) -> dict:
+    def job_result(self, name: str) -> dict | None:
         """A sharded job's result, as a local one's (``ShardQueue.result``): what its Job says and what is committed
-        and recorded under its ``shards.output`` (read here: a URL, or a path this machine mounts too)."""
+        and recorded under its ``shards.output``, read from here (a URL, or a path this machine mounts too; where it
+        cannot be read, from the Job's status alone, said in the log). None for a job that is not sharded."""
         from airflow_ml_provider.runtime.shards import records
 
         job = self.get(self.kind, name)
         plan = json.loads(((job.get("metadata") or {}).get("annotations") or {}).get(sharded.PLAN_ANNOTATION) or "{}")
-        if not plan.get("output"):
-            raise ValueError(f"Job {self.namespace}/{name} is no sharded job (no {sharded.PLAN_ANNOTATION} annotation)")
-        return sharded.result(job, *records(plan["output"]))
+        output = plan.get("output")
+        if not output:
+            return None
+        if "://" not in output and not os.path.isdir(output):
+            log.warning("indexed-job: %s (shards.output) is not readable here: job %s's result counts the shards its "
+                        "Job completed, not their rows nor which of them an earlier job had committed", output, name)
+            return sharded.result(job, None, {})
+        return sharded.result(job, *records(output))
 
     def job_status(self, obj: dict) -> JobStatus:
         status = obj.get("status", {})

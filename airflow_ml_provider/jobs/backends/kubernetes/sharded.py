@@ -138,10 +138,16 @@ def annotation(plan: ShardPlan) -> dict[str, str]:
 def shard_state(condition: dict, status: dict) -> JobStatus | None:
     """A sharded Job's end that is the provider's success: ``FailedIndexes`` (every index settled, some failed, no
     more than ``maxFailedIndexes``: job_controller.go:876-879); None for any other condition."""
-    if condition.get("type") in ("Failed", "FailureTarget") and condition.get("reason") == "FailedIndexes":
-        failed = str(status.get("failedIndexes") or "?")[:200]
+    if condition.get("type") not in ("Failed", "FailureTarget"):
+        return None
+    failed = str(status.get("failedIndexes") or "?")[:200]
+    if condition.get("reason") == "FailedIndexes":
         return JobStatus(JobState.SUCCEEDED, f"shards {failed} failed, within max_failed_shards (the Job's "
                                              "maxFailedIndexes)")
+    if condition.get("reason") == "MaxFailedIndexesExceeded":
+        return JobStatus(JobState.FAILED, f"shards {failed} failed max_attempts times each: more than "
+                                          "max_failed_shards (the Job's maxFailedIndexes); their failure records are "
+                                          "under shards.output/.failed")
     return None
 
 
@@ -155,14 +161,17 @@ def indexes(text: str | None, count: int) -> set[int]:
     return found
 
 
-def result(job: dict, committed: dict[int, dict], failed: dict[int, dict]) -> dict:
+def result(job: dict, committed: dict[int, dict] | None, failed: dict[int, dict]) -> dict:
     """The job's result (``ShardQueue.result``'s shape) from its Job (uid, plan annotation, ``status.failedIndexes``)
     and the records under its output (``runtime.shards.records``): failed are the shards the Job says failed and
-    those whose failure record is this Job's."""
-    meta = job.get("metadata") or {}
+    those whose failure record is this Job's. ``committed`` None: the output could not be read, and the Job's
+    ``completedIndexes`` count as shards it ran (its rows, and which were skipped, unknown)."""
+    meta, status = job.get("metadata") or {}, job.get("status") or {}
     plan = json.loads((meta.get("annotations") or {}).get(PLAN_ANNOTATION) or "{}")
     count, uid = int(plan.get("count", 0)), meta.get("uid")
-    out = indexes((job.get("status") or {}).get("failedIndexes"), count)
+    out = indexes(status.get("failedIndexes"), count)
     out |= {index for index, record in failed.items() if uid is not None and record.get("job") == uid}
+    if committed is None:
+        committed = {index: {"job": uid} for index in indexes(status.get("completedIndexes"), count) - out}
     return settled(count, int(plan.get("max_attempts", 3)), int(plan.get("max_failed_shards", 0)), job=uid,
                    committed=committed, failed=out).result()

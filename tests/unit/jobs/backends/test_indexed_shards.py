@@ -125,6 +125,7 @@ def test_failed_indexes_within_max_failed_indexes_is_a_success_and_past_it_a_fai
     past = {"failedIndexes": "1,4", "conditions": [{"type": "Failed", "status": "True",
                                                     "reason": "MaxFailedIndexesExceeded", "message": "exceeded"}]}
     assert backend.job_status(_job(past)).state is JobState.FAILED
+    assert "shards 1,4 failed max_attempts times each" in backend.job_status(_job(past)).message
     done = {"completedIndexes": "0-5", "conditions": [{"type": "Complete", "status": "True"}]}
     assert backend.job_status(_job(done)).state is JobState.SUCCEEDED
 
@@ -139,6 +140,8 @@ def test_the_result_is_a_shard_queues_from_the_markers_the_failure_records_and_t
         "shards": 6, "shards_done": 5, "shards_ran": 4, "shards_skipped": 1, "shards_retried": 3, "shards_failed": 1,
         "failed_shards": [4], "rows": 15}
     assert sharded.indexes("0,2-4,9", 6) == {0, 2, 3, 4}
+    unread = sharded.result(_job({"completedIndexes": "0-3,5", "failedIndexes": "4"}), None, {})
+    assert (unread["shards_done"], unread["shards_ran"], unread["failed_shards"]) == (5, 5, [4])
 
 
 def test_the_plan_config_map_and_the_job_are_deleted_with_the_job():
