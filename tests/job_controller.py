@@ -39,8 +39,10 @@ here are the same in 1.29 to 1.37):
   ``FailedIndexes`` (:878-879); ``status`` has ``completedIndexes`` and ``failedIndexes`` as the controller writes
   them (indexed_job_utils.go orderedIntervals.String, 1-element intervals and ``a-b`` ranges, here as single
   indexes and ranges). The global ``backoffLimit`` then is the API server's default, MaxInt32: not counted here;
-- every pod carries its Job's uid as the ``controller-uid`` and ``batch.kubernetes.io/controller-uid`` labels
-  (the Job's selector, pkg/apis/batch/v1 defaults and the strategy's generateSelector), which the downward API reads.
+- every pod carries its Job's uid as the ``controller-uid`` and ``batch.kubernetes.io/controller-uid`` labels, which
+  the API server puts in the Job's template when it generates its selector (pkg/registry/batch/job/strategy.go
+  ``generateSelector``; the v1.20.2 test server's ``controller-uid`` is read back in
+  tests/integration/kubernetes/test_sharded_indexed_job.py), and which the downward API reads.
 """
 
 from __future__ import annotations

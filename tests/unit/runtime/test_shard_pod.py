@@ -83,3 +83,38 @@ def test_with_per_index_retries_each_pod_tries_once_its_try_the_controllers_fail
     ok = _pod(tmp_path, 1, "--per-index", env={"AIRFLOW_ML_INDEX_FAILURES": "1", "FAIL_UNTIL": "2"})
     assert ok.returncode == 0
     assert _runs(tmp_path) == ["0:1", "0:3", "1:2"]
+
+
+SERVE_WORKER = """
+import os, pathlib
+from airflow_ml_provider.runtime.shards import serve
+
+def score(shard):
+    with open(os.environ["RUNS"], "a") as f:
+        f.write(f"{shard.index}:{shard.attempt}\\n")
+    if shard.attempt < int(os.environ.get("FAIL_UNTIL", "0")):
+        raise RuntimeError("not yet")
+    pathlib.Path(shard.output, "inputs.txt").write_text(",".join(shard.inputs))
+    return 7
+
+raise SystemExit(serve(score))
+"""
+
+
+def test_an_in_process_plans_pod_runs_the_serve_worker_on_its_one_shard_which_commits_it(tmp_path):
+    """``in_process`` (a ``serve`` worker, as BatchScoringOperator's): the worker commits the shard itself, outside a
+    launcher's stream; the pod retries a failed try and skips a committed shard."""
+    (tmp_path / "out").mkdir()
+    plan = tmp_path / "inputs.jsonl"
+    plan.write_text("".join(json.dumps([f"/data/{i}.csv"]) + "\n" for i in range(4)))
+    argv = [sys.executable, "-m", "airflow_ml_provider.runtime.shard_pod", "--output", str(tmp_path / "out"), "--count",
+            "4", "--max-attempts", "2", "--inputs", str(plan), "--in-process", "--", sys.executable, "-c", SERVE_WORKER]
+    env = {**os.environ, "JOB_COMPLETION_INDEX": "3", "RUNS": str(tmp_path / "runs"), "AIRFLOW_ML_JOB_UID": "job-1",
+           "FAIL_UNTIL": "2"}
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=60).returncode == 0
+    marker = json.loads((tmp_path / "out" / "shard-000003" / shards.MARKER).read_text())
+    assert (marker["rows"], marker["attempt"], marker["job"]) == (7, 2, "job-1")
+    assert (tmp_path / "out" / "shard-000003" / "inputs.txt").read_text() == "/data/3.csv"
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "committed already" in again.stdout
+    assert _runs(tmp_path) == ["3:1", "3:2"]
