@@ -29,9 +29,9 @@ A suspended MPIJob (``runPolicy.suspend``, as Kueue's integration submits it) ge
 Secret but no worker pod and a suspended launcher Job, so no pod at all (:650-686 and :1547-1549); ``run``
 returns None for it until it is unsuspended (Kueue's admission: tests/kueue_controller.py).
 
-A worker pod is Ready here once its sshd listens on port 22: the TCP check a readiness probe would make (a pod
-without one is Ready when its container has started; the launcher's first ssh then races sshd's start, which
-OpenMPI's ``-o ConnectionAttempts=10`` covers and horovodrun's ssh check does not).
+A worker pod is Ready here once its readiness probe's TCP check passes (the provider's sshd workers have one on
+port 22); a pod without a probe is Ready when its container has started, and the launcher's first ssh then races
+sshd's start, which OpenMPI's ``-o ConnectionAttempts=10`` covers and horovodrun's ssh check does not.
 """
 
 from __future__ import annotations
@@ -169,8 +169,13 @@ class MPIOperator:
         self._discovery.start()
 
     def wait_workers_ready(self) -> None:
+        """Every worker pod Ready: its readiness probe's TCP check passes (the kubelet's prober), or, without a
+        probe, its container started (a pod is Ready then)."""
+        container = self.job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        port = container.get("readinessProbe", {}).get("tcpSocket", {}).get("port")
         for worker in self.workers:
-            self.pods.wait_port(worker, 22)
+            if port is not None:
+                self.pods.wait_port(worker, port)
 
     @property
     def suspended(self) -> bool:

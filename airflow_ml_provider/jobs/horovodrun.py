@@ -19,11 +19,16 @@ MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
 # (Horovod 0.28.1's survivors learn of a loss only when a receive expires). A slower recovery is cheaper than a
 # failed job; the measurements behind the value are in docs/testing.md.
 ELASTIC_GLOO_TIMEOUT_S = 120
+# horovodrun's --start-timeout, on every backend: how long its checks and the start of every worker's task service
+# may take before the launch fails. Horovod's default, 30 s, was too short for two task services on a loaded
+# two-core machine (the image tests' Volcano job: "Timed out waiting for tasks to start ... 30 seconds").
+START_TIMEOUT_S = 120
 
 
 def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str, slots: int) -> list[str]:
     """``fixed`` (the options naming the workers) for a fixed-size job; ``--min-np/--max-np/--host-discovery-script``,
-    the Gloo timeout and ``--slots-per-host`` for an elastic one, whose workers hold ``slots`` ranks each.
+    the Gloo timeout and ``--slots-per-host`` for an elastic one, whose workers hold ``slots`` ranks each; and
+    for both, the start timeout.
 
     ``--slots-per-host`` is what a discovery line without ``:<slots>`` counts as: Horovod 0.28.1's
     ``HostDiscoveryScript.find_available_hosts_and_slots`` (horovod/runner/elastic/discovery.py:238-252) gives
@@ -31,11 +36,12 @@ def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str, sl
     option: the MPI operator's discover_hosts.sh prints bare host names (kubeflow/mpi-operator v0.8.0
     pkg/controller/mpi_job_controller.go:1376-1378, ``echo <pod>.<job>.<ns>.svc``), and summing None slots
     raised TypeError. Where the script prints ``host:slots`` (the local and pod discovery) its value wins."""
+    start = ["--start-timeout", str(START_TIMEOUT_S)]
     if not spec.elastic:
-        return list(fixed)
+        return [*fixed, *start]
     low, high = spec.min_workers or spec.num_workers, spec.max_workers or spec.num_workers
     return ["--min-np", str(low * slots), "--max-np", str(high * slots), "--host-discovery-script", discovery,
-            "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S), "--slots-per-host", str(slots)]
+            "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_S), "--slots-per-host", str(slots), *start]
 
 
 def pod_discovery(selector: str, slots: int) -> str:

@@ -60,8 +60,11 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
         assert body["runPolicy"]["cleanPodPolicy"] == "Running" and body["runPolicy"]["backoffLimit"] == 2
         assert body["runPolicy"]["activeDeadlineSeconds"] == 1800, "timeout_s, tighter than the option's 3600"
         launcher = containers(body["mpiReplicaSpecs"]["Launcher"]["template"])[0]
-        assert launcher["command"][:5] == ["horovodrun", "-np", "2", "--hostfile", "/etc/mpi/hostfile"]
+        assert launcher["command"][:7] == ["horovodrun", "-np", "2", "--hostfile", "/etc/mpi/hostfile",
+                                           "--start-timeout", "120"]
         worker_pod = body["mpiReplicaSpecs"]["Worker"]["template"]
+        # the probe the API server kept: WaitForWorkersReady then waits for sshd to listen, not for it to start
+        assert containers(worker_pod)[0]["readinessProbe"]["tcpSocket"] == {"port": 22}
     elif kind == "volcano":
         body = stored["spec"]
         assert body["queue"] == "research" and body["priorityClassName"] == "high"
@@ -72,6 +75,12 @@ def test_manifests_are_accepted_by_the_real_schemas_and_keep_every_field(kind, f
         assert set(body["plugins"]) == {"horovod": {"ssh", "svc"}, "pytorch": {"pytorch", "svc"}}.get(framework,
                                                                                                   {"svc", "env"})
         worker_pod = next(t for t in body["tasks"] if t["name"] == "worker")["template"]
+        if framework == "horovod":  # the master waits for the workers' sshd, then runs horovodrun
+            master = containers(next(t for t in body["tasks"] if t["name"] == "master")["template"])[0]
+            workers = f"{name}-worker-0.{name}:1,{name}-worker-1.{name}:1"
+            assert master["command"][:6] == ["python", "-m", "airflow_ml_provider.runtime.ssh_gate", workers, "--",
+                                             "horovodrun"]
+            assert containers(worker_pod)[0]["readinessProbe"]["tcpSocket"] == {"port": 22}
         assert "activeDeadlineSeconds" not in body, "the Job CRD has no job-level deadline"
         assert {task["template"]["spec"]["activeDeadlineSeconds"] for task in body["tasks"]} == {1800}
     else:

@@ -46,7 +46,8 @@ def test_an_elastic_mpijob_runs_horovodrun_with_bounds_and_the_operators_discove
     launcher = _container(replicas, "Launcher")
     assert launcher["command"] == ["horovodrun", "-np", "2", "--min-np", "1", "--max-np", "4",
                                    "--host-discovery-script", "/etc/mpi/discover_hosts.sh",
-                                   "--gloo-timeout-seconds", "120", "--slots-per-host", "1", "python", "-m", "train"]
+                                   "--gloo-timeout-seconds", "120", "--slots-per-host", "1",
+                                   "--start-timeout", "120", "python", "-m", "train"]
     # max_workers pods, the launcher started at once (tests/unit/jobs/backends/test_controller_behaviour.py)
     assert replicas["Worker"]["replicas"] == 4 and stored["spec"]["launcherCreationPolicy"] == "AtStartup"
 
@@ -59,7 +60,7 @@ def test_an_elastic_volcano_job_gangs_the_minimum_and_discovers_running_worker_p
     master = stored["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
     selector = f"{JOB_NAME_LABEL}={IDENTITY.name},{ROLE_LABEL}=worker"
     assert master["command"][:8] == ["horovodrun", "-np", "2", "--min-np", "1", "--max-np", "4",
-                                     "--host-discovery-script"]
+                                     "--host-discovery-script"], "an elastic master starts at once: no ssh gate"
     assert master["command"][8] == ("python -m airflow_ml_provider.runtime.pod_discovery --selector "
                                     f"{selector} --slots 1")
     assert master["command"][9:11] == ["--gloo-timeout-seconds", "120"]  # a joining worker's start-up fits

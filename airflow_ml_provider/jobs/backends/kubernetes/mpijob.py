@@ -19,6 +19,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     metadata,
     pod_template,
     refuse_unused,
+    sshd_container,
     user_argv,
 )
 from airflow_ml_provider.jobs.backends.kubernetes.status import ended, said
@@ -65,14 +66,12 @@ class MPIJobBackend(KubernetesBackend):
         check_pod_security(spec, self.name, _NEEDS_ROOT)
         slots = spec.kubernetes.slots_per_worker
         ranks = str(spec.num_workers * slots)
-        if spec.framework is Framework.HOROVOD:
-            hosts = horovodrun_hosts(spec, ["--hostfile", HOSTFILE], MPI_OPERATOR_DISCOVERY, slots)
-        elif spec.elastic:
-            raise ValueError("min_workers/max_workers: a generic job runs a fixed number of ranks; elastic bounds "
-                             "need framework 'horovod'")
-        else:
+        if spec.framework is not Framework.HOROVOD:
+            if spec.elastic:
+                raise ValueError("min_workers/max_workers: a generic job runs a fixed number of ranks; elastic "
+                                 "bounds need framework 'horovod'")
             refuse_unused(spec, f"{self.name} (generic)", "slots_per_worker")  # one rank a worker, as everywhere
-            hosts = ["--hostfile", HOSTFILE]
+        hosts = horovodrun_hosts(spec, ["--hostfile", HOSTFILE], MPI_OPERATOR_DISCOVERY, slots)
         launch = ["horovodrun", "-np", ranks, *hosts, *user_argv(spec)]
         run_policy = {
             "cleanPodPolicy": spec.kubernetes.clean_pod_policy,
@@ -94,7 +93,7 @@ class MPIJobBackend(KubernetesBackend):
         # as_root: the workers' sshd, and the launcher's ssh with the key the operator mounts under /root/.ssh
         launcher = pod_template(spec, labels, "launcher", [container(spec, "launcher", launch, with_accelerators=False)],
                                 restart_policy=None, with_accelerators=False, as_root=True, **scheduler)
-        worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
+        worker = pod_template(spec, labels, "worker", [sshd_container(spec)],
                               restart_policy=None, as_root=True, **scheduler)
         return [{
             "apiVersion": self.api_version,

@@ -134,6 +134,18 @@ def container(spec: TrainingJobSpec, name: str, command: list[str], *, with_acce
     return rendered
 
 
+SSH_PORT = 22
+
+
+def sshd_container(spec: TrainingJobSpec) -> dict:
+    """A Horovod worker pod's container: sshd, which the launcher's horovodrun starts the ranks through. Ready only
+    once sshd listens (a TCP probe): a pod without a probe is Ready when its container starts, and the MPI
+    operator's WaitForWorkersReady then created the launcher before sshd accepted its ssh."""
+    rendered = container(spec, "worker", ["/usr/sbin/sshd", "-De"])
+    rendered["readinessProbe"] = {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 2}
+    return rendered
+
+
 def pod_template(spec: TrainingJobSpec, labels: dict[str, str], role: str, containers: list[dict], *,
                  restart_policy: str | None = "Never", with_accelerators: bool = True, as_root: bool = False,
                  **pod_fields) -> dict:

@@ -19,6 +19,7 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     metadata,
     pod_template,
     refuse_unused,
+    sshd_container,
     user_argv,
 )
 from airflow_ml_provider.jobs.backends.kubernetes.roles import volcano_tasks as role_tasks
@@ -50,6 +51,9 @@ PHASE_STATES = {
 TORCH_PLUGIN_PORT = 23456  # the plugin's DefaultPort, named in its arguments
 _TORCH_PLUGIN_RENDEZVOUS = {"nnodes": "$(WORLD_SIZE)", "node-rank": "$(RANK)", "master-addr": "$(MASTER_ADDR)",
                             "master-port": "$(MASTER_PORT)"}
+# A fixed-size Horovod job's master runs horovodrun once every worker's sshd answers. An elastic one's starts at
+# once: its ring forms from the workers its discovery lists (Running pods), whenever they join.
+SSH_GATE = "airflow_ml_provider.runtime.ssh_gate"
 # Why a Horovod job's pods cannot be "restricted": its workers run sshd as root, and the ssh plugin mounts the job's
 # key at its sshKeyFilePath, /root/.ssh by default (pkg/controllers/job/plugins/ssh/ssh.go:68, const.go:33).
 _NEEDS_ROOT = "a Horovod job's workers run sshd, which needs root, and the ssh plugin mounts the job's key under /root/.ssh"
@@ -129,6 +133,8 @@ class VolcanoBackend(KubernetesBackend):
         workers = ",".join(f"{name}-worker-{i}.{name}:{slots}" for i in range(spec.num_workers))
         hosts = horovodrun_hosts(spec, ["-H", workers], discovery, slots)
         launch = ["horovodrun", "-np", str(spec.num_workers * slots), *hosts, *user_argv(spec)]
+        if not spec.elastic:  # the master starts with its workers: it waits for their sshd (runtime.ssh_gate)
+            launch = ["python", "-m", SSH_GATE, workers, "--", *launch]
         # The master runs horovodrun, whose exit is the job's: Never, so that a failed run is a Failed pod and its
         # PodFailed policy fires (under OnFailure the kubelet restarted it in place: CrashLoopBackOff, the job
         # Running until its deadline). The workers' sshd may restart in place: no policy reads their PodFailed
@@ -136,7 +142,7 @@ class VolcanoBackend(KubernetesBackend):
         # as_root: the workers' sshd, and the master's ssh with the key the ssh plugin mounts under /root/.ssh
         master = pod_template(spec, labels, "master", [container(spec, "master", launch, with_accelerators=False)],
                               restart_policy="Never", with_accelerators=False, as_root=True, **_deadline(spec))
-        worker = pod_template(spec, labels, "worker", [container(spec, "worker", ["/usr/sbin/sshd", "-De"])],
+        worker = pod_template(spec, labels, "worker", [sshd_container(spec)],
                               restart_policy="OnFailure", as_root=True, **_deadline(spec))
         workers_task = {"name": "worker", "replicas": spec.max_workers or spec.num_workers, "template": worker}
         if spec.elastic:

@@ -257,7 +257,8 @@ def test_f1_a_generic_mpijob_runs_what_the_image_has():
     programs = [c["command"][0] for r in job["spec"]["mpiReplicaSpecs"].values() for c in r["template"]["spec"]["containers"]]
     assert programs == ["horovodrun", "/usr/sbin/sshd"]
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
-    assert launcher == ["horovodrun", "-np", "3", "--hostfile", "/etc/mpi/hostfile", *COMMAND]
+    assert launcher == ["horovodrun", "-np", "3", "--hostfile", "/etc/mpi/hostfile", "--start-timeout", "120",
+                        *COMMAND]
     # horovodrun passes its own pod's variables on to each rank (VC_TASK_INDEX 0 on a Volcano master)
     assert _rank({"HOROVOD_RANK": "2", "VC_TASK_INDEX": "0"}) == 2
 

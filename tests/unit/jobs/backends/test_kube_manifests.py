@@ -44,7 +44,23 @@ def test_a_program_that_looks_like_a_launcher_option_is_refused(kind, program):
 @pytest.mark.parametrize("kind", ["mpijob", "volcano"])
 def test_the_users_argv_follows_the_launchers_options_unchanged(kind):
     command = launcher_command(kind, command=["python", "train.py", "-H", "--lr", "0.1"])
+    if kind == "volcano":  # the master's gate first: it waits for the workers' sshd, then runs the rest as it is
+        assert command[:3] == ["python", "-m", "airflow_ml_provider.runtime.ssh_gate"] and command[4] == "--"
+        command = command[5:]
     assert command[0] == "horovodrun" and command[-5:] == ["python", "train.py", "-H", "--lr", "0.1"]
+    assert command[command.index("--start-timeout") + 1] == "120"
+
+
+def test_an_elastic_volcano_master_starts_at_once_and_every_sshd_worker_is_ready_only_once_it_listens():
+    elastic = manifest("volcano", min_workers=2, max_workers=6)
+    assert elastic["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"][0] == "horovodrun"
+    for kind in ("mpijob", "volcano"):
+        obj = manifest(kind)
+        template = (obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"] if kind == "mpijob"
+                    else obj["spec"]["tasks"][1]["template"])
+        worker = template["spec"]["containers"][0]
+        assert worker["command"] == ["/usr/sbin/sshd", "-De"]
+        assert worker["readinessProbe"]["tcpSocket"] == {"port": 22}, kind
 
 
 @pytest.mark.parametrize("working_dir", ["relative/dir", "/data/my dir", "/data;touch /tmp/x", "/a$(id)", "/a`id`",

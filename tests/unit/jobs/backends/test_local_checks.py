@@ -66,7 +66,8 @@ def test_the_plan_runs_each_rank_under_the_output_shim_under_horovodrun_with_the
     spec = TrainingJobSpec(framework="horovod", command=["python", "t.py"], num_workers=2, env={"A": "1"},
                            timeout_s=60)
     plan = launch_plan(spec, "/img", Path("/jobs/j"))
-    assert plan["argv"] == ["/img/bin/python", str(HOROVODRUN_MAIN), "-np", "2", "-H", "localhost:2", "--gloo",
+    assert plan["argv"] == ["/img/bin/python", str(HOROVODRUN_MAIN), "-np", "2", "-H", "localhost:2",
+                            "--start-timeout", "120", "--gloo",
                             "--network-interface", "lo", "--disable-cache", *rank_shim(), "python", "t.py"]
     assert plan["env"]["PATH"].split(os.pathsep)[0] == "/img/bin" and plan["env"]["A"] == "1"
 
