@@ -38,7 +38,8 @@ here are the same in 1.29 to 1.37):
   job_controller.go:876-877), and once every index succeeded or failed with some failed the Job fails with reason
   ``FailedIndexes`` (:878-879); ``status`` has ``completedIndexes`` and ``failedIndexes`` as the controller writes
   them (indexed_job_utils.go orderedIntervals.String, 1-element intervals and ``a-b`` ranges, here as single
-  indexes and ranges). The global ``backoffLimit`` then is the API server's default, MaxInt32: not counted here;
+  indexes and ranges). The global ``backoffLimit`` then is the API server's default, MaxInt32: not counted here.
+  ``podFailurePolicy`` is not played: no pod here is disrupted (a killed container is a failure it counts);
 - every pod carries its Job's uid as the ``controller-uid`` and ``batch.kubernetes.io/controller-uid`` labels, which
   the API server puts in the Job's template when it generates its selector (pkg/registry/batch/job/strategy.go
   ``generateSelector``; the v1.20.2 test server's ``controller-uid`` is read back in

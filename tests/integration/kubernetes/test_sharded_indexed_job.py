@@ -22,8 +22,9 @@ from airflow_ml_provider.jobs.state import JobState
 pytestmark = pytest.mark.integration
 
 IDENTITY = JobIdentity("scoring", "score", "manual__2026-12-02T00:00:00+00:00")
-# What the test server drops of a sharded Job: fields newer than it (completionMode 1.21 alpha, the per-index ones 1.28)
-NEWER_THAN_THE_SERVER = {"completionMode", "backoffLimitPerIndex", "maxFailedIndexes"}
+# What the test server drops of a sharded Job: fields newer than it (completionMode 1.21 alpha, podFailurePolicy 1.25,
+# the per-index ones 1.28)
+NEWER_THAN_THE_SERVER = {"completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy"}
 
 
 def _spec(count: int = 40) -> TrainingJobSpec:
@@ -146,3 +147,30 @@ def test_the_result_of_a_completed_sharded_job_is_read_from_its_job_and_what_its
     assert backend.job_result("scored") == {
         "shards": 4, "shards_done": 3, "shards_ran": 2, "shards_skipped": 1, "shards_retried": 1, "shards_failed": 1,
         "failed_shards": [2], "rows": 24}
+
+
+def test_a_disrupted_pod_of_a_sharded_job_is_no_preemption_of_the_job(kube_cluster, namespace):
+    """A lost pod of a sharded Job is the Job controller's to replace (its shard alone runs again): the job stays
+    RUNNING, where a lost pod of any other Job makes the job PREEMPTED (tests/integration/kubernetes/test_disruption.py)
+    and the task would resubmit it, stopping every shard in flight."""
+    backend = get_backend("indexed-job", api_client=kube_cluster.api_client(), namespace=namespace,
+                          per_index_retries=False)
+    assert backend.submit("spot", _spec(count=8), IDENTITY.labels()) is True
+    job = backend.get("Job", "spot")
+    for index in range(2):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"spot-{index}-x", "namespace": namespace, "labels": job["spec"]["template"]["metadata"]["labels"],
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "spot", "uid": job["metadata"]["uid"],
+                                 "controller": True}]},
+            "spec": {"containers": [{"name": "worker", "image": "img:1"}]}}
+        kube_cluster.request("POST", resource_path("v1", "Pod", namespace), pod)
+    kube_cluster.patch_status(resource_path("batch/v1", "Job", namespace, "spot"), {"active": 2})
+    kube_cluster.patch_status(resource_path("v1", "Pod", namespace, "spot-1-x"), {"conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+         "message": "PodGC: node no longer exists", "lastTransitionTime": "2026-12-02T00:00:00Z"}]})
+    status = backend.status("spot")
+    assert status.state is JobState.RUNNING, status
+    plain = dict(job, metadata={**job["metadata"], "labels": {k: v for k, v in job["metadata"]["labels"].items()
+                                                                if k != sharded.SHARDED_LABEL}})
+    assert backend.replaces_lost_pods(job) and not backend.replaces_lost_pods(plain)
+    assert backend._read_lost(job) is not None, "the pod is lost: only the job's own controller replaces it"

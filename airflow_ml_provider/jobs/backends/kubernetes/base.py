@@ -138,6 +138,12 @@ class KubernetesBackend(Backend):
                 "metadata": {key: meta[key] for key in _WATCHED_META if key in meta},
                 "spec": spec, "status": obj.get("status") or {}}
 
+    def replaces_lost_pods(self, obj: dict) -> bool:
+        """Whether the job's own controller gives a lost pod's work a new pod (a sharded Indexed Job: the index gets
+        one, and only its shard runs again), so a disrupted pod or a lost node is no preemption of the whole job.
+        ``obj`` as the shared watch keeps it (``watched``); False by default."""
+        return False
+
     def pod_group(self, obj: dict) -> tuple[str, str] | None:
         """(apiVersion, name) of the PodGroup a gang scheduler keeps for this job, read from the job's
         own fields, when the job asks to be placed as a gang; None otherwise (the default: no gang)."""
@@ -222,7 +228,8 @@ class KubernetesBackend(Backend):
         job = self.job_status(obj)
         around = Surroundings(gang=self.read_gang(obj, job), queued=self.queueing is not None,
                               workload=self._read_workload(name) if self.queueing is not None else None,
-                              lost=None if job.state.is_terminal else self._read_lost(obj))
+                              lost=None if job.state.is_terminal or self.replaces_lost_pods(obj)
+                              else self._read_lost(obj))
         return compose(job, around)
 
     def _read_workload(self, name: str) -> dict | None:
@@ -310,7 +317,8 @@ class KubernetesBackend(Backend):
                 if job.state is JobState.PENDING and (
                         job_changed or gang_at is None or time.monotonic() - gang_at >= _GANG_REFRESH_S):
                     gang_at, gang = time.monotonic(), await asyncio.to_thread(self.read_gang, obj, job)
-                lost = lost or (None if job.state.is_terminal else pods.reason(obj))  # stays: the job is resubmitted
+                lost = lost or (None if job.state.is_terminal or self.replaces_lost_pods(obj)
+                                else pods.reason(obj))  # stays: the job is resubmitted
                 yield compose(job, Surroundings(gang=gang, queued=self.queueing is not None, workload=workload,
                                                 lost=lost))
 

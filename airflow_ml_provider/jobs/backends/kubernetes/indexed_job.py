@@ -169,7 +169,8 @@ class IndexedJobBackend(KubernetesBackend):
         job_spec = {**sharded.job_fields(spec, per_index), "template": template}
         if deadline := deadline_s(spec):
             job_spec["activeDeadlineSeconds"] = deadline
-        meta = {**metadata(name, self.namespace, labels), "annotations": sharded.annotation(spec.shards)}
+        meta = {**metadata(name, self.namespace, {**labels, sharded.SHARDED_LABEL: "true"}),
+                "annotations": sharded.annotation(spec.shards)}
         return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}, *([plan] if plan else [])]
 
     def _per_index(self) -> bool:
@@ -198,6 +199,11 @@ class IndexedJobBackend(KubernetesBackend):
 
     def owned_kinds(self) -> list[tuple[str, str]]:
         return [("batch/v1", "Job"), ("v1", "Service"), ("v1", "ConfigMap")]
+
+    def replaces_lost_pods(self, obj: dict) -> bool:
+        """A sharded Job's lost pod is the Job controller's to replace (its index gets a new pod, which runs only its
+        shard): no preemption of the whole job, which would stop every shard in flight."""
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(sharded.SHARDED_LABEL) == "true"
 
     def job_result(self, name: str) -> dict | None:
         """A sharded job's result, as a local one's (``ShardQueue.result``): what its Job says and what is committed

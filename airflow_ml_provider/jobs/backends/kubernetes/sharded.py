@@ -17,7 +17,7 @@ indexed_job_utils.go, as tests/job_controller.py plays them):
 - a server of 1.29 or later (``backoffLimitPerIndex`` beta, on by default) gets ``backoffLimitPerIndex`` =
   ``max_attempts`` - 1 and ``maxFailedIndexes`` = ``max_failed_shards``: a failed pod's index gets a new pod with the
   failure count annotated (job_controller.go:1681-1683, indexed_job_utils.go:349-376), until the count reaches the
-  limit and the index fails (indexed_job_utils.go:98-112); more failed indexes than ``maxFailedIndexes`` fail the Job
+  limit and the index fails (indexed_job_utils.go:98-112), a disrupted pod not counted (``SPARE_DISRUPTED``); more failed indexes than ``maxFailedIndexes`` fail the Job
   (``MaxFailedIndexesExceeded``, job_controller.go:876-877), and once every index succeeded or failed with some
   failed the Job ends Failed with reason ``FailedIndexes`` (:878-879): within ``max_failed_shards``, which is this
   provider's success (``shard_state``);
@@ -26,6 +26,9 @@ indexed_job_utils.go, as tests/job_controller.py plays them):
   that dies is replaced for its index; ``kubernetes.backoff_limit``, at least ``max_attempts`` per pod that runs
   at once), and a pod that finds more than
   ``max_failed_shards`` failed shards of its Job exits 1 at once, so the Job then fails by ``backoffLimit``.
+
+A lost pod (disrupted, its node gone) is the Job controller's to replace: the job is not PREEMPTED for it
+(``IndexedJobBackend.replaces_lost_pods``), so a spot node's loss re-runs only the shards it had.
 
 The job's result (``result``) is a ``ShardQueue.result()`` (``jobs.shards.settled``) of what is committed and
 recorded under ``shards.output`` and of the Job's ``status.failedIndexes``.
@@ -45,6 +48,7 @@ PLAN_KEY = "inputs.jsonl"
 PLAN_VOLUME = "shard-plan"
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # core.MaxSecretSize, the API server's bound on a ConfigMap's data
 PLAN_ANNOTATION = f"{PREFIX}/shards"  # the plan less its inputs, on the Job: what its result is read from
+SHARDED_LABEL = f"{PREFIX}/sharded"  # on the Job (labels are what the shared watch keeps): its lost pods are replaced
 FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"  # the Job controller's, on a per-index pod
 # The Job's uid on its pods, which each marker records (ran by this Job, or committed before it): the label the Job
 # controller has set since 1.27, and the one before it (kept beside it by servers up to 1.3x).
@@ -52,6 +56,10 @@ UID_LABELS = {True: "batch.kubernetes.io/controller-uid", False: "controller-uid
 PER_INDEX_SINCE = (1, 29)
 INDEXED_SINCE = (1, 22)
 ENTRY = ["python", "-m", "airflow_ml_provider.runtime.shard_pod"]
+# A pod taken away (DisruptionTarget: preemption, eviction, a node shut down or gone) spends no try of its shard, as
+# on the local backend: the failure the policy ignores is not counted for the index (isIndexFailed,
+# indexed_job_utils.go:98-112) and its replacement keeps the index's failure count (getNewIndexFailureCounts :359-376)
+SPARE_DISRUPTED = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
 
 
 def server_version(version: dict) -> tuple[int, int] | None:
@@ -124,7 +132,8 @@ def job_fields(spec: TrainingJobSpec, per_index: bool) -> dict:
     parallelism = min(spec.num_workers, plan.count)
     fields = {"completionMode": "Indexed", "completions": plan.count, "parallelism": parallelism}
     if per_index:  # (backoffLimit left out: with backoffLimitPerIndex the API server defaults it to MaxInt32)
-        fields.update(backoffLimitPerIndex=plan.max_attempts - 1, maxFailedIndexes=plan.max_failed_shards)
+        fields.update(backoffLimitPerIndex=plan.max_attempts - 1, maxFailedIndexes=plan.max_failed_shards,
+                      podFailurePolicy=SPARE_DISRUPTED)
     else:
         fields["backoffLimit"] = max(spec.kubernetes.backoff_limit, parallelism * plan.max_attempts)
     return fields

@@ -34,6 +34,9 @@ def test_a_per_index_server_gets_one_indexed_job_of_n_completions_m_at_once_retr
     assert (fields["completionMode"], fields["completions"], fields["parallelism"]) == ("Indexed", 12, 3)
     assert (fields["backoffLimitPerIndex"], fields["maxFailedIndexes"]) == (2, 1)  # max_attempts - 1, max_failed
     assert "backoffLimit" not in fields, "left to the API server's default under backoffLimitPerIndex (MaxInt32)"
+    assert fields["podFailurePolicy"] == {"rules": [{"action": "Ignore", "onPodConditions": [
+        {"type": "DisruptionTarget"}]}]}, "a pod taken away spends no try of its shard"
+    assert job["metadata"]["labels"][sharded.SHARDED_LABEL] == "true"
     pod = fields["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and "subdomain" not in pod
     (worker,) = pod["containers"]
@@ -56,7 +59,7 @@ def test_a_per_index_server_gets_one_indexed_job_of_n_completions_m_at_once_retr
 def test_an_older_server_gets_no_per_index_fields_and_the_pods_retry_their_shards():
     job, _ = _render(_spec(), per_index=False)
     fields = job["spec"]
-    assert "backoffLimitPerIndex" not in fields and "maxFailedIndexes" not in fields
+    assert not {"backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy"} & set(fields)
     assert fields["backoffLimit"] == 9, "lost pods: max_attempts per pod that runs at once"
     (worker,) = fields["template"]["spec"]["containers"]
     assert "--per-index" not in worker["command"]
