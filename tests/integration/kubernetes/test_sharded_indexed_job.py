@@ -174,3 +174,51 @@ def test_a_disrupted_pod_of_a_sharded_job_is_no_preemption_of_the_job(kube_clust
                                                                 if k != sharded.SHARDED_LABEL}})
     assert backend.replaces_lost_pods(job) and not backend.replaces_lost_pods(plain)
     assert backend._read_lost(job) is not None, "the pod is lost: only the job's own controller replaces it"
+
+
+def test_followed_through_the_shared_watch_a_sharded_job_with_a_disrupted_pod_runs_on_to_its_end(
+        kube_cluster, kubelet, namespace):
+    """The deferred task's path (statuses: the shared Job and pod watches, the backend as the connection builds it):
+    a disrupted pod of the sharded Job never makes it PREEMPTED; the Job's Complete ends it SUCCEEDED."""
+    import asyncio
+
+    from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
+    from airflow_ml_provider.jobs.state import JobStatus
+
+    backend = TrainingBackendHook().get_backend("indexed-job")
+    backend.per_index_retries = False  # as on a 1.22-1.28 cluster: the test server predates Indexed Jobs
+    assert backend.submit("spot", _spec(count=8), IDENTITY.labels()) is True
+    job = backend.get("Job", "spot")
+    pods = resource_path("v1", "Pod", namespace)
+
+    def play() -> None:
+        for index in range(2):
+            kube_cluster.request("POST", pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": f"spot-{index}-x", "namespace": namespace, "labels": job["spec"]["template"]["metadata"]["labels"],
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "spot",
+                                     "uid": job["metadata"]["uid"], "controller": True}]},
+                "spec": {"nodeName": "fake-node", "containers": [{"name": "worker", "image": "img:1"}]}})
+        kube_cluster.patch_status(resource_path("batch/v1", "Job", namespace, "spot"), {"active": 2})
+        kube_cluster.patch_status(f"{pods}/spot-1-x", {"conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+             "message": "Pod was terminated in response to imminent node shutdown.",
+             "lastTransitionTime": "2026-12-02T00:00:00Z"}]})
+
+    async def follow() -> list[JobStatus]:
+        seen: list[JobStatus] = []
+        async for status in backend.statuses("spot", interval=0.5):
+            seen.append(status)
+            if len(seen) == 1:
+                await asyncio.to_thread(play)
+            if status.state is JobState.RUNNING and len([s for s in seen if s.state is JobState.RUNNING]) == 3:
+                await asyncio.to_thread(kube_cluster.patch_status, resource_path("batch/v1", "Job", namespace, "spot"),
+                                        {"active": 0, "succeeded": 8, "conditions": [
+                                            {"type": "Complete", "status": "True",
+                                             "lastTransitionTime": "2026-12-02T00:01:00Z"}]})
+            if status.state.is_terminal:
+                return seen
+
+    seen = asyncio.run(asyncio.wait_for(follow(), 120))
+    assert seen[-1].state is JobState.SUCCEEDED
+    assert JobState.PREEMPTED not in {status.state for status in seen}, seen
+    assert JobState.RUNNING in {status.state for status in seen}
