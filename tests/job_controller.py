@@ -77,6 +77,7 @@ class IndexedJob:
         self.uid, self.config_maps = uid, config_maps or {}
         self.failures = 0
         self.reason = ""
+        self.ended: str | None = None  # its terminal condition's type, once it ended
         self.pod_names: dict[int, list[str]] = {i: [] for i in range(self.completions)}
         self.failure_count: dict[int, int] = {}  # index -> its latest pod's failure-count annotation
         self.succeeded: set[int] = set()
@@ -159,22 +160,28 @@ class IndexedJob:
             if restart == "OnFailure" and (restarts > 0 if backoff == 0 else restarts >= backoff):  # :1466-1469
                 return self._fail(active, "BackoffLimitExceeded")
             if len(self.succeeded) == self.completions:
+                self.ended = "Complete"
                 return "Complete"
             time.sleep(1)
         self._fail(active, "")
+        self.ended = None
         return "Running"
 
     @property
     def status(self) -> dict:
-        """The Job's status fields of its indexes, as the controller writes them."""
+        """The Job's status as the controller writes it: its indexes, and once it ended its condition (the terminal
+        one, with the failure's reason: job_controller.go:876-879, :860)."""
         status = {"completedIndexes": _intervals(self.succeeded), "succeeded": len(self.succeeded)}
         if self.per_index is not None:
             status["failedIndexes"] = _intervals(self.failed_indexes)
+        if self.ended is not None:
+            status["conditions"] = [{"type": self.ended, "status": "True",
+                                     **({"reason": self.reason} if self.ended == "Failed" else {})}]
         return status
 
     def _fail(self, active: set[int], reason: str) -> str:
         """deleteActivePods (:891-893): the Job failed, its running pods go."""
-        self.reason = reason
+        self.reason, self.ended = reason, "Failed"
         for index in active or range(self.completions):
             if self.host(index) in self.pods.pods:
                 self.pods.kill(self.host(index))

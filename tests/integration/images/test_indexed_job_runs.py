@@ -23,6 +23,7 @@ from trainer_controller import jobset_for, pods_of
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.kubernetes import sharded
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.runtime.shards import MARKER, records
 
 pytestmark = pytest.mark.integration
@@ -318,3 +319,42 @@ def test_a_sharded_job_of_12_shards_on_3_pods_commits_each_once_with_a_killed_sh
     assert "shard 7: committed already; skipped" in network.logs("score-7")
     rerun = {"metadata": {"uid": again.uid, "annotations": job["metadata"]["annotations"]}, "status": again.status}
     assert sharded.result(rerun, *records(str(shards_out)))["shards_skipped"] == 12
+
+
+FAILING_SHARD = ("import os, pathlib, sys\nindex = os.environ['AIRFLOW_ML_SHARD_INDEX']\n"
+                 "sys.exit(f'shard {index} cannot be read') if index == '2' else "
+                 "pathlib.Path(os.environ['AIRFLOW_ML_SHARD_OUTPUT'], 'done').write_text(index)")
+
+
+@pytest.mark.parametrize("per_index", [True, False], ids=["backoffLimitPerIndex", "pod-side-retry"])
+@pytest.mark.parametrize("max_failed", [1, 0])
+def test_a_shard_that_fails_every_try_fails_the_job_unless_max_failed_shards_allows_it(tmp_path, training_image,
+                                                                                      network, claims, per_index,
+                                                                                      max_failed):
+    """Shard 2 of 4 fails each of its max_attempts (2) tries: with max_failed_shards 1 the job succeeds listing it
+    (per index: the Job ends Failed/FailedIndexes, which is the provider's success; the pod-side retry records it and
+    the Job completes); with 0 the job fails (MaxFailedIndexesExceeded; or the pods exit 1 until backoffLimit)."""
+    spec = TrainingJobSpec(framework="generic", num_workers=2, image=training_image, model_dir="/work/model",
+                           kubernetes={"volumes": [CLAIM]}, scheduling={"gang": False},
+                           command=["python", "-c", FAILING_SHARD],
+                           shards={"count": 4, "output": "/work/model/shards", "max_attempts": 2,
+                                   "max_failed_shards": max_failed})
+    backend = get_backend("indexed-job", api_client=None, namespace=NAMESPACE, per_index_retries=per_index)
+    (job,) = backend.manifests("flaky", spec, {})
+    controller = IndexedJob("flaky", job["spec"], network, claims, uid="job-uid-9")
+    controller.run(JOB_TIMEOUT_S)
+    state = backend.job_status({**job, "status": controller.status}).state
+    logs = {h: network.logs(h)[-1500:] for h in network.pods}
+    runs_of_2 = [h for h in network.pods if h == "flaky-2" or h.startswith("flaky-2-try")]
+    if max_failed:
+        assert state is JobState.SUCCEEDED, (controller.reason, logs)
+        assert controller.reason == ("FailedIndexes" if per_index else "")
+        out = claims["work"] / "model" / "shards"
+        result = sharded.result({**job, "metadata": {**job["metadata"], "uid": controller.uid},
+                                 "status": controller.status}, *records(str(out)))
+        assert (result["shards_done"], result["failed_shards"], result["shards_failed"]) == (3, [2], 1)
+        assert len(runs_of_2) == (2 if per_index else 1), "per index: a pod a try; else the pod's own retry"
+        assert "shard 2: try 2 of 2 failed" in network.logs("flaky-2")
+    else:
+        assert state is JobState.FAILED, (controller.reason, logs)
+        assert controller.reason == ("MaxFailedIndexesExceeded" if per_index else "BackoffLimitExceeded")
