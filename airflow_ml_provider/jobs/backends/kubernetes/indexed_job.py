@@ -227,8 +227,8 @@ class IndexedJobBackend(KubernetesBackend):
         for condition in status.get("conditions", []):
             if condition.get("status") != "True" or condition.get("type") not in CONDITION_STATES:
                 continue
-            if (within := sharded.shard_state(condition, status)) is not None:
-                return within
+            if (told := sharded.shard_state(condition, status, self.replaces_lost_pods(obj))) is not None:
+                return told
             state = CONDITION_STATES[condition["type"]]
             if state.is_terminal:
                 return ended(state, said(condition, condition["type"]))

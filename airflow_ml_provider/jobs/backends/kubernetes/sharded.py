@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 
+from airflow_ml_provider.jobs.backends.kubernetes.status import said
 from airflow_ml_provider.jobs.shards import ShardPlan, settled
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
@@ -144,11 +145,16 @@ def annotation(plan: ShardPlan) -> dict[str, str]:
                                          "max_failed_shards": plan.max_failed_shards}, sort_keys=True)}
 
 
-def shard_state(condition: dict, status: dict) -> JobStatus | None:
-    """A sharded Job's end that is the provider's success: ``FailedIndexes`` (every index settled, some failed, no
-    more than ``maxFailedIndexes``: job_controller.go:876-879); None for any other condition."""
+def shard_state(condition: dict, status: dict, is_sharded: bool = True) -> JobStatus | None:
+    """A sharded Job's end as the provider says it: ``FailedIndexes`` (every index settled, some failed, no more than
+    ``maxFailedIndexes``: job_controller.go:876-879) is its success; ``MaxFailedIndexesExceeded`` and, without
+    per-index retries, ``BackoffLimitExceeded`` are failures told in its terms. None for any other condition."""
     if condition.get("type") not in ("Failed", "FailureTarget"):
         return None
+    if is_sharded and condition.get("reason") == "BackoffLimitExceeded":
+        return JobStatus(JobState.FAILED, f"{said(condition)}: more than max_failed_shards shards failed every try, or "
+                                          "its pods were lost more than backoffLimit times; the failed shards' records "
+                                          "are under shards.output/.failed")
     failed = str(status.get("failedIndexes") or "?")[:200]
     if condition.get("reason") == "FailedIndexes":
         return JobStatus(JobState.SUCCEEDED, f"shards {failed} failed, within max_failed_shards (the Job's "

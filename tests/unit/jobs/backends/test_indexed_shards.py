@@ -129,6 +129,12 @@ def test_failed_indexes_within_max_failed_indexes_is_a_success_and_past_it_a_fai
                                                     "reason": "MaxFailedIndexesExceeded", "message": "exceeded"}]}
     assert backend.job_status(_job(past)).state is JobState.FAILED
     assert "shards 1,4 failed max_attempts times each" in backend.job_status(_job(past)).message
+    lost = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                            "message": "Job has reached the specified backoff limit"}]}
+    sharded_job = {**_job(lost), "metadata": {**_job(lost)["metadata"], "labels": {sharded.SHARDED_LABEL: "true"}}}
+    told = backend.job_status(sharded_job)
+    assert told.state is JobState.FAILED and "more than max_failed_shards shards failed every try" in told.message
+    assert "max_failed_shards" not in backend.job_status(_job(lost)).message, "a Job not sharded says what it says"
     done = {"completedIndexes": "0-5", "conditions": [{"type": "Complete", "status": "True"}]}
     assert backend.job_status(_job(done)).state is JobState.SUCCEEDED
 
