@@ -17,15 +17,15 @@ indexed_job_utils.go, as tests/job_controller.py plays them):
 - a server of 1.29 or later (``backoffLimitPerIndex`` beta, on by default) gets ``backoffLimitPerIndex`` =
   ``max_attempts`` - 1 and ``maxFailedIndexes`` = ``max_failed_shards``: a failed pod's index gets a new pod with the
   failure count annotated (job_controller.go:1681-1683, indexed_job_utils.go:349-376), until the count reaches the
-  limit and the index fails (indexed_job_utils.go:98-112), a disrupted pod not counted (``SPARE_DISRUPTED``); more failed indexes than ``maxFailedIndexes`` fail the Job
-  (``MaxFailedIndexesExceeded``, job_controller.go:876-877), and once every index succeeded or failed with some
-  failed the Job ends Failed with reason ``FailedIndexes`` (:878-879): within ``max_failed_shards``, which is this
-  provider's success (``shard_state``);
-- an older server (it prunes both fields) gets the pod-side retry: the pod tries its shard up to ``max_attempts``
-  times, then records the failure under the output and exits 0; ``backoffLimit`` counts lost pods only (a pod
-  that dies is replaced for its index; ``kubernetes.backoff_limit``, at least ``max_attempts`` per pod that runs
-  at once), and a pod that finds more than
-  ``max_failed_shards`` failed shards of its Job exits 1 at once, so the Job then fails by ``backoffLimit``.
+  limit and the index fails (indexed_job_utils.go:98-112), a disrupted pod not counted (``SPARE_DISRUPTED``); more
+  failed indexes than ``maxFailedIndexes`` fail the Job (``MaxFailedIndexesExceeded``, job_controller.go:876-877),
+  and once every index succeeded or failed with some failed the Job ends Failed with reason ``FailedIndexes``
+  (:878-879): within ``max_failed_shards``, which is this provider's success (``shard_state``);
+- an older server (it drops those fields) gets the pod-side retry: the pod tries its shard up to ``max_attempts``
+  times, then records the failure under the output and exits 0; ``backoffLimit`` counts lost pods only (a pod that
+  dies is replaced for its index; ``kubernetes.backoff_limit``, at least ``max_attempts`` per pod that runs at
+  once), and a pod that finds more than ``max_failed_shards`` failed shards of its Job exits 1 at once, so the Job
+  then fails by ``backoffLimit``.
 
 A lost pod (disrupted, its node gone) is the Job controller's to replace: the job is not PREEMPTED for it
 (``IndexedJobBackend.replaces_lost_pods``), so a spot node's loss re-runs only the shards it had.
@@ -51,8 +51,8 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024  # core.MaxSecretSize, the API server's bound 
 PLAN_ANNOTATION = f"{PREFIX}/shards"  # the plan less its inputs, on the Job: what its result is read from
 SHARDED_LABEL = f"{PREFIX}/sharded"  # on the Job (labels are what the shared watch keeps): its lost pods are replaced
 FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"  # the Job controller's, on a per-index pod
-# The Job's uid on its pods, which each marker records (ran by this Job, or committed before it): the label the Job
-# controller has set since 1.27, and the one before it (kept beside it by servers up to 1.3x).
+# The Job's uid on its pods, which each marker records (ran by this Job, or committed before it): the label the API
+# server puts in a Job's template since 1.27, and the one before it (which it still sets beside it).
 UID_LABELS = {True: "batch.kubernetes.io/controller-uid", False: "controller-uid"}
 PER_INDEX_SINCE = (1, 29)
 INDEXED_SINCE = (1, 22)
