@@ -35,6 +35,11 @@ MAX_METRICS = 256  # distinct metric names per job
 MAX_POINTS = 8000  # series points kept over all metrics (each series at most max_points as well)
 MAX_PATH_CHARS = 4096  # a model or checkpoint path
 WARNINGS_PER_KIND = 5
+# A local job's launcher samples its workers' CPU and memory (jobs.backends.local.resources); only its own lines
+# count (a worker's line is the worker's source, whatever it prints), at most this many ranks plus "launcher".
+RESOURCES_SOURCE = "launcher"
+MAX_RESOURCE_ENTRIES = 1025
+_RESOURCE_RANK = re.compile(r"\d{1,6}|launcher")
 
 # Names whose smaller values are better; every other metric is maximized unless a goal says otherwise.
 _LOWER_IS_BETTER = re.compile(r"loss|error|mse|mae|mape|rmse|perplexity|logloss|^(l1|l2|wer|cer)$",
@@ -136,6 +141,7 @@ class MetricsTracker:
         self.model_path: str | None = state.get("model_path")
         self.checkpoint: dict[str, Any] | None = state.get("checkpoint")
         self.reporter: str | None = state.get("reporter")
+        self.resources: dict[str, Any] | None = state.get("resources")  # the local launcher's last sample
         self.ignored: dict[str, int] = state.get("ignored", {})  # kind of bound -> lines ignored for it
         self.warnings: list[str] = []
         # A reported model or checkpoint path is kept as ``confine`` resolves it, or ignored (a warning
@@ -198,6 +204,12 @@ class MetricsTracker:
                 self.model_path = path
             elif kind == "checkpoint" and (path := self._reported_path("checkpoint", event.get("path"), line)):
                 self.checkpoint = {"path": path, **{k: event[k] for k in ("step", "epoch") if valid_step(event.get(k))}}
+        if kind == "resources" and line.source == RESOURCES_SOURCE:
+            if (workers := _bounded_resources(event.get("workers"))) is None:
+                self._ignore("resources", line, f"a resources sample is not at most {MAX_RESOURCE_ENTRIES} ranks "
+                                                "of finite cpu, mem_mib and procs")
+            else:
+                self.resources = {"at": event["at"] if _finite(event.get("at")) else None, "workers": workers}
         if kind == "metrics":
             step = metric_position(event)
             if step is not None and not valid_step(step):
@@ -282,7 +294,8 @@ class MetricsTracker:
     def state(self) -> dict[str, Any]:
         """What to pass back as ``state`` to continue these series."""
         return copy.deepcopy({"metrics": self.metrics, "result": self.result, "model_path": self.model_path,
-                              "checkpoint": self.checkpoint, "reporter": self.reporter, "ignored": self.ignored})
+                              "checkpoint": self.checkpoint, "reporter": self.reporter, "ignored": self.ignored,
+                              "resources": self.resources})
 
     # -- bounds -----------------------------------------------------------------------------------------
 
@@ -327,6 +340,21 @@ def _small_json(value: Any) -> bool:
         return len(json.dumps(value, allow_nan=False)) <= _RESULT_VALUE
     except (TypeError, ValueError):
         return False
+
+
+def _bounded_resources(workers: Any) -> dict[str, dict[str, float]] | None:
+    """A resources sample's ``workers`` as kept (see jobs.backends.local.resources), or None if it breaks a bound."""
+    if not isinstance(workers, dict) or len(workers) > MAX_RESOURCE_ENTRIES:
+        return None
+    kept = {}
+    for rank, use in workers.items():
+        if not (isinstance(rank, str) and _RESOURCE_RANK.fullmatch(rank) and isinstance(use, dict)):
+            return None
+        values = {key: use.get(key) for key in ("cpu", "mem_mib", "procs")}
+        if not all(_finite(value) and value >= 0 for value in values.values()):
+            return None
+        kept[rank] = values
+    return kept
 
 
 def _finite(value: Any) -> bool:

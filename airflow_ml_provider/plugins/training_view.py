@@ -1,8 +1,8 @@
 """The training view: a task instance's job as a page of plain HTML and server-drawn SVG (no JavaScript), from
 what the follow core saved (``ml_training_view`` while the task follows the job, ``ml_follow_state`` while it is
 deferred) and the task's result, never by reading the job's log again: metric curves (the gate's threshold
-drawn), progress and ETA, the job's state timeline, the workers' last lines, links to MLflow; for a search, its
-trials as a table and plots with the best marked. Every text from a job or a person is escaped."""
+drawn), progress and ETA, the job's state timeline, the workers' CPU and memory (a local job's), the workers'
+last lines, links to MLflow; for a search, its trials as a table and plots with the best marked. Every text from a job or a person is escaped."""
 
 from __future__ import annotations
 
@@ -90,6 +90,7 @@ def page(data: dict[str, Any], now: float | None = None) -> str:
         parts += [f"<tr><td>{time.strftime('%H:%M:%S', time.gmtime(when))}</td><td>{escape(str(what))}</td></tr>"
                   for when, what in timeline]
         parts.append("</table>")
+    parts += _resources(view.get("resources"))
     if tail := view.get("tail"):
         parts.append("<h2>Workers' last lines</h2><pre>")
         parts += [escape(format_line(LogLine(str(source), str(text)))) + "\n" for source, text in tail]
@@ -109,6 +110,24 @@ def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:
         title = f"{name} (last {metric.get('last', float('nan')):.5g}, best {metric.get('best', float('nan')):.5g})"
         parts.append(line_chart(title, metric.get("series") or [], targets.get(name),
                                 x_label=(view.get("plan") or {}).get("unit", "step")))
+    return parts
+
+
+def _resources(sample: Any) -> list[str]:
+    """The local launcher's last sample of its workers' CPU and memory (jobs.backends.local.resources)."""
+    workers = sample.get("workers") if isinstance(sample, dict) else None
+    if not isinstance(workers, dict) or not workers:
+        return []
+    at = sample.get("at")
+    when = f" at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC" if isinstance(at, int | float) else ""
+    parts = [f"<h2>Resources{when}</h2><table><tr><th>worker</th><th>CPU (% of a core)</th>"
+             "<th>memory (MiB, resident)</th><th>processes</th></tr>"]
+    for rank, use in workers.items():
+        use = use if isinstance(use, dict) else {}
+        cells = [escape(str(use.get(key))) for key in ("cpu", "mem_mib", "procs")]
+        who = "launcher" if rank == "launcher" else f"rank {rank}"
+        parts.append(f"<tr><td>{escape(who)}</td>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    parts.append("</table>")
     return parts
 
 

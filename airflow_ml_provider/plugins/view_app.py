@@ -53,8 +53,10 @@ def _from_follow_state(state: Any) -> dict[str, Any]:
     """A deferred task's view: the follow core's durable state, as its trigger saved it."""
     if not isinstance(state, dict):
         return {}
-    return {"metrics": (state.get("metrics") or {}).get("metrics") or {}, "tail": (state.get("tail") or [])[-20:],
-            "state": (state.get("shown") or [None])[0], "preemptions": state.get("preemptions", 0)}
+    tracked = state.get("metrics") or {}
+    return {"metrics": tracked.get("metrics") or {}, "resources": tracked.get("resources"),
+            "tail": (state.get("tail") or [])[-20:], "state": (state.get("shown") or [None])[0],
+            "preemptions": state.get("preemptions", 0)}
 
 
 def make_app():

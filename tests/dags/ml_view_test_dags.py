@@ -10,8 +10,10 @@ from airflow.sdk import DAG, task
 
 from airflow_ml_provider.operators.training import LightGBMTrainingOperator, TrainingJobOperator
 
-_METRICS = ("import json\nprint('<script>alert(1)</script>', flush=True)\nfor step in range(1, 4):\n"
-            "    print(json.dumps({'event': 'metrics', 'step': step, 'loss': 1.0 / step}), flush=True)\n")
+# ...then it spins 4 s, past the launcher's first resources sample (jobs.backends.local.resources)
+_METRICS = ("import json, time\nprint('<script>alert(1)</script>', flush=True)\nfor step in range(1, 4):\n"
+            "    print(json.dumps({'event': 'metrics', 'step': step, 'loss': 1.0 / step}), flush=True)\n"
+            "end = time.monotonic() + 4\nwhile time.monotonic() < end: pass\n")
 
 with DAG("ml_view_test", schedule=None, catchup=False, tags=["test"]) as view_dag:
 

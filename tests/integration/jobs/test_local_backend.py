@@ -220,3 +220,31 @@ def test_the_status_stream_of_an_ended_job_comes_once_an_interval(backend):
     states = asyncio.run(for_three_seconds())
     # one at once, then one a second (fewer when a loaded machine delays the reads); 18,739 before the fix
     assert set(states) == {JobState.SUCCEEDED} and 1 <= len(states) <= 4, f"{len(states)} statuses in 3 s"
+
+
+def test_the_launcher_samples_each_ranks_cpu_and_memory_and_the_tracker_keeps_the_launchers_sample_only(backend):
+    """Rank 0 spins, rank 1 sleeps: the launcher's resources line tells them apart (jobs.backends.local.resources),
+    and the follow core keeps it as the view shows it. A rank printing a resources line of its own is ignored."""
+    from airflow_ml_provider.logs.files import parse_line
+    from airflow_ml_provider.logs.metrics import MetricsTracker
+
+    forged = json.dumps({"event": "resources", "workers": {"0": {"cpu": 0.0, "mem_mib": 0.0, "procs": 9}}})
+    work = ("import os, sys, time\n"
+            "end = time.monotonic() + 6\n"
+            "if os.environ['AIRFLOW_ML_RANK'] == '0':\n"
+            "    while time.monotonic() < end: pass\n"
+            "else:\n"
+            f"    print({forged!r}, flush=True); time.sleep(6)\n")
+    backend.submit("res", generic(["python", "-c", work]), {})
+    assert final_status(backend, "res").state is JobState.SUCCEEDED
+    lines = [parse_line(raw) for raw in (backend.job_dir("res") / "output.log").read_text().splitlines()]
+    samples = [json.loads(line.text) for line in lines
+               if line.source == "launcher" and line.text.startswith('{"event": "resources"')]
+    assert samples, [str(line) for line in lines]
+    workers = samples[0]["workers"]
+    assert set(workers) == {"0", "1", "launcher"}, workers
+    assert workers["0"]["cpu"] > 20 > workers["1"]["cpu"], workers  # spinning against sleeping, from the kernel
+    assert all(use["mem_mib"] > 1 and use["procs"] >= 1 for use in workers.values()), workers
+    tracker = MetricsTracker()
+    tracker.feed_lines(lines)
+    assert tracker.state()["resources"]["workers"] == samples[-1]["workers"], "the launcher's, not rank 1's"

@@ -34,6 +34,9 @@ def test_a_deferred_jobs_view_comes_from_the_follow_state_and_escapes_a_hostile_
     assert [point[0] for point in data["view"]["metrics"]["loss"]["series"]] == [1, 2, 3], data["view"]
     html = page(data)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
+    workers = data["view"]["resources"]["workers"]  # the launcher's sample, kept in the trigger's durable state
+    assert workers["0"]["cpu"] > 10 and workers["0"]["mem_mib"] > 1, workers
+    assert "<h2>Resources at " in html and "<tr><td>rank 0</td>" in html
 
 
 def test_a_search_view_lists_the_trials_with_the_best_marked(run_dag):

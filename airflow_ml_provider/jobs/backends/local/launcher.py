@@ -74,6 +74,7 @@ from airflow_ml_provider.jobs.backends.local.common import (
 )
 from airflow_ml_provider.jobs.backends.local.output import lines
 from airflow_ml_provider.jobs.backends.local.ports import free_ports
+from airflow_ml_provider.jobs.backends.local.resources import ResourceSampler
 from airflow_ml_provider.jobs.backends.local.sandboxed import JobSandbox
 from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts
 from airflow_ml_provider.jobs.state import JobState, JobStatus
@@ -289,6 +290,7 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
         _make_directories(spec)
     start = sandbox.start if sandbox is not None else _popen_all
     watchdog = _Watchdog(job_dir, record, writer)
+    sampler = ResourceSampler(lambda: job_processes(record["uid"]), writer.write)
     runner = {"horovod": _run_horovod, "pytorch": _run_torchrun}.get(plan["framework"], _run_ranks)
     if spec.get("shards"):
         # here, not at the top: its pydantic import would add ~60 ms to every job's start
@@ -302,6 +304,7 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
         status = runner(spec, plan, env, writer, start)
         timing["workers_ended_at"] = time.time()
     finally:
+        sampler.finish()
         watchdog.finish()
         exceeded = sandbox.exceeded() if sandbox is not None else None
         if sandbox is not None:
