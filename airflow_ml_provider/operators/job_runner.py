@@ -42,7 +42,7 @@ from airflow_ml_provider.operators.config import (
     TrainingOutputs,
     parse,
 )
-from airflow_ml_provider.operators.live_view import LiveView, both, planned_total
+from airflow_ml_provider.operators.live_view import LiveView, both, job_plan
 from airflow_ml_provider.operators.task_log import task_log_capped
 from airflow_ml_provider.triggers.durable import save_before_deferring, task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
@@ -277,8 +277,7 @@ class JobRunner:
                                            state_key=task_key(context), metric_tags=metrics.tags),
                 method_name="execute_complete",
             )
-        view = LiveView(context["ti"], name, backend.name, follower,
-                        planned_total(self.spec.command) if self.spec else None)
+        view = LiveView(context["ti"], name, backend.name, follower, job_plan(self.spec) if self.spec else None)
         return SyncDriver(follower, self.log, backend, name, source, on_step=both(metrics, view)).run()
 
     def _conclude(self, backend: Backend, name: str, follower: Follower, step: Decision) -> dict[str, Any]:

@@ -31,6 +31,14 @@ def planned_total(command: Sequence[str]) -> dict[str, Any] | None:
     return None
 
 
+def job_plan(spec) -> dict[str, Any] | None:
+    """What the view's progress counts: a sharded job's shards (its launcher's metrics step is the shards settled),
+    else the rounds, epochs or steps its command asks for."""
+    if spec.shards is not None:
+        return {"unit": "shard", "total": spec.shards.count}
+    return planned_total(spec.command)
+
+
 class LiveView:
     """An ``on_step`` hook of the sync driver: keeps the job's timeline and saves the view's snapshot."""
 

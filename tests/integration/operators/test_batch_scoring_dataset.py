@@ -21,6 +21,7 @@ import pytest
 from dag_runs import load_dag, run
 
 from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV
+from airflow_ml_provider.plugins.training_view import page
 from support import REPO, TEST_DAGS, TRAINING_PYTHON, needs_training_env, wait_for
 
 pytestmark = [pytest.mark.integration, needs_training_env]
@@ -50,16 +51,18 @@ def check(folder: Path, output: str, model: Path) -> dict:
     return json.loads(done.stdout)
 
 
-def score(folder: Path, workers: int = 2):
+def score(folder: Path, workers: int = 2, view: bool = False):
     dag = load_dag(REPO / "dags" / "ml_batch_scoring.py")
     record = run(dag, {"model_name": NAME, "input": str(folder), "workers": workers})
     assert record.state == "success", record.states
-    return record.value("score")
+    return (record.value("score"), record.value("score", "ml_training_view")) if view else record.value("score")
 
 
 def test_a_200_file_parquet_dataset_is_scored_once_per_row_as_the_model_predicts(champion):
     folder = dataset(200, 50)
-    result = score(folder)
+    result, view = score(folder, view=True)
+    assert view["plan"] == {"unit": "shard", "total": 200}  # the training view's progress: shards settled
+    assert "200 of 200 shards" in page({"ti": {"dag_id": "d", "task_id": "score", "state": "success"}, "view": view})
     assert result["version"] == 1 and result["input"] == str(folder) and result["rows"] == 200 * 50
     assert result["shards"] | {"failed_shards": []} == {
         "shards": 200, "shards_done": 200, "shards_ran": 200, "shards_skipped": 0, "shards_retried": 0,
