@@ -90,6 +90,14 @@ _TRAINING_FIELDS = {
         enum=["kueue"],
         values_display={"kueue": "kueue: Kueue admits the jobs (created suspended, labelled with their queue)"},
     ),
+    "per_index_retries": _field(
+        "Kubernetes: per-shard retries",
+        "on: the cluster's Job controller retries each shard of an indexed-job sharded job (backoffLimitPerIndex, "
+        "Kubernetes 1.29 and later); off: the pods retry their shards. Empty: by the API server's version.",
+        enum=["on", "off"],
+        values_display={"on": "on: backoffLimitPerIndex (Kubernetes 1.29 and later)",
+                        "off": "off: each pod retries its shard"},
+    ),
     "training_runtime": _field(
         "Trainer: training runtime",
         "The (Cluster)TrainingRuntime every trainjob TrainJob names. Empty: by framework, airflow-ml-torch "

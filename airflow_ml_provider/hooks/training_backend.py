@@ -38,7 +38,9 @@ class TrainingBackendHook(BaseHook):
     and for the
     Kubernetes backends ``kubernetes_conn_id`` (a cncf-kubernetes connection: kubeconfig, in-cluster,
     context; default ``kubernetes_default``), ``namespace``, ``gang_scheduler`` (the MPI operator's
-    ``--gang-scheduling`` setting, if it has one), ``queueing`` (``kueue`` where Kueue admits the jobs) and,
+    ``--gang-scheduling`` setting, if it has one), ``queueing`` (``kueue`` where Kueue admits the jobs),
+    ``per_index_retries`` (``on``/``off``: whether the Job controller retries each shard of an indexed-job sharded
+    job; unset, by the server's version) and,
     for ``trainjob``, ``training_runtime`` and ``training_runtime_kind`` (the runtime a TrainJob names).
 
     Artifacts (``artifact_root`` extra, else ``[ml_training] artifact_root``, else the local root
@@ -130,7 +132,8 @@ class TrainingBackendHook(BaseHook):
         backend = get_backend(name, api_client=reached.api, namespace=namespace,
                               async_api_factory=self.async_api_factory(settings),
                               watch_key=self.kubernetes_conn_id(settings), gang_scheduler=settings.gang_scheduler,
-                              queueing=settings.queueing, **_trainjob_options(name, settings))
+                              queueing=settings.queueing, **_trainjob_options(name, settings),
+                              **_indexed_job_options(name, settings))
         backend.where = f"{reached.where}, namespace {namespace}"
         return backend
 
@@ -240,6 +243,14 @@ def _trainjob_options(backend: str, settings: TrainingConnection) -> dict[str, s
         return {}
     runtime = {"training_runtime": settings.training_runtime, "training_runtime_kind": settings.training_runtime_kind}
     return {key: value for key, value in runtime.items() if value}
+
+
+def _indexed_job_options(backend: str, settings: TrainingConnection) -> dict[str, bool]:
+    """Whether the cluster retries each shard itself, for the ``indexed-job`` backend only (where the connection
+    says it; unset, the backend asks the API server's version)."""
+    if backend != "indexed-job" or settings.per_index_retries is None:
+        return {}
+    return {"per_index_retries": settings.per_index_retries == "on"}
 
 
 def _check(store: ArtifactStore | None, conn_id: str) -> None:

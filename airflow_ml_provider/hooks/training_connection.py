@@ -41,6 +41,7 @@ class TrainingConnection(BaseModel):
     namespace: str | None = None
     gang_scheduler: str | None = None
     queueing: Literal["kueue"] | None = None
+    per_index_retries: Literal["on", "off"] | None = None
     training_runtime: str | None = None
     training_runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] | None = None
     image: str | None = None

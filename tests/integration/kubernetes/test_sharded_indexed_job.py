@@ -222,3 +222,51 @@ def test_followed_through_the_shared_watch_a_sharded_job_with_a_disrupted_pod_ru
     assert seen[-1].state is JobState.SUCCEEDED
     assert JobState.PREEMPTED not in {status.state for status in seen}, seen
     assert JobState.RUNNING in {status.state for status in seen}
+
+
+def test_a_sharded_task_on_indexed_job_gets_the_shards_result_in_its_xcom(kube_cluster, namespace, run_dag,
+                                                                          monkeypatch, tmp_path):
+    """dag.test() of a sharded TrainingJobOperator task on indexed-job (the connection's per_index_retries off: the
+    test server predates Indexed Jobs) while the test plays its pods: each index's pod command run here with the
+    Job's uid, then the Job Complete. The task's XCom metrics are the job's ShardQueue result (the job runner merges
+    the backend's job_result: its pods' log has no launcher's line)."""
+    import threading
+
+    from support import wait_for
+
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps(
+        {"conn_type": "ml_training", "extra": {"per_index_retries": "off", "artifact_root": str(tmp_path / "ml")}}))
+    backend = get_backend("indexed-job", api_client=kube_cluster.api_client(), namespace=namespace,
+                          per_index_retries=False)
+    jobs = resource_path("batch/v1", "Job", namespace)
+    played = threading.Event()
+
+    def play() -> None:
+        listed = wait_for(lambda: played.is_set() or kube_cluster.request("GET", jobs)["items"], timeout=120,
+                          what="the task's Job")
+        if played.is_set():  # the task ended without a Job
+            return
+        job = listed[0]
+        (worker,) = job["spec"]["template"]["spec"]["containers"]
+        argv = [sys.executable if arg == "python" else arg for arg in worker["command"]]
+        uid = job["spec"]["template"]["metadata"]["labels"]["controller-uid"]
+        env = {e["name"]: e["value"] for e in worker["env"] if "value" in e}
+        for index in range(job["spec"]["completions"]):
+            subprocess.run(argv, env={**os.environ, **env, "JOB_COMPLETION_INDEX": str(index),
+                                      "AIRFLOW_ML_JOB_UID": uid}, timeout=60, check=True)
+        kube_cluster.patch_status(f"{jobs}/{job['metadata']['name']}", {"succeeded": 4, "conditions": [
+            {"type": "Complete", "status": "True", "lastTransitionTime": "2026-12-02T00:00:00Z"}]})
+        played.set()
+
+    player = threading.Thread(target=play, daemon=True)
+    player.start()
+    result = run_dag("ml_test_sharded_indexed_job")
+    done = played.is_set()
+    played.set()
+    player.join(10)
+    assert done and result.state == "success", result.task_states
+    xcom = result.xcom["score"]
+    assert xcom["backend"] == "indexed-job" and xcom["state"] == "SUCCEEDED"
+    assert {"shards": 4, "shards_done": 3, "shards_ran": 3, "shards_skipped": 0, "shards_retried": 1,
+            "shards_failed": 1, "failed_shards": [2], "rows": 10 + 11 + 13}.items() <= xcom["metrics"].items()
+    assert backend.status(xcom["job_name"]).state is JobState.SUCCEEDED
