@@ -35,9 +35,10 @@ from airflow_ml_provider.patterns import MODEL_NAME
 CHAMPION, CHALLENGER = "champion", "challenger"
 LINEAGE_KEY = "airflow.lineage_key"
 PREVIOUS_CHAMPION = "airflow.previous_champion"
-MODEL_FILES = (".txt", ".ubj", ".keras", ".pt")  # what the trainers write (runtime.predict loads them)
-# The training framework whose image (environment) loads a model file: a Keras model needs TensorFlow.
-TRAINED_BY = {".txt": "lightgbm", ".ubj": "xgboost", ".keras": "horovod", ".pt": "pytorch"}
+# The model files the trainers write (runtime.predict loads them), and the framework whose image (environment) loads
+# each: a Keras model needs TensorFlow; the parameter-server trainer's linear model (model.npz) numpy only.
+TRAINED_BY = {".txt": "lightgbm", ".ubj": "xgboost", ".keras": "horovod", ".pt": "pytorch", ".npz": "generic"}
+MODEL_FILES = tuple(TRAINED_BY)
 _AUTHORIZATION: ContextVar[str | None] = ContextVar("ml_registry_authorization", default=None)
 
 
@@ -252,7 +253,7 @@ class ModelRegistryHook(BaseHook):
 
     def model_file(self, name: str, version: int, directory: str) -> Path:
         """Download the trained model file that ``register`` stored in the version (``model.txt``,
-        ``model.ubj``, ``model.keras`` or ``model.pt``) into ``directory``, checked against the version's
+        ``model.ubj``, ``model.keras``, ``model.pt`` or ``model.npz``) into ``directory``, checked against the version's
         ``airflow.model_sha256`` tag (raises ``ModelTampered`` otherwise); returns its path."""
         with self.mlflow() as mlflow:
             client = mlflow.MlflowClient()

@@ -1,4 +1,5 @@
-"""Class probabilities from a trained model file, whichever trainer wrote it (LightGBM, XGBoost, Keras or PyTorch)."""
+"""Class probabilities from a trained model file, whichever trainer wrote it (LightGBM, XGBoost, Keras, PyTorch or
+the parameter-server trainer)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ Predictor = Callable[[np.ndarray], np.ndarray]
 
 def load_predictor(path: str | Path) -> Predictor:
     """A function from features (n, d) to class probabilities (n, k), for ``model.txt`` (LightGBM), ``model.ubj``
-    (XGBoost), ``model.keras`` (Keras) or ``model.pt`` (``runtime.torch_ddp``'s), logits turned into probabilities.
+    (XGBoost), ``model.keras`` (Keras), ``model.pt`` (``runtime.torch_ddp``'s) or ``model.npz``
+    (``runtime.tf_ps_trainer``'s), logits turned into probabilities.
     Raises ValueError otherwise."""
     path = Path(path)
     if not path.is_file():
@@ -43,7 +45,21 @@ def load_predictor(path: str | Path) -> Predictor:
                 return _softmax(module(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))).numpy())
 
         return predict
-    raise ValueError(f"{path}: unknown model format {path.suffix!r} (expected model.txt, model.ubj, model.keras or model.pt)")
+    if path.suffix == ".npz":
+        weights, bias = load_linear(path)
+        return lambda X: _softmax(X @ weights + bias)
+    raise ValueError(f"{path}: unknown model format {path.suffix!r} "
+                     "(expected model.txt, model.ubj, model.keras, model.pt or model.npz)")
+
+
+def load_linear(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """``runtime.tf_ps_trainer``'s model: a softmax layer's ``weights`` (d, k) and ``bias`` (k). Arrays only
+    (``allow_pickle=False``: nothing in the file is run); their shapes checked against each other."""
+    with np.load(path, allow_pickle=False) as arrays:
+        weights, bias = np.asarray(arrays["weights"], dtype=np.float32), np.asarray(arrays["bias"], dtype=np.float32)
+    if weights.ndim != 2 or bias.shape != (weights.shape[1],):
+        raise ValueError(f"{path}: weights {weights.shape} and bias {bias.shape} are not a softmax layer's")
+    return weights, bias
 
 
 def torch_mlp(n_features: int, n_classes: int):

@@ -16,7 +16,7 @@ except ImportError:  # a serving image without this package: the model carries p
 
 class TrainedModelFile(mlflow.pyfunc.PythonModel):
     """Serves the ``model`` artifact (``model.txt`` from LightGBM, ``model.ubj`` from XGBoost, ``model.keras``
-    from Keras, ``model.pt`` from ``runtime.torch_ddp``)."""
+    from Keras, ``model.pt`` from ``runtime.torch_ddp``, ``model.npz`` from ``runtime.tf_ps_trainer``)."""
 
     def load_context(self, context) -> None:
         self._predict = load_predictor(context.artifacts["model"])

@@ -7,9 +7,13 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from airflow_ml_provider.hooks.model_registry import TRAINED_BY
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from airflow_ml_provider.runtime.datasets import load_digits_split
+from airflow_ml_provider.runtime.predict import load_predictor
 from support import needs_training_env
 
 pytestmark = [pytest.mark.integration, needs_training_env]
@@ -28,3 +32,10 @@ def test_the_operator_trains_two_ps_two_workers_and_a_chief_and_returns_the_chie
                                                  r"\d+\}$", log, re.M)]
     assert len(losses) == 15 and losses[-1] < losses[0] / 2, losses  # steps "{{ 100 + 50 }}", rendered
     assert summary["metrics"]["loss"] == pytest.approx(losses[-1]), summary
+    # the registry's predictor (runtime.predict, shipped in every registered model) loads the chief's model.npz and
+    # scores the trainer's held-out digits as the trainer did (a tensorflow-ps model was unloadable before)
+    X_test, y_test = load_digits_split(0)[2:]
+    probabilities = load_predictor(summary["model_path"])(X_test)
+    assert probabilities.shape == (len(y_test), 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
+    assert np.mean(probabilities.argmax(axis=1) == y_test) == pytest.approx(summary["metrics"]["accuracy"])
+    assert TRAINED_BY[".npz"] == "generic", "scored in any image: the linear model needs numpy only"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from airflow_ml_provider.runtime import evaluate
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, write_synthetic
@@ -85,3 +86,14 @@ def test_a_curve_over_epochs_ticks_whole_epochs():
         shown = [tick for tick in axis.get_xticks() if axis.get_xlim()[0] <= tick <= axis.get_xlim()[1]]
         assert shown and all(float(tick).is_integer() for tick in shown), shown
     plt.close(figure)
+
+
+def test_a_model_npz_that_is_not_a_softmax_layer_is_refused_and_nothing_in_it_runs(tmp_path):
+    from airflow_ml_provider.runtime.predict import load_predictor
+
+    np.savez(tmp_path / "model.npz", weights=np.ones((4, 3)), bias=np.ones(2))
+    with pytest.raises(ValueError, match=r"weights \(4, 3\) and bias \(2,\) are not a softmax layer's"):
+        load_predictor(tmp_path / "model.npz")
+    np.savez(tmp_path / "model.npz", weights=np.array([object()], dtype=object), bias=np.ones(2))
+    with pytest.raises(ValueError, match="allow_pickle=False"):  # numpy's refusal: an object array is a pickle
+        load_predictor(tmp_path / "model.npz")
