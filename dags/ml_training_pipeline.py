@@ -12,6 +12,12 @@ the node selector and tolerations Kubernetes label syntax and Kubernetes' operat
 trigger-conf keys must name Params ("Params refused: <Param>: ...").
 Values reach jobs as argv data only (no shell, no second template pass).
 
+**Preprocessing** is one sharded job, not one task per part: `prepare_data` splits the data into the `shards`
+training parts, a validation and a test set, and the `preprocess` task runs every part as one job on `workers`
+workers, each part committed once under the run's `processed/shard-<i>/` (a retry, or the run cleared, re-runs only
+the parts not committed). The trainers read the training parts' outputs (`processed/shard-*/train-*.npz`),
+evaluation the test part's; the data Asset's event lists every part (input, output, rows, sha256).
+
 **What comes out**: the `summary` task's log and XCom say it in one place: held-out metrics, the
 gate's verdict, the registered model version, with links to the MLflow run (plot, report) and
 the model version. The `evaluate` and `deploy` tasks carry the same links ("MLflow ...").
@@ -54,7 +60,7 @@ IMAGE = "{{ params.image or '' }}"  # "" = the connection's image_<framework> / 
 WORKERS = "{{ params.workers }}"
 JOB = {"backend": BACKEND, "image": IMAGE}  # every job's JobConfig, as a dict (its strings are templated)
 MODEL = model_asset("ml_training_pipeline")  # deploy's events schedule dags/ml_batch_scoring.py
-DATA = data_asset("ml_training_pipeline")  # one event per preprocessed part of the data
+DATA = data_asset("ml_training_pipeline")  # one event per preprocessing: every part listed
 # Who hears of failed trainings and gate rejections: [ml_training] notify_http_conn_id (a chat webhook), or
 # put any Airflow notifier here, e.g. [SmtpNotifier(to="ml-team@example.com", ...)] or a SlackNotifier.
 FAILURE_NOTIFIERS = pipeline_notifiers(FAILURE_MESSAGE)
@@ -89,12 +95,6 @@ def check_params(params: dict, run_conf: dict | None = None) -> str | None:
     return data
 
 
-def data_part(output_path: str) -> str:
-    """The name of a preprocessing input in the UI: ``shard 0``, ``shard 1``, ..., ``valid``, ``test``."""
-    split, name = output_path.rstrip("/").split("/")[-2:]
-    return f"shard {int(name.split('-')[-1].split('.')[0])}" if split == "train" else split
-
-
 with DAG(
     dag_id="ml_training_pipeline",
     description="Preprocess, train (LightGBM or Horovod), evaluate, gate and register a model in MLflow",
@@ -102,7 +102,6 @@ with DAG(
     catchup=False,
     tags=["ml", "pipeline", "example"],
     doc_md=__doc__,
-    user_defined_filters={"data_part": data_part},
     params={
         "framework": Param(
             "lightgbm",
@@ -169,7 +168,8 @@ with DAG(
             2,
             **required("integer", "Shards: a whole number from 1 to 64.", minimum=1, maximum=64),
             title="Shards",
-            description="Preprocessing jobs for the training data: a whole number from 1 to 64.",
+            description="Parts of the training data (each one shard of the preprocessing job): a whole number from "
+            "1 to 64.",
         ),
         "model_name": Param(
             "ml_training_pipeline",
@@ -245,11 +245,12 @@ with DAG(
 ) as dag:
 
     @task(
-        doc_md="Checks the Params, then splits the dataset into training shards, a validation and a test set."
+        doc_md="Checks the Params, then splits the dataset into training parts, a validation and a test set."
     )
-    def prepare_data(params: dict, run_id: str, ti=None, dag_run=None) -> list[dict]:
-        """Split the dataset (or a generated one) into shards and held-out sets; only paths go to XCom:
-        the shards to preprocess are the return value (mapped over), the rest have their own keys."""
+    def prepare_data(params: dict, run_id: str, ti=None, dag_run=None) -> list[str]:
+        """Split the dataset (or a generated one) into parts and held-out sets; only paths go to XCom: the
+        parts to preprocess are the return value (one sharded job's inputs), the rest have their own keys
+        (``processed``: where the job commits them; ``train``: the glob of the train parts' outputs)."""
         from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
         from airflow_ml_provider.runtime.datasets import write_synthetic
         from airflow_ml_provider.runtime.splits import split_dataset
@@ -266,9 +267,9 @@ with DAG(
             objective="binary" if classes <= 2 else "multiclass", num_class=1 if classes <= 2 else classes
         )
         for key, value in split.items():
-            if key != "items":
+            if key != "inputs":
                 ti.xcom_push(key, value)
-        return split["items"]
+        return split["inputs"]
 
     @task.branch(doc_md="Picks the training task of the `framework` Param.")
     def choose_framework(params: dict) -> str:
@@ -276,18 +277,22 @@ with DAG(
 
     prepared = prepare_data()
     TRAINING_JOB = {**JOB, "kubernetes": prepared["kubernetes"]}  # placed on the nodes the Params chose
-    preprocess = PreprocessOperator.partial(
+    preprocess = PreprocessOperator(
         task_id="preprocess",
         outlets=[DATA],
+        inputs=prepared,  # every part: the training parts, then the test and validation sets
+        output_dir=prepared["processed"],
+        workers=WORKERS,
         data_version=prepared["data_version"],
         job=JOB,
-        map_index_template="{{ task.output_path | data_part }}",
-        doc_md="One job per part of the data (`shard 0..N`, `valid`, `test`): drop non-finite rows, clip, float32.",
-    ).expand_kwargs(prepared)
+        doc_md="ONE sharded job over every part of the data (the `shards` training parts, the validation and test "
+        "sets) on `workers` workers: drop non-finite rows, clip, float32. Each part is committed once; a retry "
+        "re-runs only the parts not committed.",
+    )
     train_lightgbm = LightGBMTrainingOperator(
         task_id="train_lightgbm",
         on_failure_callback=FAILURE_NOTIFIERS,
-        train_data=prepared["train_dir"],
+        train_data=prepared["train"],
         valid_data=prepared["valid"],
         lightgbm_params={
             "objective": prepared["objective"],
@@ -304,7 +309,7 @@ with DAG(
     train_xgboost = XGBoostTrainingOperator(
         task_id="train_xgboost",
         on_failure_callback=FAILURE_NOTIFIERS,
-        train_data=prepared["train_dir"],
+        train_data=prepared["train"],
         valid_data=prepared["valid"],
         xgboost_params={
             # prepare_data's objective, in XGBoost's words (a binary model predicts P(class 1), a multiclass one
@@ -324,7 +329,7 @@ with DAG(
     def network_trainer(module: str) -> list:
         """The argv of a bundled network trainer (Keras under Horovod, PyTorch DDP) over the prepared shards."""
         return ["python", "-m", f"airflow_ml_provider.runtime.{module}", "--epochs", "{{ params.epochs }}",
-                "--learning-rate", "{{ params.learning_rate }}", "--train-data", prepared["train_dir"],
+                "--learning-rate", "{{ params.learning_rate }}", "--train-data", prepared["train"],
                 "--test-data", prepared["valid"]]
 
     train_horovod = HorovodTrainingOperator(

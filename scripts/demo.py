@@ -108,7 +108,7 @@ def _report(xcom: dict, deploy: dict) -> None:
         artifacts = mlflow.MlflowClient().get_run(evaluation["mlflow_run_id"]).info.artifact_uri
     say(
         f"data        version {xcom[('prepare_data', 'data_version')]}; preprocessed shards in "
-        f"{Path(xcom[('prepare_data', 'train_dir')]).parent}"
+        f"{xcom[('prepare_data', 'processed')]}"
     )
     say(f"training    {evaluation['framework']} job {train['job_name']} ({train['backend']} backend)")
     say(f"            model:   {train['model_path']}")

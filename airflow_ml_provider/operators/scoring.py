@@ -13,6 +13,7 @@ from airflow_ml_provider.artifact_layout import inputs_dir, join
 from airflow_ml_provider.hooks.model_registry import CHAMPION, TRAINED_BY, ModelRegistryHook
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import Framework
+from airflow_ml_provider.operators import sharding as sharded
 from airflow_ml_provider.operators.base_job import BaseJobOperator
 from airflow_ml_provider.operators.config import JobRequest
 from airflow_ml_provider.operators.links import MLflowModelVersionLink, job_links
@@ -63,10 +64,7 @@ class BatchScoringOperator(BaseJobOperator):
         self.rows = rows
         self.input = input
         self.workers = workers
-        unknown = set(sharding or {}) - set(_SHARDING)
-        if unknown:
-            raise ValueError(f"{self.task_id}: sharding: unknown option(s) {sorted(unknown)} (use {_SHARDING})")
-        self.sharding = dict(sharding or {})
+        self.sharding = sharded.checked_options(self.task_id, sharding, own=_SHARDING)
         self.registry_conn_id = registry_conn_id
         self._identity: JobIdentity | None = None
         self._placed: dict[str, Any] | None = None  # the version, its file in the job's directory, its width
@@ -86,20 +84,16 @@ class BatchScoringOperator(BaseJobOperator):
 
         try:
             files = dataset_files(self.input, self.runner.hook.data_roots())
-            if not str(self.workers).strip().isdigit():
-                raise ValueError(f"workers: {self.workers!r} is not a whole number of workers")
-            workers = int(self.workers)
         except ValueError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
+        workers = sharded.workers(self.task_id, self.workers)
         per = int(self.sharding.get("files_per_shard", 1))
         groups = [files[i:i + per] for i in range(0, len(files), max(per, 1))]
         lineage = {"model_name": self.model["model_name"], "version": placed["version"],
                    "model_uri": f"models:/{self.model['model_name']}/{placed['version']}"}
-        plan = {"count": len(groups), "inputs": groups, "in_process": True,
-                **{key: self.sharding[key] for key in ("max_attempts", "max_failed_shards") if key in self.sharding}}
         command += ["--shards", "--lineage", json.dumps(lineage), "--id-column", self.sharding.get("id_column", "id")]
         return JobRequest(Framework.GENERIC, command, num_workers=workers, image_of=placed["image_of"],
-                          inputs=[placed["location"], folder(self.input)], shards=plan)
+                          inputs=[placed["location"], folder(self.input)], shards=sharded.plan(groups, self.sharding))
 
     def _place(self) -> dict[str, Any]:
         """Once per try: the version (the champion's number when none is named), checked against its recorded
@@ -136,7 +130,7 @@ class BatchScoringOperator(BaseJobOperator):
         lineage = {"model_name": name, "version": placed["version"], "model_uri": uri, "dag_id": ti.dag_id,
                    "run_id": ti.run_id,  # where the predictions are, beside it
                    "predictions": PurePosixPath(predictions).relative_to(spec.model_dir).as_posix()}
-        shards = {key: metrics.get(key) for key in _RESULT} if spec.shards else None
+        shards = sharded.result(metrics) if spec.shards else None
         if shards:
             lineage |= {"input": self.input, "shards": shards}
         with store.locate(join(spec.model_dir, "lineage.json")).open("w") as f:
@@ -152,5 +146,4 @@ class BatchScoringOperator(BaseJobOperator):
                 **({"input": self.input, "shards": shards} if shards else {})}
 
 
-_SHARDING = ("files_per_shard", "id_column", "max_attempts", "max_failed_shards")
-_RESULT = ("shards", "shards_done", "shards_ran", "shards_skipped", "shards_retried", "shards_failed", "failed_shards")
+_SHARDING = ("files_per_shard", "id_column")  # its own, beside the plan's (operators.sharding.OPTIONS)

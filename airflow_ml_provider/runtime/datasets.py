@@ -17,18 +17,21 @@ LABEL_COLUMN = "label"
 
 def load_npz_or_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(X, y)`` from an ``.npz`` (arrays ``X``, ``y``) or a ``.csv`` with a header and ``label``;
-    a directory of such shards is read as their concatenation, in file name order. ``path`` may be a
-    local path or an object-store URL (see runtime.storage).
+    a directory of such shards, or a glob of them (``processed/shard-*/train-*.npz``: the committed parts of a
+    sharded preprocessing job, ``runtime.splits``), is read as their concatenation, in path order. ``path`` may
+    be a local path or an object-store URL (see runtime.storage).
 
     Raises:
-        FileNotFoundError: the file does not exist (or the directory holds no shard).
+        FileNotFoundError: the file does not exist (or the directory or glob holds no shard).
         ValueError: unknown extension, or a CSV without a ``label`` column.
     """
     path = os.fspath(path) if not hasattr(path, "fs") else path
-    if storage.isdir(path):
-        shards = [p for p in storage.list_files(path) if p.endswith((".npz", ".csv"))]
+    globbed = storage.is_glob(path) and not storage.exists(path)  # (a file may have "[" in its name)
+    if globbed or storage.isdir(path):
+        shards = [p for p in (storage.glob_files(path) if globbed else storage.list_files(path))
+                  if p.endswith((".npz", ".csv"))]
         if not shards:
-            raise FileNotFoundError(f"no .npz or .csv shard in directory {path}")
+            raise FileNotFoundError(f"no .npz or .csv shard in {'glob' if globbed else 'directory'} {path}")
         parts = [load_npz_or_csv(shard) for shard in shards]
         return np.concatenate([X for X, _ in parts]), np.concatenate([y for _, y in parts])
     suffix = PurePosixPath(str(path)).suffix

@@ -1,13 +1,18 @@
-"""Splitting a dataset into shards and held-out sets, each identified by a content hash."""
+"""Splitting a dataset into shards and held-out sets, each identified by a content hash, and where a sharded
+preprocessing job commits each part."""
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
 import numpy as np
 
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.datasets import load_npz_or_csv, save_npz
+from airflow_ml_provider.runtime.shards import shard_name
+
+SHARD_GLOB = "shard-*"  # the committed shards (runtime.shards: tries in progress are under .tmp/, never matched)
 
 
 def file_sha256(path) -> str:
@@ -24,12 +29,14 @@ def split_dataset(
     seed: int = 0,
 ) -> dict:
     """Shuffle ``source`` once (seeded), cut off a held-out test set and a validation set, and split
-    the rest into ``shards`` training shards, written under ``out_dir/raw``. ``out_dir`` is a local
-    path, an object-store URL or an ``ObjectStoragePath`` (whose connection's credentials are used).
+    the rest into ``shards`` training shards, written under ``out_dir/raw`` (``train-00000.npz``...,
+    ``test.npz``, ``valid.npz``). ``out_dir`` is a local path, an object-store URL or an
+    ``ObjectStoragePath`` (whose connection's credentials are used).
 
-    Returns small references only: ``{"data_version", "n_classes", "items": [{"input_path",
-    "output_path"}], "train_dir", "valid", "test"}``, where each item is one preprocessing input and
-    its output path under ``out_dir/processed`` (train shards, then the test and validation sets).
+    Returns small references only: ``{"data_version", "n_classes", "inputs", "processed", "train", "valid",
+    "test"}``: ``inputs`` are the parts to preprocess, one shard each of one sharded job (the train shards,
+    then the test and validation sets), committing under ``processed`` (:func:`part_location`); ``train`` is
+    the glob of the train parts' outputs, ``valid`` and ``test`` the held-out sets' files.
     """
     if shards < 1:
         raise ValueError(f"shards must be at least 1 (got {shards})")
@@ -40,22 +47,32 @@ def split_dataset(
         raise ValueError(
             f"{source}: {len(y)} rows are too few for {shards} shards plus validation and test sets"
         )
-    parts = {"test/part-00000.npz": order[:n_test], "valid/part-00000.npz": order[n_test : n_test + n_valid]}
-    for index, rows in enumerate(np.array_split(order[n_test + n_valid :], shards)):
-        parts[f"train/part-{index:05d}.npz"] = rows
+    parts = {f"train-{index:05d}.npz": rows
+             for index, rows in enumerate(np.array_split(order[n_test + n_valid :], shards))}
+    parts |= {"test.npz": order[:n_test], "valid.npz": order[n_test : n_test + n_valid]}
     out_dir = out_dir if hasattr(out_dir, "fs") else str(out_dir)
-    items = []
-    for name, rows in sorted(parts.items(), key=lambda part: (not part[0].startswith("train"), part[0])):
-        raw = save_npz(_within(out_dir, "raw", name), X=X[rows], y=y[rows])
-        items.append({"input_path": raw, "output_path": storage.child(out_dir, "processed", name)})
+    inputs = [save_npz(_within(out_dir, "raw", name), X=X[rows], y=y[rows]) for name, rows in parts.items()]
+    processed = storage.child(out_dir, "processed")
     return {
         "data_version": file_sha256(source)[:16],
         "n_classes": int(y.max()) + 1,
-        "items": items,
-        "train_dir": storage.child(out_dir, "processed", "train"),
-        "valid": storage.child(out_dir, "processed", "valid", "part-00000.npz"),
-        "test": storage.child(out_dir, "processed", "test", "part-00000.npz"),
+        "inputs": inputs,
+        "processed": processed,
+        "train": storage.child(processed, f"{SHARD_GLOB}/train-*.npz"),
+        "test": part_location(processed, shards, inputs[shards]),
+        "valid": part_location(processed, shards + 1, inputs[shards + 1]),
     }
+
+
+def part_location(output: str, index: int, input_path: str) -> str:
+    """Where a sharded preprocessing job commits part ``index`` (``input_path``): ``<output>/shard-<index>/``
+    with the input's file name (``runtime.preprocess --shards`` writes it so)."""
+    return f"{output.rstrip('/')}/{shard_name(index)}/{part_file(input_path)}"
+
+
+def part_file(input_path: str) -> str:
+    """A part's output file name in its shard: its input's."""
+    return posixpath.basename(str(input_path).rstrip("/"))
 
 
 def _within(out_dir, *parts: str):

@@ -71,6 +71,17 @@ def list_files(location: Location) -> list[str]:
     return sorted(url(fs, entry["name"]) for entry in entries if entry["type"] == "file")
 
 
+def glob_files(pattern: Location) -> list[str]:
+    """The files matching a glob (``*``, ``?``, ``[...]``; locally or on object storage), sorted; [] if none."""
+    fs, path = resolve(pattern)
+    return sorted(url(fs, name) for name, info in fs.glob(path, detail=True).items() if info.get("type") == "file")
+
+
+def is_glob(location: Location) -> bool:
+    """Whether a location is a glob pattern (its path has ``*``, ``?`` or ``[``)."""
+    return any(char in str(getattr(location, "path", location)) for char in "*?[")
+
+
 def delete(location: Location) -> None:
     """Remove one file (an object, remotely)."""
     fs, path = resolve(location)

@@ -30,6 +30,7 @@ TITLES = [
     "Model name",
     "Notes",
 ]
+PROGRESS = re.compile(r"shards 4/4  rows \d+")  # the sharded job's progress line (jobs.shards.progress)
 COMPACT_METRICS = re.compile(r"\[rank 0\] step \d+  auc=\d\.\d{4}  loss=\d\.\d{4}")
 
 
@@ -63,13 +64,18 @@ def test_the_form_triggers_with_its_defaults_and_the_run_succeeds(triggered, sta
     assert triggered["state"] == "success", states
 
 
-def test_mapped_preprocess_tasks_are_named_after_their_data(triggered, stack):
-    names = sorted(
-        t["rendered_map_index"]
-        for t in stack.task_instances(DAG_ID, triggered["run_id"])
-        if t["task_id"] == "preprocess"
-    )
-    assert names == ["shard 0", "shard 1", "test", "valid"]
+def test_preprocessing_is_one_task_whose_job_committed_every_part(triggered, page, stack, screenshots):
+    """ONE preprocess task instance (no map index), not one per part (issue 43): its one sharded job took the
+    2 train parts, the test and the validation set, and its log shows the job's progress line."""
+    preprocess = [t for t in stack.task_instances(DAG_ID, triggered["run_id"]) if t["task_id"] == "preprocess"]
+    assert [(t["map_index"], t["state"]) for t in preprocess] == [(-1, "success")]
+    done = stack.xcom(DAG_ID, triggered["run_id"], "preprocess")
+    assert (done["parts"], done["shards"]["shards_done"], done["shards"]["shards_failed"]) == (4, 4, 0)
+    events = [str(e.get("event")) for e in stack.task_log(DAG_ID, triggered["run_id"], "preprocess")]
+    assert any(PROGRESS.search(line) for line in events), events[-20:]
+    visit(page, f"{stack.url}/dags/{DAG_ID}/runs/{triggered['run_id']}/tasks/preprocess")
+    page.get_by_text(PROGRESS).first.wait_for()
+    page.screenshot(path=screenshots / "3b-preprocess-log.png")
 
 
 def test_the_summary_says_what_came_out(triggered, stack):

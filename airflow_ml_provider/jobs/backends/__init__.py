@@ -33,6 +33,19 @@ def sharding_backends() -> list[str]:
     return _backends_with("shards")
 
 
+CLUSTER_SHARDING = "indexed-job"  # runs a cluster's sharded jobs: every cluster has its kind (no operator needed)
+
+
+def sharding_backend(name: str) -> str:
+    """Where a sharded job of a task whose jobs run on backend ``name`` runs: ``name`` when it runs sharded jobs;
+    for another Kubernetes backend, ``CLUSTER_SHARDING`` (the same cluster and connection) once it runs them;
+    else ``name``, which refuses the job naming the backends that run it."""
+    runs = sharding_backends()
+    if name in runs or name == "local" or name not in BACKENDS:
+        return name
+    return CLUSTER_SHARDING if CLUSTER_SHARDING in runs else name
+
+
 def role_backends() -> list[str]:
     """The backends that run a job of several roles (``TrainingJobSpec.roles``): those whose class says ``roles``."""
     return _backends_with("roles")

@@ -63,7 +63,7 @@ def test_the_shipped_dags_and_recipes_are_clean(tmp_path):
         assert "rendered for backend local" in pipeline[task].findtext("system-out")
     for task in ("train_lightgbm", "train_horovod"):  # the spot Params' placement: prepare_data's XCom
         assert "job.kubernetes: an upstream task's result, known at run time" in pipeline[task].findtext("system-out")
-    assert pipeline["preprocess"].find("skipped") is not None, "mapped over prepare_data's result"
+    assert pipeline["preprocess"].find("skipped") is not None, "its parts are prepare_data's result"
     assert not (home / "airflow.db").exists(), "no metadata database is created"
 
 

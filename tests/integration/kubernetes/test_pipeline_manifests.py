@@ -30,9 +30,11 @@ SECRET_REFS = {"AWS_ACCESS_KEY_ID": {"secret": "s3-credentials", "key": "access-
                "AWS_SECRET_ACCESS_KEY": {"secret": "s3-credentials", "key": "secret-key"}}
 RUN_ID = "manual__2026-03-01T00:00:00+00:00"
 DATA = f"{ROOT}/data/ml_training_pipeline/0123456789ab"
-PREPARED = {"train_dir": f"{DATA}/processed/train", "valid": f"{DATA}/processed/valid/part-00000.npz",
-            "test": f"{DATA}/processed/test/part-00000.npz", "data_version": "159b2cea22c9590c",
-            "objective": "binary", "num_class": 1, "kubernetes": {}}  # kubernetes: the default Params' placement
+PARTS = [f"{DATA}/raw/{name}.npz" for name in ("train-00000", "train-00001", "test", "valid")]
+PREPARED = {"prepare_data": PARTS, "processed": f"{DATA}/processed", "train": f"{DATA}/processed/shard-*/train-*.npz",
+            "valid": f"{DATA}/processed/shard-000003/valid.npz", "test": f"{DATA}/processed/shard-000002/test.npz",
+            "data_version": "159b2cea22c9590c", "objective": "binary", "num_class": 1,
+            "kubernetes": {}}  # kubernetes: the default Params' placement
 
 
 class RecordedRun:
@@ -71,21 +73,13 @@ def cluster_connection(namespace, monkeypatch) -> str:
     return namespace
 
 
-def _task(pipeline, task_id: str):
-    task = pipeline.get_task(task_id)
-    if task_id == "preprocess":  # one mapped instance: the first training shard
-        task = task.unmap({"input_path": f"{DATA}/raw/train/part-00000.npz",
-                           "output_path": f"{DATA}/processed/train/part-00000.npz"})
-    return task
-
-
 def _render(pipeline, task_id: str, backend: str, framework: str, **chosen):
-    task = _task(pipeline, task_id)
+    task = pipeline.get_task(task_id)
     params = copy.deepcopy(pipeline.params)
     params.update({"backend": backend, "framework": framework, **chosen})  # what the trigger form would send
     params = params.validate()
     recorded = {"kubernetes": placement(params, pipeline.params)[0]}  # what prepare_data pushes, checked
-    ti = RecordedRun(task_id, 0 if task_id == "preprocess" else -1, framework, **recorded)
+    ti = RecordedRun(task_id, -1, framework, **recorded)
     task.render_template_fields({"ti": ti, "params": params, "run_id": RUN_ID, "dag": pipeline, "task": task})
     return task, ti
 
@@ -101,10 +95,9 @@ def _containers(obj: dict) -> list[dict]:
     return [c for template in templates for c in template["spec"]["containers"]]
 
 
-CASES = [("mpijob", "horovod", "train_horovod"), ("mpijob", "horovod", "preprocess"), ("mpijob", "horovod", "evaluate"),
+CASES = [("mpijob", "horovod", "train_horovod"), ("mpijob", "horovod", "evaluate"),
          ("volcano", "horovod", "train_horovod"), ("volcano", "lightgbm", "train_lightgbm"),
-         ("volcano", "lightgbm", "preprocess"), ("indexed-job", "lightgbm", "train_lightgbm"),
-         ("indexed-job", "lightgbm", "preprocess"), ("indexed-job", "lightgbm", "evaluate")]
+         ("indexed-job", "lightgbm", "train_lightgbm"), ("indexed-job", "lightgbm", "evaluate")]
 
 
 @pytest.mark.parametrize("backend,framework,task_id", CASES)
@@ -112,7 +105,7 @@ def test_the_same_dag_renders_manifests_the_api_server_accepts(pipeline, cluster
                                                                backend, framework, task_id):
     task, ti = _render(pipeline, task_id, backend, framework)
     objects = list(yaml.safe_load_all(task.manifest))
-    expected_image = IMAGES["generic" if task_id in ("preprocess", "evaluate") else framework]
+    expected_image = IMAGES["generic" if task_id == "evaluate" else framework]
     containers = _containers(objects[0])
     assert containers and {c["image"] for c in containers} == {expected_image}
     text = task.manifest
@@ -137,6 +130,42 @@ def test_the_same_dag_renders_manifests_the_api_server_accepts(pipeline, cluster
     prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
     created = kube_cluster.request("GET", f"{prefix}/namespaces/{cluster_connection}/{plural}/{job}")
     assert {c["image"] for c in _containers(created)} == {expected_image}
+
+
+@pytest.mark.parametrize("backend", ["mpijob", "volcano", "indexed-job"])
+def test_preprocessing_is_one_sharded_indexed_job_on_any_cluster_backend(pipeline, cluster_connection, kube_cluster,
+                                                                         monkeypatch, backend):
+    """Every part of the data (2 train parts, test, valid) is one shard of ONE job (issue 43): on a cluster that job
+    is an Indexed Job (``sharding_backend``: mpijob and volcano run no sharded job), a completion per part, its
+    inputs in the plan's ConfigMap, committing under the run's processed/ on the artifact root."""
+    from airflow_ml_provider.jobs.backends.base import JobSubmissionError
+    from airflow_ml_provider.jobs.backends.kubernetes import sharded
+    from airflow_ml_provider.jobs.backends.kubernetes.indexed_job import IndexedJobBackend
+
+    # the test server (tests/kube_cluster.py: v1.20.2) predates Indexed Jobs: refused before any job, naming it
+    with pytest.raises(JobSubmissionError, match="has no Indexed Jobs"):
+        _render(pipeline, "preprocess", backend, "lightgbm")
+    # what a 1.22-1.28 server's /version says (its pods retry their shards): sharded.per_index_supported is False
+    monkeypatch.setattr(IndexedJobBackend, "_per_index", lambda self: False)
+    task, ti = _render(load_dag(REPO / "dags" / "ml_training_pipeline.py"), "preprocess", backend, "lightgbm")
+    assert task.runner.backend.name == "indexed-job"
+    job_object, plan = yaml.safe_load_all(task.manifest)
+    assert (job_object["kind"], plan["kind"]) == ("Job", "ConfigMap")
+    assert (job_object["spec"]["completions"], job_object["spec"]["parallelism"]) == (4, 2)  # parts, workers
+    (worker,) = _containers(job_object)
+    assert worker["image"] == IMAGES["generic"]
+    assert worker["command"][worker["command"].index("--") + 1:] == [
+        "python", "-m", "airflow_ml_provider.runtime.preprocess", "--shards"]
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3-credentials", "key": "access-key"}
+    assert [json.loads(line) for line in plan["data"][sharded.PLAN_KEY].splitlines()] == [[part] for part in PARTS]
+    spec = task.runner.spec
+    assert (spec.shards.output, spec.shards.in_process) == (f"{DATA}/processed", True)
+    assert "never-in-a-manifest" not in task.manifest and "AKIAEXAMPLE" not in task.manifest
+    job = JobIdentity.from_context({"ti": ti})
+    assert task.runner.backend.submit(job.name, spec, job.labels()) is True
+    created = kube_cluster.request("GET", f"/apis/batch/v1/namespaces/{cluster_connection}/jobs/{job.name}")
+    assert created["spec"]["completions"] == 4 and _containers(created)[0]["image"] == IMAGES["generic"]
 
 
 def test_without_an_artifact_root_a_cluster_run_is_refused_before_any_job(pipeline, namespace, monkeypatch):
@@ -186,3 +215,4 @@ def test_the_spot_params_place_every_pod_of_the_training_job(pipeline, cluster_c
         assert spec["tolerations"] == RENDERED_TOLERATIONS
     job = JobIdentity.from_context({"ti": ti})
     assert task.runner.backend.submit(job.name, task.runner.spec, job.labels()) is True
+

@@ -8,6 +8,7 @@ not beat the champion by the required margin stays challenger. Hostile free text
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +23,7 @@ from airflow_ml_provider.hooks.model_registry import (
     CHAMPION,
     PREVIOUS_CHAMPION,
 )
+from airflow_ml_provider.runtime.splits import file_sha256
 from support import TRAINING_IMAGE, needs_horovod
 
 pytestmark = pytest.mark.integration
@@ -52,11 +54,7 @@ def _versions(registry, name: str) -> list[int]:
 def test_first_model_is_registered_with_lineage_and_becomes_champion(first, registry):
     assert first.state == "success", first.states
     assert first.states[("train_horovod", -1)] == "skipped"
-    assert [first.states[("preprocess", i)] for i in range(4)] == ["success"] * 4  # 2 shards, valid, test
-    assert all(
-        Path(shard["output"]).is_file() and shard["metrics"]["rows_out"] > 0
-        for shard in first.mapped("preprocess")
-    )
+    _preprocessed_once(first)
     deploy, evaluation = first.value("deploy"), first.value("evaluate")
     assert (deploy["version"], deploy["promoted"], deploy["previous_champion"]) == (1, True, None)
     assert (
@@ -106,6 +104,52 @@ def test_first_model_is_registered_with_lineage_and_becomes_champion(first, regi
     assert not Path("/tmp/aml-pipeline-injection").exists()
 
 
+def _preprocessed_once(record) -> list[Path]:
+    """ONE preprocess task instance (no map index: issue 43) whose one sharded job processed every part (2 train
+    parts, test, valid) exactly once: one committed shard per part, each with its part's cleaned file, and the
+    data Asset's one event listing every part. Returns the committed shard directories."""
+    assert [key for key in record.states if key[0] == "preprocess"] == [("preprocess", -1)]
+    assert record.states[("preprocess", -1)] == "success"
+    inputs, processed = record.value("prepare_data"), Path(record.value("prepare_data", "processed"))
+    assert [Path(path).name for path in inputs] == ["train-00000.npz", "train-00001.npz", "test.npz", "valid.npz"]
+    done = record.value("preprocess")
+    assert (done["parts"], done["shards"]["shards"], done["shards"]["shards_failed"]) == (4, 4, 0)
+    assert done["shards"]["shards_ran"] + done["shards"]["shards_skipped"] == 4
+    shards = sorted(processed.glob("shard-*"))
+    assert [shard.name for shard in shards] == [f"shard-{i:06d}" for i in range(4)], "one commit per part"
+    for shard, source in zip(shards, inputs):
+        assert sorted(p.name for p in shard.iterdir()) == ["_COMMITTED", Path(source).name]
+        marker = json.loads((shard / "_COMMITTED").read_text())
+        assert marker["inputs"] == [source] and marker["parts"][0]["rows_out"] > 0
+    assert record.value("prepare_data", "test") == str(shards[2] / "test.npz")
+    assert record.value("prepare_data", "valid") == str(shards[3] / "valid.npz")
+    return shards
+
+
+def _data_events(run_id: str) -> list[dict]:
+    """The data Asset's events of a DAG run, as Airflow recorded them."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return [event.extra for event in session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                .filter(AssetModel.name == "ml_training_pipeline.data", AssetEvent.source_run_id == run_id)
+                .order_by(AssetEvent.id)]
+
+
+def test_the_data_asset_gets_one_event_listing_every_part_with_its_lineage(first):
+    (event, *_) = _data_events(first.run_id)
+    inputs, processed = first.value("prepare_data"), first.value("prepare_data", "processed")
+    assert event["data_version"] == first.value("prepare_data", "data_version") and event["parts_total"] == 4
+    assert [part["input"] for part in event["parts"]] == inputs
+    assert [part["output"] for part in event["parts"]] == [
+        f"{processed}/shard-{i:06d}/{Path(path).name}" for i, path in enumerate(inputs)]
+    for part in event["parts"]:
+        X, y = np.load(part["output"])["X"], np.load(part["output"])["y"]
+        assert part["rows"] == len(y) == len(X) > 0 and part["sha256"] == file_sha256(part["output"])
+    assert event["rows"] == sum(part["rows"] for part in event["parts"])
+
+
 def test_every_step_passes_only_small_references_through_xcom(first):
     """What steps hand each other is small; the training view's snapshot of a job (its metric series, last
     lines and timeline, all bounded by the follow core and operators.live_view) is the view's, not a step's."""
@@ -122,8 +166,17 @@ def test_every_step_passes_only_small_references_through_xcom(first):
 def test_rerunning_the_finished_dag_run_retrains_a_new_model_version(first, pipeline, registry):
     """Clear means retrain (issue 25 D3): the training job of this DAG run succeeded, so running the run
     again trains from scratch (all 5 rounds, a new model file), evaluates and registers a new version."""
+    shards = _preprocessed_once(first)
+    for lost in (shards[1], shards[3]):  # two parts not committed (a job killed before their commit)
+        shutil.rmtree(lost)
     again = run(pipeline, WEAK, FIRST_RUN_DATE)
     assert (again.state, again.run_id) == ("success", first.run_id)
+    # its preprocessing job ran on the same output: only the two parts not committed ran again, counted
+    assert {key: again.value("preprocess")["shards"][key] for key in ("shards_ran", "shards_skipped")} == {
+        "shards_ran": 2, "shards_skipped": 2}
+    assert [json.loads((shard / "_COMMITTED").read_text())["job"] for shard in shards].count(
+        json.loads((shards[1] / "_COMMITTED").read_text())["job"]) == 2, "the second job committed two parts"
+    _preprocessed_once(again)
     before, after = first.value("train_lightgbm"), again.value("train_lightgbm")
     assert after["job_name"] == before["job_name"] and "/retrain-1/model/" in after["model_path"]
     assert Path(before["model_path"]).is_file(), "the first model stays"

@@ -56,8 +56,8 @@ def test_the_pipeline_reads_and_writes_only_the_s3_artifact_root(s3, on_s3):
     bucket, root, result = on_s3
     assert result.state == "success", result.states
     train, evaluation = result.value("train_lightgbm"), result.value("evaluate")
-    references = [result.value("prepare_data", key) for key in ("train_dir", "valid", "test")]
-    references += [shard["output"] for shard in result.mapped("preprocess")]
+    references = [result.value("prepare_data", key) for key in ("train", "valid", "test", "processed")]
+    references += result.value("prepare_data") + [result.value("preprocess")["output_dir"]]
     references += [train["model_path"], evaluation["model_path"]]
     assert all(ref.startswith(f"{root}/") for ref in references), references
 
@@ -68,7 +68,13 @@ def test_the_pipeline_reads_and_writes_only_the_s3_artifact_root(s3, on_s3):
         f"ml/artifacts/{job}/checkpoints/{file}" for file in
         [f"booster-{n:06d}.txt" for n in (10, 20)] + [f"scores-{r}of2-{n:06d}.npz" for r in (0, 1) for n in (10, 20)]
     ], "rank 0's boosters, each of the 2 workers' scores beside them"
-    assert sum(k.startswith("ml/data/ml_training_pipeline/") and "/processed/" in k for k in keys) == 4
+    # ONE preprocessing job committed each of the 4 parts once on S3: its file, then its marker (issue 43)
+    processed = result.value("prepare_data", "processed").removeprefix(f"s3://{bucket}/")
+    committed = sorted(k.removeprefix(f"{processed}/") for k in keys if k.startswith(f"{processed}/"))
+    names = ["train-00000.npz", "train-00001.npz", "test.npz", "valid.npz"]
+    assert committed == sorted(f"shard-{i:06d}/{file}" for i, name in enumerate(names) for file in (name, "_COMMITTED"))
+    assert result.value("preprocess")["shards"]["shards_ran"] == 4
+    assert [key for key in result.states if key[0] == "preprocess"] == [("preprocess", -1)]
     evaluation_files = {k.rsplit("/", 1)[1] for k in keys if k.startswith(f"ml/artifacts/{evaluation['job_name']}/evaluation/")}
     assert evaluation_files == {"metrics.json", "evaluation_report.md", "training_curve.png"}
     mlflow_keys = [k for k in keys if k.startswith("ml/mlartifacts/")]

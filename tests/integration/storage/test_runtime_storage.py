@@ -49,13 +49,34 @@ def test_a_missing_object_is_a_file_not_found_naming_it(root):
 def test_split_then_preprocess_a_shard_under_the_root(root, tmp_path, capsys):
     write_synthetic(f"{root}/source.npz", rows=600, features=4, seed=3)
     split = split_dataset(f"{root}/source.npz", f"{root}/run", shards=2)
-    assert split["train_dir"] == f"{root}/run/processed/train"
-    assert all(item["input_path"].startswith(f"{root}/run/raw/") for item in split["items"])
-    first = split["items"][0]
-    assert preprocess.main(["--input", first["input_path"], "--output", first["output_path"]]) == 0
+    assert split["train"] == f"{root}/run/processed/shard-*/train-*.npz"
+    assert all(path.startswith(f"{root}/run/raw/") for path in split["inputs"])
+    first, output = split["inputs"][0], f"{root}/run/one/train-00000.npz"
+    assert preprocess.main(["--input", first, "--output", output]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["rows_out"] == result["rows_in"] == len(load_npz_or_csv(first["output_path"])[1])
-    assert result["sha256"] == file_sha256(first["output_path"])
+    assert result["rows_out"] == result["rows_in"] == len(load_npz_or_csv(output)[1])
+    assert result["sha256"] == file_sha256(output)
+
+
+def test_the_committed_parts_of_a_sharded_preprocessing_job_are_read_by_the_train_glob(root, monkeypatch):
+    """``runtime.preprocess --shards`` commits each part under ``processed/shard-<i>/`` (on S3: the file, then the
+    marker); the trainers' glob reads the train parts in shard order, the held-out paths name their parts."""
+    from airflow_ml_provider.runtime.shards import committed
+
+    write_synthetic(f"{root}/source.npz", rows=600, features=4, seed=3)
+    split = split_dataset(f"{root}/source.npz", f"{root}/run", shards=3)
+    monkeypatch.setenv("AIRFLOW_ML_SHARDS_OUTPUT", split["processed"])
+    monkeypatch.setenv("AIRFLOW_ML_SHARD_COUNT", str(len(split["inputs"])))
+    for index in reversed(range(len(split["inputs"]))):
+        monkeypatch.setenv("AIRFLOW_ML_SHARD_INDEX", str(index))
+        monkeypatch.setenv("AIRFLOW_ML_SHARD_INPUTS", json.dumps([split["inputs"][index]]))
+        assert preprocess.main(["--shards"]) == 0 and committed(split["processed"], index)
+    X, y = load_npz_or_csv(split["train"])
+    raw = [load_npz_or_csv(path)[1] for path in split["inputs"][:3]]
+    assert len(y) == 600 - 120 - 60 and np.array_equal(y, np.concatenate(raw))
+    assert storage.glob_files(split["train"]) == [f"{split['processed']}/shard-{i:06d}/train-{i:05d}.npz"
+                                                  for i in range(3)]
+    assert len(load_npz_or_csv(split["test"])[1]) == 120 and len(load_npz_or_csv(split["valid"])[1]) == 60
 
 
 def test_checkpoints_resume_from_the_environment_else_the_newest(root, monkeypatch, capsys):

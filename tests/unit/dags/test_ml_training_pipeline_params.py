@@ -119,20 +119,21 @@ def test_nan_passes_the_json_schema_so_the_first_task_must_refuse_it(dag):
     assert math.isnan(dag.params.deep_merge({"learning_rate": math.nan}).validate()["learning_rate"])
 
 
-@pytest.mark.parametrize(
-    ("output_path", "label"),
-    [
-        ("/h/ml/data/p/abc/processed/train/part-00000.npz", "shard 0"),
-        ("/h/ml/data/p/abc/processed/train/part-00011.npz", "shard 11"),
-        ("/h/ml/data/p/abc/processed/valid/part-00000.npz", "valid"),
-        ("s3://bucket/p/abc/processed/test/part-00000.npz", "test"),
-    ],
-)
-def test_mapped_preprocess_tasks_are_named_by_their_part_of_the_data(output_path, label):
+def test_preprocessing_is_one_unmapped_sharded_task_whose_parts_are_the_first_tasks_output():
+    """Every part of the data is one shard of ONE job (issue 43), not one mapped task per part: 10,000 parts would
+    be 10,000 task instances (and [core] max_map_length is 1,024)."""
+    from airflow.sdk import XComArg
+
+    from airflow_ml_provider.operators.preprocess import PreprocessOperator
+
     dag = PIPELINE["dag"]
-    template = dag.get_task("preprocess").partial_kwargs["map_index_template"]
-    task = type("Task", (), {"output_path": output_path})
-    assert dag.get_template_env().from_string(template).render(task=task) == label
+    task = dag.get_task("preprocess")
+    assert isinstance(task, PreprocessOperator) and not getattr(task, "is_mapped", False)
+    assert task.every_part and isinstance(task.inputs, XComArg)
+    assert task.inputs.operator.task_id == "prepare_data" and task.workers == "{{ params.workers }}"
+    assert [outlet.name for outlet in task.outlets] == ["ml_training_pipeline.data"]
+    trained = {t.task_id: t for t in dag.tasks if t.task_id.startswith("train_")}
+    assert trained["train_lightgbm"].train_data.key == trained["train_xgboost"].train_data.key == "train"
 
 
 def test_the_dag_has_a_description_and_docs():

@@ -464,9 +464,16 @@ class LocalBackend(Backend):
     def _prepare_directories(spec: TrainingJobSpec, sandbox: dict) -> None:
         """Each writable directory of a sandboxed job made for the attempt (under the name's lock, the previous
         attempt stopped): its own handed to the attempt's user with what that attempt left there (its
-        checkpoints), its output directories open to the run's jobs."""
+        checkpoints), its output directories open to the run's jobs; an output directory a sharded job commits
+        its shards in is its own too (a resubmitted attempt, of another user, writes beside the shards that
+        earlier attempts committed)."""
         own = {str(local_workdirs.real_directory(path, field)): field for field in ("model_dir", "checkpoint_dir")
                if (path := getattr(spec, field)) and "://" not in path}  # (as mounts() resolved them)
+        shards = spec.shards.output if spec.shards is not None and "://" not in spec.shards.output else None
+        for path in spec.output_dirs if shards else ():
+            real = str(local_workdirs.real_directory(path, "output_dirs"))
+            if local_sandbox.inside(shards, [real]):
+                own[real] = "output_dirs"
         for path in sandbox["writable"]:
             if path in own:
                 local_workdirs.own_tree(path, own[path], sandbox["uid"])
