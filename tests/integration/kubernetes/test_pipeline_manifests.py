@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 import yaml
@@ -140,13 +141,14 @@ def test_preprocessing_is_one_sharded_indexed_job_on_any_cluster_backend(pipelin
     inputs in the plan's ConfigMap, committing under the run's processed/ on the artifact root."""
     from airflow_ml_provider.jobs.backends.base import JobSubmissionError
     from airflow_ml_provider.jobs.backends.kubernetes import sharded
-    from airflow_ml_provider.jobs.backends.kubernetes.indexed_job import IndexedJobBackend
 
     # the test server (tests/kube_cluster.py: v1.20.2) predates Indexed Jobs: refused before any job, naming it
     with pytest.raises(JobSubmissionError, match="has no Indexed Jobs"):
         _render(pipeline, "preprocess", backend, "lightgbm")
-    # what a 1.22-1.28 server's /version says (its pods retry their shards): sharded.per_index_supported is False
-    monkeypatch.setattr(IndexedJobBackend, "_per_index", lambda self: False)
+    # a connection that says how the cluster retries shards (as on 1.22-1.28: the pods do), whatever /version says
+    connection = json.loads(os.environ["AIRFLOW_CONN_ML_TRAINING_DEFAULT"])
+    connection["extra"]["per_index_retries"] = "off"
+    monkeypatch.setenv("AIRFLOW_CONN_ML_TRAINING_DEFAULT", json.dumps(connection))
     task, ti = _render(load_dag(REPO / "dags" / "ml_training_pipeline.py"), "preprocess", backend, "lightgbm")
     assert task.runner.backend.name == "indexed-job"
     job_object, plan = yaml.safe_load_all(task.manifest)
