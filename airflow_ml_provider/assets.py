@@ -3,7 +3,8 @@ are scheduled on new models and data instead of on a clock.
 
 A pipeline's model is one Asset; each deploy adds an event to it whose ``extra`` says which registered
 version it was (name, version, metrics, run ids): consumers load that version, not whatever is newest
-when they happen to run. Preprocessed data works the same way, one event per processed shard.
+when they happen to run. Preprocessed data works the same way: one event per preprocessing job, listing every
+part it committed (``PreprocessOperator``).
 """
 
 from __future__ import annotations
