@@ -29,6 +29,7 @@ from airflow_ml_provider.logs.source import LogBatch, LogLine, LogSourceUnavaila
 
 TAIL_LINE_CHARS = 4096  # of a line kept in the tail (the saved state): a pod's lines can be any length
 TAIL_SOURCE_CHARS = 256
+PROGRESS_S = 10.0  # between two lines of a backend's count of a job's settled shards
 _REASONS_SHOWN = frozenset({JobState.QUEUED, JobState.GANG_PENDING})  # a new reason of these is logged again
 
 
@@ -109,6 +110,8 @@ class Follower:
         self.waiting_since: float | None = state.get("waiting_since")  # waiting for admission since
         self.logged: int = state.get("logged", 0)  # job lines shown in the task log
         self.withheld: int = state.get("withheld", 0)  # job lines past ``task_log_lines``, not shown
+        # a backend's count of settled units (JobStatus.progress): [first seen, when, last shown, when]
+        self.progress: list[float] | None = state.get("progress")
 
     @property
     def state(self) -> dict[str, Any]:
@@ -116,7 +119,7 @@ class Follower:
                 "tail": [list(entry) for entry in self.tail], "ended_at": self.ended_at,
                 "outage_since": self.outage_since, "outage_failures": self.outage_failures, "seq": self.seq,
                 "shown": self.shown, "waiting_since": self.waiting_since, "logged": self.logged,
-                "withheld": self.withheld}
+                "withheld": self.withheld, "progress": self.progress}
 
     # -- rounds -----------------------------------------------------------------------------------------
 
@@ -154,6 +157,7 @@ class Follower:
             self.tracker.warnings.clear()
             self._keep_tail(lines)
             shown = self._to_show(lines, warnings)
+        shown = shown + self._settled(status, now, points)
         progress = {"lines": shown, "status": status, "points": points, "warnings": warnings, "events": events}
         if match is not None:
             return self._verdict(match, progress)
@@ -242,6 +246,25 @@ class Follower:
         tail = self.tail + [[_cut(line.source, TAIL_SOURCE_CHARS), _cut(line.text, TAIL_LINE_CHARS)]
                             for line in lines[max(len(lines) - keep, 0):]]
         self.tail = tail[max(len(tail) - keep, 0):]
+
+    def _settled(self, status: JobStatus | None, now: float, points: list) -> list[LogLine]:
+        """A ``[backend] shards 4,210/10,000  ETA 41 min`` line and a ``shards_done`` point (added to ``points``)
+        where the backend counts a job's settled shards itself (an Indexed Job: its status, not its pods' logs):
+        when the count grew, at most every ``PROGRESS_S`` seconds, and at the last."""
+        if status is None or status.progress is None:
+            return []
+        # here, not at the top: jobs.shards imports pydantic, which only such a job needs
+        from airflow_ml_provider.jobs.shards import settled_line
+
+        done, total = status.progress
+        if self.progress is None:
+            self.progress = [done, now, -1, 0.0]
+        first, since, last, at = self.progress
+        if done == last or (done < total and now - at < PROGRESS_S):
+            return []
+        self.progress = [first, since, done, now]
+        points += self.tracker.record({"shards_done": float(done)}, "backend", step=done)
+        return [LogLine("backend", settled_line(done, total, done - first, now - since))]
 
     def _to_show(self, lines: list[LogLine], warnings: list[str]) -> list[LogLine]:
         """The lines the task log still has room for (``task_log_lines``); the first time one is withheld, a

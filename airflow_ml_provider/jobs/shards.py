@@ -203,6 +203,15 @@ def progress(queue: ShardQueue, elapsed_s: float) -> str:
     return line + failed
 
 
+def settled_line(settled: int, count: int, worked: int, elapsed_s: float) -> str:
+    """``shards 4,210/10,000  ETA 41 min`` for a job whose backend counts its settled shards (an Indexed Job's
+    status), the ETA from the ``worked`` shards settled in ``elapsed_s``."""
+    line = f"shards {settled:,}/{count:,}"
+    if worked > 0 and settled < count and elapsed_s > 0:
+        line += f"  ETA {_duration((count - settled) * elapsed_s / worked)}"
+    return line
+
+
 def _short(value: int) -> str:
     for size, unit in ((10**9, "G"), (10**6, "M"), (10**3, "k")):
         if value >= size:

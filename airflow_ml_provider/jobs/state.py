@@ -38,6 +38,8 @@ class JobStatus:
     message: str = ""
     exit_codes: dict[int, int] = field(default_factory=dict)
     reason: str = ""
+    # (settled, total) of a job whose backend counts its units of work itself (an Indexed Job's shards); else None
+    progress: tuple[int, int] | None = None
 
     @property
     def ended(self) -> bool:
@@ -50,6 +52,7 @@ class JobStatus:
             "message": self.message,
             "exit_codes": {str(rank): code for rank, code in self.exit_codes.items()},
             "reason": self.reason,
+            **({"progress": list(self.progress)} if self.progress is not None else {}),
         }
 
     @classmethod
@@ -59,4 +62,5 @@ class JobStatus:
             message=data.get("message", ""),
             exit_codes={int(rank): int(code) for rank, code in data.get("exit_codes", {}).items()},
             reason=data.get("reason", ""),  # records written before reasons existed have none
+            progress=(int(data["progress"][0]), int(data["progress"][1])) if data.get("progress") else None,
         )

@@ -222,6 +222,8 @@ def test_followed_through_the_shared_watch_a_sharded_job_with_a_disrupted_pod_ru
     assert seen[-1].state is JobState.SUCCEEDED
     assert JobState.PREEMPTED not in {status.state for status in seen}, seen
     assert JobState.RUNNING in {status.state for status in seen}
+    # the watched Job's count of settled shards, the follower's progress line and shards_done point (its own test)
+    assert {status.progress for status in seen if status.state is JobState.RUNNING} == {(0, 8)}, seen
 
 
 def test_a_sharded_task_on_indexed_job_gets_the_shards_result_in_its_xcom(kube_cluster, namespace, run_dag,

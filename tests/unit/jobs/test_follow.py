@@ -166,3 +166,21 @@ def test_the_task_log_cap_shows_the_first_lines_once_says_where_the_rest_is_and_
     assert rebuilt.metrics == {"loss": 0.25} and rebuilt.last_lines()[-1].text == "e"
     assert (rebuilt.logged, rebuilt.withheld) == (3, 3)
     assert rebuilt.observe(SUCCEEDED, batch(cursor=6), now=0).action is Action.FINISH
+
+
+def test_a_backends_count_of_settled_shards_is_a_line_at_most_every_ten_seconds_and_a_point_and_survives_a_restart():
+    """An Indexed Job's shards counted from its status (no launcher prints a progress line): the count shown when
+    it grew, at most every PROGRESS_S seconds and at the last, as a ``shards_done`` point the view and XCom see."""
+    follower = Follower()
+
+    def shown(done: int, now: float, follower=follower) -> list[str]:
+        step = follower.observe(JobStatus(JobState.RUNNING, progress=(done, 12)), batch(), now)
+        return [f"[{line.source}] {line.text}" for line in step.lines]
+
+    assert shown(0, 100.0) == ["[backend] shards 0/12"]
+    assert shown(3, 105.0) == [], "within 10 s of the last line"
+    assert shown(6, 111.0) == ["[backend] shards 6/12  ETA 11 s"]  # 6 in 11 s: 6 more in 11 s
+    resumed = Follower(state=json.loads(json.dumps(follower.state)))  # a restarted triggerer's follower
+    assert shown(6, 125.0, resumed) == [], "no growth, no line"
+    assert shown(12, 126.0, resumed) == ["[backend] shards 12/12"], "the last at once"
+    assert resumed.tracker.metrics["shards_done"]["series"] == [[0, 0.0], [6, 6.0], [12, 12.0]]

@@ -96,8 +96,9 @@ class KubernetesBackend(Backend):
     shards: ClassVar[bool] = False  # runs a sharded job (TrainingJobSpec.shards, jobs.shards)
     # The primary object's field that holds it suspended until Kueue admits it; None: Kueue cannot manage the kind.
     suspend_field: ClassVar[tuple[str, ...] | None] = None
-    # The spec fields ``pod_group`` reads: all of its spec that the shared watch keeps of a job (``watched``).
-    gang_fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    # The spec fields ``pod_group`` and ``job_status`` read: all of its spec that the shared watch keeps of a job
+    # (``watched``).
+    watched_fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __init__(self, api_client: ApiClient, namespace: str = "default", retries: int = 5,
                  backoff_s: float = 0.5, async_api_factory: Callable[[], Any] | None = None,
@@ -123,11 +124,11 @@ class KubernetesBackend(Backend):
     @classmethod
     def watched(cls, obj: dict) -> dict:
         """What the shared watch keeps of a job: what ``job_status``, ``pod_group`` and the pods' ``owned_by``
-        read (its identity, status and ``gang_fields``), not its pod templates: a triggerer holding a
+        read (its identity, status and ``watched_fields``), not its pod templates: a triggerer holding a
         namespace of 10,000 jobs holds a few hundred bytes of each."""
         meta = obj.get("metadata") or {}
         spec: dict = {}
-        for path in cls.gang_fields:
+        for path in cls.watched_fields:
             *parents, leaf = path
             found, into = obj.get("spec") or {}, spec
             for part in parents:

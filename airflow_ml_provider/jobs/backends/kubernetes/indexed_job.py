@@ -115,6 +115,7 @@ class IndexedJobBackend(KubernetesBackend):
                             Framework.GENERIC})
     roles = True  # an Indexed Job per role behind the job's one headless Service (kubernetes.roles)
     shards = True  # a sharded job: an index per shard (kubernetes.sharded)
+    watched_fields = (("completions",),)  # a sharded Job's shard count, for its progress (sharded.progress)
     suspend_field = ("spec", "suspend")  # Kueue's batch/job integration
 
     def __init__(self, *args, per_index_retries: bool | None = None, **kwargs):
@@ -234,9 +235,10 @@ class IndexedJobBackend(KubernetesBackend):
                 return ended(state, said(condition, condition["type"]))
             if condition["type"] == "Suspended":
                 return JobStatus(state, said(condition, condition["type"]))
+        progress = sharded.progress(obj)
         if status.get("active"):
-            return JobStatus(JobState.RUNNING, f"{status['active']} pod(s) active")
-        return JobStatus(JobState.PENDING, "waiting for pods")
+            return JobStatus(JobState.RUNNING, f"{status['active']} pod(s) active", progress=progress)
+        return JobStatus(JobState.PENDING, "waiting for pods", progress=progress)
 
 
 def _service(name: str, namespace: str, labels: dict[str, str], port: int) -> dict:

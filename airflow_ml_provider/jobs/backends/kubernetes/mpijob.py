@@ -58,7 +58,7 @@ class MPIJobBackend(KubernetesBackend):
     kind = "MPIJob"
     frameworks = frozenset({Framework.HOROVOD, Framework.GENERIC})
     suspend_field = ("spec", "runPolicy", "suspend")  # Kueue's MPIJob integration (kubeflow.org/mpijob)
-    gang_fields = (("mpiReplicaSpecs", "Launcher", "template", "spec", "schedulerName"),
+    watched_fields = (("mpiReplicaSpecs", "Launcher", "template", "spec", "schedulerName"),
                    ("runPolicy", "schedulingPolicy"))
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:

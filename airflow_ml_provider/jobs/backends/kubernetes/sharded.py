@@ -166,6 +166,19 @@ def shard_state(condition: dict, status: dict, is_sharded: bool = True) -> JobSt
     return None
 
 
+def progress(job: dict) -> tuple[int, int] | None:
+    """(settled, count) of a sharded Job: its succeeded pods (one a shard; a shard out of tries without per-index
+    retries exits 0 too, its failure recorded) and its failed indexes; None for a Job not sharded."""
+    if (job.get("metadata", {}).get("labels") or {}).get(SHARDED_LABEL) != "true":
+        return None
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    count = spec.get("completions")
+    if not isinstance(count, int) or count < 1:
+        return None
+    succeeded = status.get("succeeded") if isinstance(status.get("succeeded"), int) else 0
+    return min(succeeded + len(indexes(status.get("failedIndexes"), count)), count), count
+
+
 def indexes(text: str | None, count: int) -> set[int]:
     """The Job controller's interval list (``1,3-5``: indexed_job_utils.go parseIndexesFromString) as a set."""
     found: set[int] = set()

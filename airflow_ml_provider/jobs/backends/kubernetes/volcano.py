@@ -85,7 +85,7 @@ class VolcanoBackend(KubernetesBackend):
     frameworks = frozenset({Framework.HOROVOD, Framework.LIGHTGBM, Framework.PYTORCH, Framework.XGBOOST,
                             Framework.TENSORFLOW_PS, Framework.GENERIC})
     roles = True  # a task per role (kubernetes.roles)
-    gang_fields = (("schedulerName",), ("minAvailable",))
+    watched_fields = (("schedulerName",), ("minAvailable",))
 
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
         refuse_unused(spec, self.name, "clean_pod_policy")  # an MPIJob runPolicy field

@@ -12,7 +12,7 @@ from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.kubernetes import sharded
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
-from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 
 def _spec(count: int = 12, workers: int = 3, inputs: list | None = None, **plan) -> TrainingJobSpec:
@@ -161,3 +161,17 @@ def test_the_plan_config_map_and_the_job_are_deleted_with_the_job():
     (owned,) = backend.dependents(created, [plan])
     assert owned["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": "score",
                                                      "uid": "u-1"}]
+
+
+def test_a_running_sharded_jobs_status_counts_its_settled_shards_from_the_watched_object():
+    backend = get_backend("indexed-job", api_client=None, namespace="ml")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"completions": 12, "template": {"big": "x" * 1000}},
+           "metadata": {"name": "j", "labels": {sharded.SHARDED_LABEL: "true"}},
+           "status": {"active": 3, "succeeded": 5, "failedIndexes": "7,9"}}
+    watched = backend.watched(job)  # what the shared watch keeps: the count, not the pod template
+    assert watched["spec"] == {"completions": 12}
+    status = backend.job_status(watched)
+    assert status.state is JobState.RUNNING and status.progress == (7, 12)
+    assert JobStatus.from_dict(status.to_dict()) == status
+    plain = {**watched, "metadata": {"name": "j", "labels": {}}}
+    assert backend.job_status(plain).progress is None and "progress" not in backend.job_status(plain).to_dict()
