@@ -37,6 +37,9 @@ MAX_PATH_CHARS = 4096  # a model or checkpoint path
 WARNINGS_PER_KIND = 5
 # A local job's launcher samples its workers' CPU and memory (jobs.backends.local.resources); only its own lines
 # count (a worker's line is the worker's source, whatever it prints), at most this many ranks plus "launcher".
+# Per-rank curves: a metric's points from the sources it does not follow (the other ranks), from structured lines
+# only, each series at most OTHER_POINTS points (thinned as the followed one), at most OTHER_SERIES of them in all.
+OTHER_POINTS, OTHER_SERIES = 50, 32
 RESOURCES_SOURCE = "launcher"
 MAX_RESOURCE_ENTRIES = 1025
 _RESOURCE_RANK = re.compile(r"\d{1,6}|launcher")
@@ -117,7 +120,8 @@ class MetricsTracker:
     state so a resumed reader continues the same series.
 
     Each metric follows the first source that reports it (the reporting rank, or a launcher relaying
-    every rank), so N workers printing the same loss do not interleave; ``result``/``model_saved``/
+    every rank), so N workers printing the same loss do not interleave (the other sources' points of a
+    structured line are kept apart, as their own bounded curves: ``others``); ``result``/``model_saved``/
     ``checkpoint`` events likewise follow the first source that reports any of them. A series keeps at
     most ``max_points`` points, and all series together at most ``MAX_POINTS``: when a series is full,
     every other point is dropped and only every other new one kept, which bounds memory, the saved
@@ -142,6 +146,7 @@ class MetricsTracker:
         self.checkpoint: dict[str, Any] | None = state.get("checkpoint")
         self.reporter: str | None = state.get("reporter")
         self.resources: dict[str, Any] | None = state.get("resources")  # the local launcher's last sample
+        self.others: dict[str, dict[str, dict[str, Any]]] = state.get("others", {})  # name -> source -> series
         self.ignored: dict[str, int] = state.get("ignored", {})  # kind of bound -> lines ignored for it
         self.warnings: list[str] = []
         # A reported model or checkpoint path is kept as ``confine`` resolves it, or ignored (a warning
@@ -216,7 +221,7 @@ class MetricsTracker:
                 self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
                 return
             values = {k: v for k, v in event.items() if k not in _POSITION_KEYS and _finite(v)}
-            self._record(values, line.source, step, line, points)
+            self._record(values, line.source, step, line, points, per_rank=True)
 
     def record(self, values: dict[str, float], source: str, step: int | None = None,
                line: LogLine | None = None) -> list[tuple[str, int, float]]:
@@ -227,8 +232,9 @@ class MetricsTracker:
         return added
 
     def _record(self, values: dict[str, float], source: str, step: int | None, line: LogLine,
-                added: list[tuple[str, int, float]]) -> None:
-        """``record``, appending the points to ``added`` (the batch's list: none made per line)."""
+                added: list[tuple[str, int, float]], per_rank: bool = False) -> None:
+        """``record``, appending the points to ``added`` (the batch's list: none made per line); ``per_rank``: a
+        structured line, whose values from a source a metric does not follow are kept as that source's curve."""
         if step is not None and not valid_step(step):
             self._ignore("step", line, f"step {_short(step)} is not an integer 0 <= step < 2**63")
             return
@@ -248,6 +254,8 @@ class MetricsTracker:
                 for other in self.metrics.values():  # every series within its share of MAX_POINTS
                     self._thin(other)
             if metric["source"] != source:
+                if per_rank:
+                    self._other(name, source, step, float(value))
                 continue
             count = metric["count"] = metric["count"] + 1
             value = float(value)
@@ -261,6 +269,21 @@ class MetricsTracker:
             if (count - 1) % metric["stride"] == 0:
                 metric["series"].append([point_step, value])
                 self._thin(metric)
+
+    def _other(self, name: str, source: str, step: int | None, value: float) -> None:
+        """A point of ``name`` from a source it does not follow, on that source's own bounded curve."""
+        key = source[:64]
+        series = self.others.get(name, {}).get(key)
+        if series is None:
+            if sum(map(len, self.others.values())) >= OTHER_SERIES:
+                return
+            series = self.others.setdefault(name, {})[key] = {"count": 0, "stride": 1, "series": []}
+        count = series["count"] = series["count"] + 1
+        if (count - 1) % series["stride"] == 0:
+            series["series"].append([count if step is None else step, value])
+            while len(series["series"]) > OTHER_POINTS:
+                series["series"] = series["series"][::2]
+                series["stride"] *= 2
 
     def _thin(self, metric: dict[str, Any]) -> None:
         """Halve a series (and the share of new points it keeps) while it is over its cap: ``max_points``,
@@ -295,7 +318,7 @@ class MetricsTracker:
         """What to pass back as ``state`` to continue these series."""
         return copy.deepcopy({"metrics": self.metrics, "result": self.result, "model_path": self.model_path,
                               "checkpoint": self.checkpoint, "reporter": self.reporter, "ignored": self.ignored,
-                              "resources": self.resources})
+                              "resources": self.resources, "others": self.others})
 
     # -- bounds -----------------------------------------------------------------------------------------
 

@@ -75,7 +75,8 @@ class LiveView:
         state = self.follower.state
         return {"job": self.job, "backend": self.backend, "state": self.state, "updated": now,
                 "started": self.started, "plan": self.plan, "timeline": self.timeline,
-                "metrics": state["metrics"].get("metrics", {}), "resources": state["metrics"].get("resources"),
+                "metrics": state["metrics"].get("metrics", {}), "others": state["metrics"].get("others", {}),
+                "resources": state["metrics"].get("resources"),
                 "tail": state["tail"][-TAIL:],
                 "preemptions": state["preemptions"]}
 

@@ -1,5 +1,5 @@
-"""SVG charts drawn on the server (no JavaScript): a metric's curve with an optional target line, and points
-with one marked (a search's trials). Every text in them comes from a job (metric names) or a person (trial
+"""SVG charts drawn on the server (no JavaScript): a metric's curve with an optional target line and the other
+ranks' curves beside it, and points with one marked (a search's trials). Every text in them comes from a job (metric names) or a person (trial
 parameters) and is escaped: a name such as ``<script>`` is shown as text."""
 
 from __future__ import annotations
@@ -28,22 +28,34 @@ def _label(value: float, whole: bool) -> str:
     return str(int(value)) if whole else f"{value:.4g}"
 
 
+PALETTE = ("#d4380d", "#389e0d", "#722ed1", "#d48806", "#08979c", "#c41d7f", "#595959")  # the other ranks' curves
+
+
+def _finite(series: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
+    return [(float(x), float(y)) for x, y in series if math.isfinite(float(x)) and math.isfinite(float(y))]
+
+
 def line_chart(title: str, series: Sequence[Sequence[float]], target: float | None = None,
-               x_label: str = "step", marked: int | None = None, connect: bool = True) -> str:
+               x_label: str = "step", marked: int | None = None, connect: bool = True,
+               others: Sequence[tuple[str, Sequence[Sequence[float]]]] = (), label: str = "") -> str:
     """``series``: ``[x, y]`` points. ``target``: a dashed horizontal line (a gate's threshold); ``marked``:
-    the index of a point drawn larger (the best trial); ``connect``: a line through the points, else dots."""
-    points = [(float(x), float(y)) for x, y in series if math.isfinite(float(y))]
-    ys = [y for _, y in points] + ([target] if target is not None else [])
+    the index of a point drawn larger (the best trial); ``connect``: a line through the points, else dots;
+    ``others``: ``(name, points)`` curves drawn beside it (the other ranks'), with a legend naming ``label`` (the
+    followed curve's source) and each of them."""
+    points = _finite(series)
+    others = [(name, found) for name, curve in others[:len(PALETTE)] if (found := _finite(curve))]
+    ys = [y for _, y in points] + [y for _, curve in others for _, y in curve] + ([target] if target is not None else [])
     if not points:
         return f'<svg class="chart" width="{WIDTH}" height="{HEIGHT}" role="img"><text x="{PAD}" y="{HEIGHT / 2}">' \
                f'{escape(title)}: no points yet</text></svg>'
-    x0, x1 = min(x for x, _ in points), max(x for x, _ in points)
+    xs = [x for x, _ in points] + [x for _, curve in others for x, _ in curve]
+    x0, x1 = min(xs), max(xs)
     y0, y1 = min(ys), max(ys)
     if y1 == y0:
         y0, y1 = y0 - 0.5, y1 + 0.5
     if x1 == x0:
         x0, x1 = x0 - 1, x1 + 1
-    whole_x = all(x.is_integer() for x, _ in points)
+    whole_x = all(x.is_integer() for x in xs)
 
     def sx(x: float) -> float:
         return PAD + (x - x0) / (x1 - x0) * (WIDTH - 2 * PAD)
@@ -67,6 +79,16 @@ def line_chart(title: str, series: Sequence[Sequence[float]], target: float | No
                      f'class="target"><title>target {target:.4g}</title></line>'
                      f'<text x="{WIDTH - PAD}" y="{sy(target) - 4:.1f}" class="tick" text-anchor="end">'
                      f'target {target:.4g}</text>')
+    for (name, curve), color in zip(others, PALETTE):
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in curve)
+        parts.append(f'<polyline points="{path}" class="curve" style="stroke:{color}"><title>{escape(name)}</title>'
+                     "</polyline>")
+    if others:
+        legend = [(label or "followed", "#1f6feb"), *((name, color) for (name, _), color in zip(others, PALETTE))]
+        x = WIDTH - PAD
+        for i, (name, color) in enumerate(legend):
+            parts.append(f'<text x="{x}" y="{16 + 11 * i}" class="tick" text-anchor="end" style="fill:{color}">'
+                         f'{escape(name[:32])}</text>')
     if connect:
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
         parts.append(f'<polyline points="{path}" class="curve"/>')

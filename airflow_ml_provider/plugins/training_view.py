@@ -1,8 +1,9 @@
 """The training view: a task instance's job as a page of plain HTML and server-drawn SVG (no JavaScript), from
 what the follow core saved (``ml_training_view`` while the task follows the job, ``ml_follow_state`` while it is
 deferred) and the task's result, never by reading the job's log again: metric curves (the gate's threshold
-drawn), progress and ETA, the job's state timeline, the workers' CPU and memory (a local job's), the workers'
-last lines, links to MLflow; for a search, its trials as a table and plots with the best marked. Every text from a job or a person is escaped."""
+drawn, the other ranks' curves beside the followed one's), progress and ETA, the job's state timeline, the
+workers' CPU and memory (a local job's), the workers' last lines, links to MLflow; for a search, its trials as a
+table and plots with the best marked. Every text from a job or a person is escaped."""
 
 from __future__ import annotations
 
@@ -106,10 +107,14 @@ def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:
     if not metrics:
         return []
     parts = ["<h2>Metrics</h2>"]
+    others = view.get("others") or {}
     for name, metric in sorted(metrics.items()):
         title = f"{name} (last {metric.get('last', float('nan')):.5g}, best {metric.get('best', float('nan')):.5g})"
+        ranks = [(str(source), curve.get("series") or []) for source, curve in sorted((others.get(name) or {}).items())
+                 if isinstance(curve, dict)]
         parts.append(line_chart(title, metric.get("series") or [], targets.get(name),
-                                x_label=(view.get("plan") or {}).get("unit", "step")))
+                                x_label=(view.get("plan") or {}).get("unit", "step"), others=ranks,
+                                label=str(metric.get("source") or "")))
     return parts
 
 

@@ -54,7 +54,8 @@ def _from_follow_state(state: Any) -> dict[str, Any]:
     if not isinstance(state, dict):
         return {}
     tracked = state.get("metrics") or {}
-    return {"metrics": tracked.get("metrics") or {}, "resources": tracked.get("resources"),
+    return {"metrics": tracked.get("metrics") or {}, "others": tracked.get("others") or {},
+            "resources": tracked.get("resources"),
             "tail": (state.get("tail") or [])[-20:], "state": (state.get("shown") or [None])[0],
             "preemptions": state.get("preemptions", 0)}
 

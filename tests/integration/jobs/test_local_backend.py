@@ -248,3 +248,28 @@ def test_the_launcher_samples_each_ranks_cpu_and_memory_and_the_tracker_keeps_th
     tracker = MetricsTracker()
     tracker.feed_lines(lines)
     assert tracker.state()["resources"]["workers"] == samples[-1]["workers"], "the launcher's, not rank 1's"
+
+
+def test_each_ranks_metrics_of_a_real_job_are_a_curve_of_their_own(backend):
+    """Two ranks report their own loss (data-parallel workers' local losses differ): the follow core follows rank 0
+    and keeps rank 1's points as rank 1's curve, which the training view draws beside it."""
+    from airflow_ml_provider.logs.files import parse_line
+    from airflow_ml_provider.logs.metrics import MetricsTracker
+    from airflow_ml_provider.plugins.training_view import page
+
+    work = ("import json, os\nrank = int(os.environ['AIRFLOW_ML_RANK'])\nfor step in range(1, 6):\n"
+            "    print(json.dumps({'event': 'metrics', 'step': step, 'loss': rank + 1 / step}), flush=True)\n")
+    backend.submit("ranks", generic(["python", "-c", work]), {})
+    assert final_status(backend, "ranks").state is JobState.SUCCEEDED
+    tracker = MetricsTracker()
+    tracker.feed_lines([parse_line(raw) for raw in (backend.job_dir("ranks") / "output.log").read_text().splitlines()])
+    state = tracker.state()
+    followed = state["metrics"]["loss"]
+    other = "rank 1" if followed["source"] == "rank 0" else "rank 0"
+    assert [step for step, _ in followed["series"]] == [1, 2, 3, 4, 5]
+    assert [step for step, _ in state["others"]["loss"][other]["series"]] == [1, 2, 3, 4, 5]
+    assert {value - 1 / step for step, value in state["others"]["loss"][other]["series"]} | \
+        {value - 1 / step for step, value in followed["series"]} == {0.0, 1.0}, "each rank's own values"
+    html = page({"ti": {"dag_id": "d", "task_id": "t", "state": "success"},
+                 "view": {"metrics": state["metrics"], "others": state["others"]}})
+    assert html.count("<polyline") == 2 and f">{other}</text>" in html
