@@ -129,8 +129,8 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
     follower's state before a round's lines are shown, with them marked as being shown (``SHOWING``:
     write-ahead), and again in the next round, which confirms them. The trigger makes it durable, so
     a process that dies between saving and showing can have ``show_again`` show that batch again,
-    labelled: no line is lost, and none repeats unlabelled. (A trigger cancelled while its triggerer
-    shuts down does not confirm its last batch: the triggerer's comms are closed by then, and a save
+    labelled: no line is lost, and none repeats unlabelled. The final step's batch is confirmed before this
+    returns. (A trigger cancelled while its triggerer shuts down does not confirm its last batch: the triggerer's comms are closed by then, and a save
     would block its shutdown. A restart shows that batch again, labelled.)
     """
     latest: dict[str, Any] = {}
@@ -167,6 +167,13 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
             if await asyncio.to_thread(report) if on_step is not None else report():
                 await asyncio.to_thread(backend.cancel, name)
             if step.action is not Action.WAIT:
+                if on_progress is not None and unconfirmed:
+                    # The last batch confirmed before the caller's event: a restart does not show it again, and in a
+                    # triggerer its lines have reached the supervisor first. Their records go over the log socket,
+                    # this save over the request socket, and a trigger's end drops its log file (Airflow 3.3
+                    # jobs/triggerer_job_runner.py, _handle_request: logger_cache.pop for each finished trigger):
+                    # lines still unread by then went to the triggerer's own log, not the task's.
+                    await on_progress(follower.state)
                 return step
             if step.delay > 0:
                 try:

@@ -129,3 +129,38 @@ def test_the_step_hook_runs_off_the_event_loops_thread(tmp_path, shown):
         asyncio.run(follow_async(Follower(FollowOptions(poll_interval=0.01)), log, source=FileLogSource(path),
                                  on_step=hook))
     assert on_loop == [False]
+
+
+class Ended:
+    """A backend whose job has ended: its statuses, and the heartbeat a follower owning the job renews."""
+
+    async def statuses(self, name, interval):
+        from airflow_ml_provider.jobs.state import JobState, JobStatus
+
+        while True:
+            yield JobStatus(JobState.SUCCEEDED)
+            await asyncio.sleep(interval)
+
+    def heartbeat(self, name):
+        pass
+
+
+@pytest.mark.parametrize("rules", [{}, {"succeed_on": ["line 2"]}], ids=["the job's end", "a rule's verdict"])
+def test_the_last_batch_is_confirmed_after_its_lines_are_shown_and_before_the_loop_returns(tmp_path, shown, rules):
+    """In a triggerer the trigger's end drops its log file, and lines still in flight go to the triggerer's own log:
+    the final save (a round trip to the supervisor) comes after the lines are logged, also where the step that ends
+    the loop shows lines itself (a rule's verdict), which a next round used to confirm, and none came."""
+    log, messages = shown
+    path = tmp_path / "job.log"
+    path.write_text("".join(f"[rank 0] line {i}\n" for i in range(3)))
+    saved: list[tuple[dict, int]] = []
+
+    async def save(state):
+        saved.append((state, len(numbers(messages))))
+
+    options = FollowOptions(poll_interval=0.01, settle_s=0.0, rules=rules)
+    step = asyncio.run(follow_async(Follower(options), log, Ended(), "job", FileLogSource(path), on_progress=save))
+    assert step.action.value == "finish" and numbers(messages) == [0, 1, 2]
+    (first, shown_then), (last, shown_at_last) = saved[0], saved[-1]
+    assert SHOWING in first and shown_then == 0, "write-ahead: saved before the lines are shown"
+    assert SHOWING not in last and shown_at_last == 3, "confirmed once they are shown, before the loop ends"
