@@ -5,6 +5,7 @@ The root is a local path, a mounted volume (PVC) path, or an object-store URL (`
 
     <root>/artifacts/<job>/model/          what the trainer saves (model.txt, model.keras)
     <root>/artifacts/<job>/checkpoints/    ckpt-* files a restarted job resumes from
+    <root>/artifacts/<job>/checkpoints/tensorboard/  rank 0's scalars as TensorBoard event files
     <root>/artifacts/<job>/evaluation/     evaluation report and metrics
     <root>/artifacts/<job>.inputs/         files a task hands its job to read (a registered model)
     <root>/data/<dag_id>/<run key>/        the pipeline's raw and preprocessed shards
@@ -75,6 +76,17 @@ def job_dirs(job_dir: str | None) -> dict[str, str]:
     """The ``model_dir`` and ``checkpoint_dir`` a job gets in its own directory (none without one): the
     one place that lays them out, for training tasks, search trials and recipes alike."""
     return {"model_dir": join(job_dir, "model"), "checkpoint_dir": join(job_dir, "checkpoints")} if job_dir else {}
+
+
+TENSORBOARD_ENV = "AIRFLOW_ML_TENSORBOARD_DIR"
+
+
+def tensorboard_dir(checkpoint_dir: str | None) -> str | None:
+    """Where a job writes TensorBoard event files (``AIRFLOW_ML_TENSORBOARD_DIR``, as Vertex AI gives
+    ``AIP_TENSORBOARD_LOG_DIR``): inside its checkpoint directory, so it is a directory the job may write, kept
+    with its checkpoints across a preemption (a resumed attempt adds an event file beside the earlier ones) and
+    never a path the job or a person chooses."""
+    return join(checkpoint_dir, "tensorboard") if checkpoint_dir else None
 
 
 def inputs_dir(job_dir: str) -> str:

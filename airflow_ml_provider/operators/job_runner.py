@@ -16,7 +16,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_ml_provider.artifact_layout import job_dirs
+from airflow_ml_provider.artifact_layout import job_dirs, tensorboard_dir
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
 from airflow_ml_provider.jobs.backends.base import (
@@ -277,7 +277,8 @@ class JobRunner:
                                            state_key=task_key(context), metric_tags=metrics.tags),
                 method_name="execute_complete",
             )
-        view = LiveView(context["ti"], name, backend.name, follower, job_plan(self.spec) if self.spec else None)
+        view = LiveView(context["ti"], name, backend.name, follower, job_plan(self.spec) if self.spec else None,
+                        tensorboard_dir=tensorboard_dir(self.spec.checkpoint_dir) if self.spec else None)
         return SyncDriver(follower, self.log, backend, name, source, on_step=both(metrics, view)).run()
 
     def _conclude(self, backend: Backend, name: str, follower: Follower, step: Decision) -> dict[str, Any]:
@@ -291,7 +292,8 @@ class JobRunner:
                 self.log.info("Job %s succeeded; final metrics: %s", name, json.dumps(metrics))
                 return {"job_name": name, "backend": backend.name, "state": state.value,
                         "metrics": metrics, "image": self._image(backend),
-                        "model_path": follower.model_path or (self.spec.model_dir if self.spec else None)}
+                        "model_path": follower.model_path or (self.spec.model_dir if self.spec else None),
+                        "tensorboard_dir": tensorboard_dir(self.spec.checkpoint_dir) if self.spec else None}
             message = follower.failure(f"{self.task.task_id}: job {name}: {step.message}")
             if not step.retryable:
                 raise AirflowFailException(message)

@@ -43,8 +43,10 @@ class LiveView:
     """An ``on_step`` hook of the sync driver: keeps the job's timeline and saves the view's snapshot."""
 
     def __init__(self, ti, job: str, backend: str, follower, plan: dict[str, Any] | None,
-                 every_s: float = SAVE_EVERY_S, clock: Callable[[], float] = time.time):
+                 every_s: float = SAVE_EVERY_S, clock: Callable[[], float] = time.time,
+                 tensorboard_dir: str | None = None):
         self.ti, self.job, self.backend, self.follower, self.plan = ti, job, backend, follower, plan
+        self.tensorboard_dir = tensorboard_dir  # the job's AIRFLOW_ML_TENSORBOARD_DIR, whose scalars the view reads
         self.every_s, self.clock = every_s, clock
         self.timeline: list[list[Any]] = []
         self.started: float | None = None  # when the first metric point came
@@ -77,7 +79,7 @@ class LiveView:
                 "started": self.started, "plan": self.plan, "timeline": self.timeline,
                 "metrics": state["metrics"].get("metrics", {}), "others": state["metrics"].get("others", {}),
                 "resources": state["metrics"].get("resources"),
-                "tail": state["tail"][-TAIL:],
+                "tail": state["tail"][-TAIL:], "tensorboard_dir": self.tensorboard_dir,
                 "preemptions": state["preemptions"]}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -18,14 +19,55 @@ def emit(event: str, **fields) -> None:
 
 
 def emit_metrics(step: int, loss: float, **metrics: float) -> None:
-    """Emit a ``metrics`` line for one step (a boosting round, an optimizer step)."""
-    emit("metrics", step=int(step), loss=float(loss), **{k: float(v) for k, v in metrics.items()})
+    """Emit a ``metrics`` line for one step (a boosting round, an optimizer step); the point goes to the job's
+    TensorBoard directory too (``runtime.tensorboard``)."""
+    values = {"loss": float(loss), **{k: float(v) for k, v in metrics.items()}}
+    emit("metrics", step=int(step), **values)
+    scalars(int(step), values)
 
 
 def emit_epoch_metrics(epoch: int, loss: float, **metrics: float) -> None:
     """Emit a ``metrics`` line for one epoch, named ``epoch`` (``step`` is the optimizer's step everywhere,
     as in the checkpoint line: ``checkpoint epoch 1 step 218``); the epoch is the metric's position."""
-    emit("metrics", epoch=int(epoch), loss=float(loss), **{k: float(v) for k, v in metrics.items()})
+    values = {"loss": float(loss), **{k: float(v) for k, v in metrics.items()}}
+    emit("metrics", epoch=int(epoch), **values)
+    scalars(int(epoch), values)
+
+
+_writer: dict = {}  # "open": the job's TensorBoard writer (None: none, or it failed once)
+
+
+def scalars(step: int, values: dict[str, float]) -> None:
+    """One point of the reporting rank's (rank 0's, the chief's) metrics into ``AIRFLOW_ML_TENSORBOARD_DIR``:
+    the writer is opened at the first point and closed at exit; a failure is reported once, never raised."""
+    if "open" not in _writer:
+        _writer["open"] = None
+        try:
+            from airflow_ml_provider.runtime import tensorboard
+
+            _writer["open"] = tensorboard.from_env()
+        except Exception as exc:  # noqa: BLE001 - TensorBoard's copy must never stop training
+            emit("tensorboard", error=f"{type(exc).__name__}: {exc}"[:300])
+        if _writer["open"] is not None:
+            atexit.register(close_scalars)
+    if (writer := _writer["open"]) is not None:
+        try:
+            writer.add(step, values)
+        except Exception as exc:  # noqa: BLE001
+            _writer["open"] = None
+            emit("tensorboard", error=f"{type(exc).__name__}: {exc}"[:300])
+
+
+def close_scalars() -> None:
+    """Flush and close the TensorBoard writer (uploading its files to object storage); for a trainer that
+    ends with ``os._exit``, which runs no ``atexit`` hook."""
+    writer = _writer.get("open")
+    _writer["open"] = None
+    if writer is not None:
+        try:
+            writer.close()
+        except Exception as exc:  # noqa: BLE001
+            emit("tensorboard", error=f"{type(exc).__name__}: {exc}"[:300])
 
 
 def emit_progress(epoch: int, batch: int, batches: int, **metrics: float) -> None:

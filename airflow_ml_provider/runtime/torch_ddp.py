@@ -27,6 +27,7 @@ from airflow_ml_provider.runtime.checkpoints import Checkpoints, add_keep_argume
 from airflow_ml_provider.runtime.datasets import load_digits_split, load_npz_or_csv
 from airflow_ml_provider.runtime.metrics_log import (
     StepLines,
+    close_scalars,
     emit,
     emit_epoch_metrics,
     emit_progress,
@@ -187,6 +188,7 @@ if __name__ == "__main__":
     # collectives' work objects, whose tensors need the GIL, while the interpreter tears down; the thread is
     # then ended and the process aborts (SIGABRT, "terminate called without an active exception"; about 1
     # in 10 two-rank runs on PyTorch 2.13, seen failing a finished job). Everything is written by now.
+    close_scalars()  # rank 0's TensorBoard events (os._exit runs no atexit hook)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

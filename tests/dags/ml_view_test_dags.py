@@ -15,6 +15,14 @@ _METRICS = ("import json, time\nprint('<script>alert(1)</script>', flush=True)\n
             "    print(json.dumps({'event': 'metrics', 'step': step, 'loss': 1.0 / step}), flush=True)\n"
             "end = time.monotonic() + 4\nwhile time.monotonic() < end: pass\n")
 
+# A job that writes its own event file (as any job may) with a tag that is markup: it must show as text in the view
+# (the bundled trainers' writer, tensorboardX's add_scalar, would rename such a tag)
+HOSTILE_TAG = "<img src=x onerror=alert(1)>"
+_TAGS = ("import os\nfrom tensorboardX import SummaryWriter\nfrom tensorboardX.proto import summary_pb2\n"
+         "writer = SummaryWriter(os.environ['AIRFLOW_ML_TENSORBOARD_DIR'])\nfor step in (1, 2):\n"
+         f"    value = summary_pb2.Summary.Value(tag={HOSTILE_TAG!r}, simple_value=2.0 * step)\n"
+         "    writer._get_file_writer().add_summary(summary_pb2.Summary(value=[value]), step)\nwriter.close()\n")
+
 with DAG("ml_view_test", schedule=None, catchup=False, tags=["test"]) as view_dag:
 
     @task
@@ -33,3 +41,4 @@ with DAG("ml_view_test", schedule=None, catchup=False, tags=["test"]) as view_da
         num_boost_round=30, num_workers=2, retries=0)
     TrainingJobOperator(task_id="deferred", command=["python", "-c", _METRICS], deferrable=True,
                         follow={"poll_interval": 0.5}, retries=0)
+    TrainingJobOperator(task_id="tensorboard_tags", command=["python", "-c", _TAGS], retries=0)

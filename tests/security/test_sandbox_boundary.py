@@ -103,6 +103,74 @@ def test_links_an_attempt_leaves_in_its_directories_are_never_the_next_attempts_
     assert list(dags.iterdir()) == []
 
 
+def test_a_tensorboard_directory_survives_a_preemption_and_a_link_left_in_its_place_is_never_followed(tmp_path):
+    """S1 for AIRFLOW_ML_TENSORBOARD_DIR (inside the checkpoint directory): a first attempt writes two points and
+    is preempted; the resubmission's points join them as a second event file of the same run. A later job of
+    the same name replaces the directory with a link to a DAGs folder holding an event file it may not show, and
+    its resubmission writes through the link: nothing reaches the DAGs folder (the job still succeeds, its
+    TensorBoard failure reported in one line), the view's
+    reader refuses the link, and a checkpoint directory that became a link (so the TensorBoard directory in it)
+    is refused at submit."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from airflow_ml_provider.plugins.tensorboard_scalars import read_scalars
+
+    dags = Path(os.environ["AIRFLOW_HOME"]) / f"dags-{secrets.token_hex(4)}"
+    dags.mkdir(parents=True)
+    backend = backend_at(tmp_path)
+    job_dir = backend.root / "artifacts" / "boarded"
+    spec = job("""
+        import os, signal, sys
+        from airflow_ml_provider.runtime.metrics_log import emit_metrics
+        board, ckpt = os.environ["AIRFLOW_ML_TENSORBOARD_DIR"], os.environ["AIRFLOW_ML_CHECKPOINT_DIR"]
+        assert os.path.dirname(board) == ckpt, board
+        first = not os.path.exists(os.path.join(ckpt, "ckpt-2"))
+        for step in (1, 2) if first else (3, 4):
+            emit_metrics(step, 1.0 / step)
+        if first:
+            open(os.path.join(ckpt, "ckpt-2"), "w").write("2")
+            from airflow_ml_provider.runtime.metrics_log import close_scalars
+            close_scalars()
+            if sys.argv[1] == "relink":
+                os.rename(board, board + ".gone")
+                os.symlink(sys.argv[2], board)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """, "keep", str(dags), model_dir=str(job_dir / "model"), checkpoint_dir=str(job_dir / "checkpoints"))
+    board = job_dir / "checkpoints" / "tensorboard"
+    for _ in range(2):  # the first attempt, then the resubmission a preemption makes
+        assert backend.submit("boarded", spec, {})
+        final_status(backend, "boarded")
+    assert final_status(backend, "boarded").state is JobState.SUCCEEDED, job_log(backend, "boarded")
+    assert len(list(board.glob("*tfevents*"))) == 2, list(board.iterdir())
+    accumulator = EventAccumulator(str(board))
+    accumulator.Reload()
+    assert [event.step for event in accumulator.Scalars("loss")] == [1, 2, 3, 4]
+    assert [step for step, _ in read_scalars(str(board))["scalars"]["loss"]] == [1, 2, 3, 4]
+
+    shutil.copy(next(board.glob("*tfevents*")), dags / "events.out.tfevents.1.secret")  # a "loss" at steps 1, 2
+    before = sorted(dags.iterdir())
+    job_dir = backend.root / "artifacts" / "relinking"
+    board = job_dir / "checkpoints" / "tensorboard"
+    relinking = spec.model_copy(update={"command": [*spec.command[:3], "relink", str(dags)],
+                                        "model_dir": str(job_dir / "model"),
+                                        "checkpoint_dir": str(job_dir / "checkpoints")})
+    for _ in range(2):
+        assert backend.submit("relinking", relinking, {})
+        final_status(backend, "relinking")
+    assert final_status(backend, "relinking").state is JobState.SUCCEEDED, job_log(backend, "relinking")
+    assert board.is_symlink() and sorted(dags.iterdir()) == before, "the job wrote through its link"
+    assert '"event": "tensorboard"' in job_log(backend, "relinking"), "the writer's failure was not reported"
+    found = read_scalars(str(board))
+    assert found["scalars"] == {} and found["note"].startswith("not read"), found
+
+    (job_dir / "checkpoints").rename(job_dir / "checkpoints.real")
+    (job_dir / "checkpoints").symlink_to(dags)  # a link a job's user left where the directory is bound
+    os.lchown(job_dir / "checkpoints", 1_500_000_123, 1_500_000_123)
+    with pytest.raises(JobSubmissionError, match=r"checkpoint_dir: '.*/relinking/checkpoints' goes through the symb"):
+        backend.submit("relinking", relinking, {})
+    assert sorted(dags.iterdir()) == before
+
+
 def test_a_job_cannot_write_kernel_settings_nor_read_roots_private_files(tmp_path):
     """S2 and M-b: the job wrote the host's kernel.domainname (uid 0, /proc/sys writable, the UTS namespace
     shared) and read any root-owned file not on the hidden list. The test writes back what it read, so a

@@ -1,16 +1,22 @@
 """The training view of real runs (dag.test(), local jobs, the metadata database the API server would read):
 the curves come from what the follow core saved (the view's XCom while the task follows the job, the follow
-core's durable state while it is deferred), a hostile metric name is text, a search's trials are listed with the
+core's durable state while it is deferred) and from the job's TensorBoard event files, a hostile metric name or
+TensorBoard tag is text, a search's trials are listed with the
 best marked."""
 
 from __future__ import annotations
 
+from html import escape
+from pathlib import Path
+
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from airflow_ml_provider.plugins.training_view import page
 from airflow_ml_provider.plugins.view_app import read
 
 pytestmark = pytest.mark.integration
+HOSTILE_TAG = "<img src=x onerror=alert(1)>"  # the tag tests/dags/ml_view_test_dags.py's job reports
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +33,32 @@ def test_a_followed_jobs_view_has_its_curves_and_its_progress_done(viewed):
     assert [point[0] for point in view["metrics"]["auc"]["series"]][-1] == 30
     html = page(data)
     assert "30 of 30 rounds" in html and "<svg" in html and "Job is SUCCEEDED" in html
+
+
+def test_a_trainers_tensorboard_scalars_are_in_its_directory_and_in_the_view(viewed):
+    """The LightGBM job (2 workers) wrote rank 0's points into AIRFLOW_ML_TENSORBOARD_DIR, under its checkpoint
+    directory; tensorboard's reader finds the metric lines' tags at their steps, and the view draws them."""
+    data = read("ml_view_test", viewed, "lightgbm")
+    logdir = Path(data["view"]["tensorboard_dir"])
+    assert logdir == Path(data["result"]["tensorboard_dir"]) and logdir.parent.name == "checkpoints", logdir
+    assert len(list(logdir.glob("*tfevents*"))) == 1, "not one writer (rank 0's)"
+    accumulator = EventAccumulator(str(logdir))
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    lines = data["view"]["metrics"]
+    assert {"loss", "auc"} <= tags and tags <= set(lines) | {"loss"}, (tags, set(lines))
+    steps = [event.step for event in accumulator.Scalars("auc")]
+    assert steps == [point[0] for point in lines["auc"]["series"]] and steps[-1] == 30, steps
+    assert data["tensorboard"]["scalars"]["auc"][-1][0] == 30, data["tensorboard"]
+    html = page(data)
+    assert f"tensorboard --logdir {logdir}" in html and "auc (TensorBoard)" in html
+
+
+def test_a_hostile_tensorboard_tag_shows_as_text(viewed):
+    data = read("ml_view_test", viewed, "tensorboard_tags")
+    assert data["tensorboard"]["scalars"][HOSTILE_TAG] == [[1, 2.0], [2, 4.0]], data["tensorboard"]
+    html = page(data)
+    assert escape(HOSTILE_TAG) + " (TensorBoard)" in html and HOSTILE_TAG not in html
 
 
 def test_a_deferred_jobs_view_comes_from_the_follow_state_and_escapes_a_hostile_line(viewed):

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from support import needs_torch, rank_process, wait_for
@@ -83,6 +84,14 @@ def test_two_ddp_workers_train_in_step_and_reach_the_one_worker_loss(run_dag, ca
     assert two["metrics"]["accuracy"] > 0.9, two["metrics"]
     task_log = capfd.readouterr().out
     assert "[rank 0]" in task_log and "[rank 1]" in task_log, "rank-prefixed worker lines missing from the task log"
+    # rank 0's epochs as TensorBoard scalars, written out before the trainer's os._exit (one writer: rank 0's)
+    board = Path(two["tensorboard_dir"])
+    assert board.parent == Path(two["model_path"]).parent.parent / "checkpoints" and len(list(board.iterdir())) == 1
+    accumulator = EventAccumulator(str(board))
+    accumulator.Reload()
+    assert set(accumulator.Tags()["scalars"]) == {"loss", "accuracy"}
+    assert [(e.step, round(e.value, 4)) for e in accumulator.Scalars("loss")] == \
+        [(e["epoch"], round(e["loss"], 4)) for e in _events(job_dir, "metrics")]
 # 1200 s, not the suite's 600: this test took 574 s in a rehearsal at load 20-25 (a hang still ends)
 @pytest.mark.timeout(1200)
 def test_a_killed_rank_reforms_an_elastic_job_and_preempts_a_fixed_one(run_dag, capfd):

@@ -25,6 +25,7 @@ from airflow_ml_provider.jobs.follow import ResumePoint
 from airflow_ml_provider.jobs.preemption import RESUME_ENV, resubmission
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
+from airflow_ml_provider.plugins.tensorboard_scalars import read_scalars
 from airflow_ml_provider.runtime import storage
 from airflow_ml_provider.runtime.datasets import write_synthetic
 from support import TRAINING_IMAGE, assert_steps_once, needs_horovod, wait_for
@@ -82,6 +83,11 @@ def _preempt_and_resume(s3, backend: LocalBackend, name: str, spec: TrainingJobS
     return last
 
 
+def _checkpoint_keys(s3, bucket: str, name: str) -> list[str]:
+    """The job's checkpoints in the bucket (its TensorBoard directory, ``checkpoints/tensorboard/``, aside)."""
+    return [key for key in s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/") if "/checkpoints/tensorboard/" not in key]
+
+
 @pytest.fixture
 def backend(tmp_path, s3) -> LocalBackend:
     """Its jobs may reach the S3 server (the hook allows a connection's endpoint the same way)."""
@@ -120,9 +126,16 @@ def test_a_preempted_lightgbm_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_
     with storage.local_copy(saved["path"]) as local:
         assert lgb.Booster(model_file=local).current_iteration() == rounds
     kept = (rounds - 10, rounds - 5, rounds)  # boosters by rank 0, each worker's scores beside them
-    assert s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/") == [
+    assert _checkpoint_keys(s3, bucket, name) == [
         f"ml/artifacts/{name}/checkpoints/{file}" for file in
         [f"booster-{n:06d}.txt" for n in kept] + [f"scores-{r}of2-{n:06d}.npz" for r in (0, 1) for n in kept]]
+    # rank 0's points in the job's TensorBoard directory on S3, each attempt's event file uploaded beside the
+    # other's (the killed one's up to its last upload), read back as the training view reads them
+    board = f"{job_dirs(job_dir)['checkpoint_dir']}/tensorboard"
+    assert len(s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/tensorboard/")) == 2
+    read = read_scalars(board)
+    assert read["note"] is None and set(steps) <= {step for step, _ in read["scalars"]["loss"]}, read
+    assert read["scalars"]["loss"][-1][0] == rounds
 
 
 @needs_horovod
@@ -147,7 +160,7 @@ def test_a_preempted_horovod_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_w
     assert trained == list(range(done + 1, epochs + 1)), "a finished epoch was trained again, or one skipped"
     [saved] = _events(backend, name, "model_saved")
     assert saved["path"] == f"{job_dirs(job_dir)['model_dir']}/model.keras"
-    keys = s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/")
+    keys = _checkpoint_keys(s3, bucket, name)
     assert [k.rsplit("/", 1)[1] for k in keys] == [f"ckpt-{e:06d}.npz" for e in range(epochs - 2, epochs + 1)]
     with storage.open_read(f"{job_dirs(job_dir)['checkpoint_dir']}/ckpt-{epochs:06d}.npz") as f, np.load(f) as checkpoint:
         assert int(checkpoint["epoch"]) == epochs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_ml_provider.artifact_layout import TENSORBOARD_ENV, tensorboard_dir
 from airflow_ml_provider.jobs.spec import KubernetesOptions, TrainingJobSpec
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -94,7 +95,8 @@ def job_env(spec: TrainingJobSpec, extra: dict[str, str] | None = None) -> list[
         "AIRFLOW_ML_NUM_WORKERS": str(spec.num_workers),
         "PYTHONUNBUFFERED": "1",
         **({"AIRFLOW_ML_MODEL_DIR": spec.model_dir} if spec.model_dir else {}),
-        **({"AIRFLOW_ML_CHECKPOINT_DIR": spec.checkpoint_dir} if spec.checkpoint_dir else {}),
+        **({"AIRFLOW_ML_CHECKPOINT_DIR": spec.checkpoint_dir,
+            TENSORBOARD_ENV: tensorboard_dir(spec.checkpoint_dir)} if spec.checkpoint_dir else {}),
         **(extra or {}),
         **spec.env,
     }

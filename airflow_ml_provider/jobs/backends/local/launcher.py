@@ -56,6 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from airflow_ml_provider.artifact_layout import TENSORBOARD_ENV, tensorboard_dir
 from airflow_ml_provider.jobs import torchrun, xgboost
 from airflow_ml_provider.jobs.backends.local import roles as local_roles
 from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
@@ -117,7 +118,8 @@ def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dic
         "OMP_WAIT_POLICY": "PASSIVE",  # spinning OpenMP threads starve the other workers on shared cores
         "AIRFLOW_ML_NUM_WORKERS": str(spec.num_workers),
         **({"AIRFLOW_ML_MODEL_DIR": spec.model_dir} if spec.model_dir else {}),
-        **({"AIRFLOW_ML_CHECKPOINT_DIR": spec.checkpoint_dir} if spec.checkpoint_dir else {}),
+        **({"AIRFLOW_ML_CHECKPOINT_DIR": spec.checkpoint_dir,
+            TENSORBOARD_ENV: tensorboard_dir(spec.checkpoint_dir)} if spec.checkpoint_dir else {}),
         **spec.env,
     }
     if spec.framework is Framework.HOROVOD:
