@@ -39,11 +39,12 @@ CLUSTER_SHARDING = "indexed-job"  # runs a cluster's sharded jobs: every cluster
 def sharding_backend(name: str) -> str:
     """Where a sharded job of a task whose jobs run on backend ``name`` runs: ``name`` when it runs sharded jobs;
     for another Kubernetes backend, ``CLUSTER_SHARDING`` (the same cluster and connection) once it runs them;
-    else ``name``, which refuses the job naming the backends that run it."""
-    runs = sharding_backends()
-    if name in runs or name == "local" or name not in BACKENDS:
+    else ``name``, which refuses the job naming the backends that run it. The Kubernetes backends are imported
+    only for a Kubernetes backend's task (a local deployment may not have the kubernetes extra)."""
+    if name == "local" or name not in BACKENDS:
         return name
-    return CLUSTER_SHARDING if CLUSTER_SHARDING in runs else name
+    runs = sharding_backends()
+    return name if name in runs or CLUSTER_SHARDING not in runs else CLUSTER_SHARDING
 
 
 def role_backends() -> list[str]:
