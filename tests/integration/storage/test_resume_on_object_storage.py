@@ -162,5 +162,7 @@ def test_a_preempted_horovod_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_w
     assert saved["path"] == f"{job_dirs(job_dir)['model_dir']}/model.keras"
     keys = _checkpoint_keys(s3, bucket, name)
     assert [k.rsplit("/", 1)[1] for k in keys] == [f"ckpt-{e:06d}.npz" for e in range(epochs - 2, epochs + 1)]
+    board = read_scalars(f"{job_dirs(job_dir)['checkpoint_dir']}/tensorboard")  # rank 0's epochs, both attempts'
+    assert set(trained) <= {step for step, _ in board["scalars"]["loss"]} and "accuracy" in board["scalars"], board
     with storage.open_read(f"{job_dirs(job_dir)['checkpoint_dir']}/ckpt-{epochs:06d}.npz") as f, np.load(f) as checkpoint:
         assert int(checkpoint["epoch"]) == epochs
