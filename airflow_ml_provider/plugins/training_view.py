@@ -84,7 +84,7 @@ def page(data: dict[str, Any], now: float | None = None) -> str:
         parts.append(f"<p>{done['done']} of {done['total']} {escape(done['unit'])}s{eta}</p>"
                      f"<div class='bar'><div style='width:{share * 100:.1f}%'></div></div>")
     parts += _curves(view, data.get("targets") or {})
-    parts += _search(data.get("result") or {})
+    parts += _search(data.get("result") or data.get("search") or {})
     parts += _links(data.get("links") or [])
     if timeline := view.get("timeline"):
         parts.append("<h2>Timeline</h2><table><tr><th>when (UTC)</th><th>what</th></tr>")
@@ -137,8 +137,11 @@ def _resources(sample: Any) -> list[str]:
 
 
 def _search(result: dict[str, Any]) -> list[str]:
-    """A search's trials: a table, the objective per trial and each numeric parameter against it, best marked."""
+    """A search's trials: a table, the objective per trial and each numeric parameter against it, best marked (a
+    running search's so far, from its study: ``plugins.search_trials``)."""
     trials = [t for t in result.get("trials") or [] if isinstance(t, dict)]
+    if result.get("note"):
+        return [f"<h2>Trials</h2><p>Not shown while the search runs: {escape(str(result['note']))}</p>"]
     if not trials:
         return []
     best = result.get("best_trial")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from airflow_ml_provider.plugins.search_trials import live_trials
 from airflow_ml_provider.plugins.training_view import FOLLOW_KEY, VIEW_KEY, gate_targets, page
 
 RESULT_KEY = "return_value"
@@ -37,16 +38,18 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
         values = {(row.task_id, row.map_index, row.key): XComModel.deserialize_value(row) for row in rows}
         serialized = SerializedDagModel.get(dag_id, session=session)
         targets = gate_targets(serialized.dag, (run.conf if run else None) or {}) if serialized else {}
+        task = serialized.dag.task_dict.get(task_id) if serialized else None
         state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     own = (task_id, map_index)
     view = values.get((*own, VIEW_KEY)) or _from_follow_state(values.get((*own, FOLLOW_KEY)))
     result = values.get((*own, RESULT_KEY))
+    search = None if isinstance(result, dict) else live_trials(task, dag_id, task_id, run_id, map_index)
     links = [(f"MLflow{what} ({task}{'' if index < 0 else f'[{index}]'})", value.get(field))
              for (task, index, key), value in sorted(values.items()) if key == RESULT_KEY and isinstance(value, dict)
              for field, what in (("url", ""), ("artifacts_url", " artifacts")) if value.get(field)]
     return {"ti": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state},
-            "view": view, "result": result if isinstance(result, dict) else None, "targets": targets,
-            "links": links}
+            "view": view, "result": result if isinstance(result, dict) else None, "search": search,
+            "targets": targets, "links": links}
 
 
 def _from_follow_state(state: Any) -> dict[str, Any]:

@@ -353,6 +353,12 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def trial_table(trials: list[FrozenTrial]) -> list[dict]:
+    """Each trial as the summary and the training view list it: number, state, value, parameters, job."""
+    return [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
+             "job_name": t.user_attrs.get(JOB_NAME_ATTR)} for t in trials]
+
+
 def summarize(study: optuna.Study) -> dict:
     """Best parameters and value, plus a small table of every trial (JSON-serializable, for XCom).
 
@@ -360,8 +366,7 @@ def summarize(study: optuna.Study) -> dict:
         SearchFailed: no trial completed.
     """
     trials = study.get_trials(deepcopy=False)
-    table = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
-              "job_name": t.user_attrs.get(JOB_NAME_ATTR)} for t in trials]
+    table = trial_table(trials)
     completed = [t for t in trials if t.state is TrialState.COMPLETE]
     if not completed:
         reasons = sorted({t.user_attrs.get(FAILURE_ATTR, "") for t in trials if t.state is TrialState.FAIL})

@@ -15,6 +15,7 @@ import signal
 import sys
 import textwrap
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from optuna.trial import TrialState
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from airflow_ml_provider.plugins.training_view import page
 from airflow_ml_provider.search.study import open_storage
 
 pytestmark = pytest.mark.integration
@@ -181,6 +183,16 @@ def test_the_search_defers_and_survives_a_triggerer_crash(stack):
     uids = {t.number: json.loads((backend.job_dir(t.user_attrs["job_name"]) / "job.json").read_text())["uid"]
             for t in done + running}
     values = {t.number: t.value for t in done}
+    # the training view of the running search, through the plugin's API and page (the study read as it stands)
+    path = f"/ml-training/api/ti/{SEARCH_DAG_ID}/{urllib.parse.quote(run_id, safe='')}/search"
+    live = stack._request("GET", path, headers={"Authorization": f"Bearer {stack.token()}"})
+    assert live["result"] is None and live["ti"]["state"] == "deferred", live["ti"]
+    listed = {t["number"]: t for t in live["search"]["trials"]}
+    assert {t.number for t in done} <= set(listed) and any(t["state"] == "RUNNING" for t in listed.values()), listed
+    best = max(done, key=lambda t: t.value)  # the search maximizes (SearchSettings' default direction)
+    assert live["search"]["best_trial"] == best.number and listed[best.number]["job_name"], live["search"]
+    html = page(live)  # the page the plugin serves of that data
+    assert f"<tr class='best'><td>{best.number} (best)</td>" in html and "<td>RUNNING</td>" in html
 
     stack.restart("triggerer", sig=signal.SIGKILL)  # a crash mid-search; the running trials' jobs go on
     assert stack.wait_for_run(SEARCH_DAG_ID, run_id, timeout=300) == "success", stack.log_tails()

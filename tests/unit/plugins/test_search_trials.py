@@ -1,0 +1,38 @@
+"""A running search's trials as the training view reads them: from the task instance's own Optuna study (a real
+journal storage), read-only, the best so far marked; a storage named by a template or unreadable is said."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import optuna
+
+from airflow_ml_provider.plugins.search_trials import live_trials
+from airflow_ml_provider.search.study import open_storage
+
+
+def search_task(storage_url):
+    return SimpleNamespace(task_type="HyperparameterSearchOperator", storage_url=storage_url)
+
+
+def test_the_trials_so_far_with_the_best_marked_and_a_running_one_listed(tmp_path):
+    url = f"journal://{tmp_path / 'search.journal'}"
+    study = optuna.create_study(study_name="dag/search/run-1", storage=open_storage(url), direction="maximize")
+    for x in (0.2, 0.9, 0.5):
+        trial = study.ask()
+        trial.set_user_attr("job_name", f"job-{trial.number}")
+        study.tell(trial, x)
+    study.ask()  # still running
+    found = live_trials(search_task(url), "dag", "search", "run-1", -1)
+    assert found["best_trial"] == 1
+    assert [(t["number"], t["state"], t["value"], t["job_name"]) for t in found["trials"]] == [
+        (0, "COMPLETE", 0.2, "job-0"), (1, "COMPLETE", 0.9, "job-1"), (2, "COMPLETE", 0.5, "job-2"),
+        (3, "RUNNING", None, None)]
+    assert live_trials(search_task(url), "dag", "search", "run-2", -1) == {"trials": [], "best_trial": None}
+
+
+def test_no_search_a_templated_storage_and_an_unreadable_one(tmp_path):
+    assert live_trials(SimpleNamespace(task_type="LightGBMTrainingOperator"), "d", "t", "r", -1) is None
+    assert "named by a template" in live_trials(search_task("{{ var.value.db }}"), "d", "t", "r", -1)["note"]
+    told = live_trials(search_task("postgresql://u:secret@127.0.0.1:1/none"), "d", "t", "r", -1)["note"]
+    assert told.startswith("its study could not be read here") and "secret" not in told
