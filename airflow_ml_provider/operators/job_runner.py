@@ -42,7 +42,7 @@ from airflow_ml_provider.operators.config import (
     TrainingOutputs,
     parse,
 )
-from airflow_ml_provider.operators.live_view import LiveView, both, job_plan
+from airflow_ml_provider.operators.live_view import TENSORBOARD_XCOM_KEY, LiveView, both, job_plan
 from airflow_ml_provider.operators.task_log import task_log_capped
 from airflow_ml_provider.triggers.durable import save_before_deferring, task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
@@ -269,6 +269,8 @@ class JobRunner:
         """Wait for the follower's decision on the job: here, or in the triggerer when deferrable (the task
         defers: ``resume`` picks up the trigger's event)."""
         metrics = job_metrics(context, name, self.framework.value)
+        if self.spec is not None and (board := tensorboard_dir(self.spec.checkpoint_dir)):
+            context["ti"].xcom_push(TENSORBOARD_XCOM_KEY, board)  # where the view reads the job's scalars, deferred too
         if self.deferrable:
             save_before_deferring(context, follower.state)
             self.task.defer(

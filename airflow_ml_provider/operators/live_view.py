@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 VIEW_XCOM_KEY = "ml_training_view"
+TENSORBOARD_XCOM_KEY = "ml_tensorboard_dir"  # the job's AIRFLOW_ML_TENSORBOARD_DIR, saved as the task follows it
 SAVE_EVERY_S = 3.0
 TIMELINE = 50  # state changes kept
 TAIL = 20  # workers' last lines kept

@@ -2,8 +2,9 @@
 what the follow core saved (``ml_training_view`` while the task follows the job, ``ml_follow_state`` while it is
 deferred) and the task's result, never by reading the job's log again: metric curves (the gate's threshold
 drawn, the other ranks' curves beside the followed one's), progress and ETA, the job's state timeline, the
-workers' CPU and memory (a local job's), the workers' last lines, links to MLflow; for a search, its trials as a
-table and plots with the best marked. Every text from a job or a person is escaped."""
+workers' CPU and memory (a local job's), the workers' last lines, the scalars of the job's TensorBoard directory,
+links to MLflow; for a search, its trials as a table and plots with the best marked. Every text from a job or a
+person is escaped."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.plugins.charts import line_chart
 
 VIEW_KEY, FOLLOW_KEY = "ml_training_view", "ml_follow_state"
+TENSORBOARD_KEY = "ml_tensorboard_dir"  # (operators.live_view) the job's TensorBoard directory, deferred or not
 REFRESH_S = 5
 _PARAM = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
@@ -84,6 +86,7 @@ def page(data: dict[str, Any], now: float | None = None) -> str:
         parts.append(f"<p>{done['done']} of {done['total']} {escape(done['unit'])}s{eta}</p>"
                      f"<div class='bar'><div style='width:{share * 100:.1f}%'></div></div>")
     parts += _curves(view, data.get("targets") or {})
+    parts += _tensorboard(data.get("tensorboard"), data.get("targets") or {})
     parts += _search(data.get("result") or data.get("search") or {})
     parts += _links(data.get("links") or [])
     if timeline := view.get("timeline"):
@@ -115,6 +118,20 @@ def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:
         parts.append(line_chart(title, metric.get("series") or [], targets.get(name),
                                 x_label=(view.get("plan") or {}).get("unit", "step"), others=ranks,
                                 label=str(metric.get("source") or "")))
+    return parts
+
+
+def _tensorboard(board: Any, targets: dict[str, float]) -> list[str]:
+    """The scalars the job wrote to its TensorBoard directory (``plugins.tensorboard_scalars``), and how to point
+    a TensorBoard at it; tags are the job's words, escaped."""
+    if not isinstance(board, dict) or not board.get("dir"):
+        return []
+    logdir = str(board["dir"])
+    parts = [f"<h2>TensorBoard</h2><p>Scalars from <code>{escape(logdir)}</code>; to browse them in TensorBoard: "
+             f"<code>tensorboard --logdir {escape(logdir)}</code>"
+             f"{' (' + escape(str(board['note'])) + ')' if board.get('note') else ''}</p>"]
+    for tag, series in sorted((board.get("scalars") or {}).items()):
+        parts.append(line_chart(f"{tag} (TensorBoard)", series or [], targets.get(tag)))
     return parts
 
 

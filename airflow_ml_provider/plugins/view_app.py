@@ -9,7 +9,13 @@ import re
 from typing import Any
 
 from airflow_ml_provider.plugins.search_trials import live_trials
-from airflow_ml_provider.plugins.training_view import FOLLOW_KEY, VIEW_KEY, gate_targets, page
+from airflow_ml_provider.plugins.training_view import (
+    FOLLOW_KEY,
+    TENSORBOARD_KEY,
+    VIEW_KEY,
+    gate_targets,
+    page,
+)
 
 RESULT_KEY = "return_value"
 # Nothing on the page runs: no script at all, styles inline only (the escaping's second line of defence).
@@ -34,7 +40,7 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
         run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
         rows = session.scalars(select(XComModel).where(
             XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-            XComModel.key.in_([VIEW_KEY, FOLLOW_KEY, RESULT_KEY]))).all()
+            XComModel.key.in_([VIEW_KEY, FOLLOW_KEY, RESULT_KEY, TENSORBOARD_KEY]))).all()
         values = {(row.task_id, row.map_index, row.key): XComModel.deserialize_value(row) for row in rows}
         serialized = SerializedDagModel.get(dag_id, session=session)
         targets = gate_targets(serialized.dag, (run.conf if run else None) or {}) if serialized else {}
@@ -47,9 +53,23 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
     links = [(f"MLflow{what} ({task}{'' if index < 0 else f'[{index}]'})", value.get(field))
              for (task, index, key), value in sorted(values.items()) if key == RESULT_KEY and isinstance(value, dict)
              for field, what in (("url", ""), ("artifacts_url", " artifacts")) if value.get(field)]
+    result = result if isinstance(result, dict) else None
     return {"ti": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state},
-            "view": view, "result": result if isinstance(result, dict) else None, "search": search,
-            "targets": targets, "links": links}
+            "view": view, "result": result, "search": search, "targets": targets, "links": links,
+            "tensorboard": _tensorboard(values.get((*own, TENSORBOARD_KEY)) or view.get("tensorboard_dir")
+                                        or (result or {}).get("tensorboard_dir"))}
+
+
+def _tensorboard(logdir: Any) -> dict[str, Any] | None:
+    """The job's TensorBoard scalars, from the directory the task recorded (its XCom), never one a request names."""
+    if not isinstance(logdir, str) or not logdir:
+        return None
+    from airflow_ml_provider.plugins.tensorboard_scalars import read_scalars
+
+    try:
+        return read_scalars(logdir)
+    except Exception as exc:  # noqa: BLE001 - a job's damaged event file must not break the page
+        return {"dir": logdir, "scalars": {}, "note": f"not read: {type(exc).__name__}"}
 
 
 def _from_follow_state(state: Any) -> dict[str, Any]:

@@ -54,6 +54,23 @@ def test_a_trainers_tensorboard_scalars_are_in_its_directory_and_in_the_view(vie
     assert f"tensorboard --logdir {logdir}" in html and "auc (TensorBoard)" in html
 
 
+def test_a_deferred_task_records_its_jobs_tensorboard_directory_as_it_defers(viewed):
+    """The view of a job followed in the triggerer finds the job's TensorBoard directory (while it runs, its
+    result is not there yet) in the XCom the task saved before deferring."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalar(select(XComModel).where(XComModel.dag_id == "ml_view_test", XComModel.run_id == viewed,
+                                                     XComModel.task_id == "deferred",
+                                                     XComModel.key == "ml_tensorboard_dir"))
+        saved = XComModel.deserialize_value(row) if row is not None else None
+    data = read("ml_view_test", viewed, "deferred")
+    assert saved and saved.endswith("/checkpoints/tensorboard") and data["tensorboard"]["dir"] == saved, saved
+    assert data["tensorboard"]["note"] == "no event files yet"  # its command writes none
+
+
 def test_a_hostile_tensorboard_tag_shows_as_text(viewed):
     data = read("ml_view_test", viewed, "tensorboard_tags")
     assert data["tensorboard"]["scalars"][HOSTILE_TAG] == [[1, 2.0], [2, 4.0]], data["tensorboard"]
