@@ -18,6 +18,7 @@ import yaml
 from job_controller import IndexedJob
 from kueue_controller import admit_job, admit_trainjob, webhook_default_trainjob
 from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, config_map_folder, json_events
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainer_controller import jobset_for, pods_of
 
 from airflow_ml_provider.jobs.backends import get_backend
@@ -124,8 +125,7 @@ def test_indexed_job_xgboost_trains_with_the_tracker_beside_pod_0_in_the_image(t
     assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8, network.logs("xgb-0")[-3000:]
     assert '"event": "result"' not in network.logs("xgb-1"), "index 1 must not act as rank 0"
     assert (claims["work"] / "model" / "model.ubj").exists()
-    assert sorted(p.name for p in (claims["work"] / "checkpoints").iterdir()) == ["booster-000010.json",
-                                                                                  "booster-000020.json"]
+    _assert_checkpoints_and_tensorboard(claims["work"] / "checkpoints")
 
 
 def test_trainjob_xgboost_runs_a_users_script_with_trainers_dmlc_variables_in_the_image(tmp_path, training_image,
@@ -222,6 +222,18 @@ def test_a_kueue_trainjob_runs_nothing_until_admitted_then_trains(tmp_path, trai
     assert models[0] == models[1]
 
 
+def _assert_checkpoints_and_tensorboard(checkpoints) -> None:
+    """Rank 0's two boosters, and beside them its 20 rounds as TensorBoard scalars (AIRFLOW_ML_TENSORBOARD_DIR,
+    which job_env gives every pod), one event file, as tensorboard's reader parses it."""
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["booster-000010.json", "booster-000020.json",
+                                                             "tensorboard"]
+    assert len(list((checkpoints / "tensorboard").iterdir())) == 1, "not rank 0's writer alone"
+    accumulator = EventAccumulator(str(checkpoints / "tensorboard"))
+    accumulator.Reload()
+    assert {"loss", "auc"} <= set(accumulator.Tags()["scalars"])
+    assert [event.step for event in accumulator.Scalars("auc")] == list(range(1, 21))
+
+
 def test_trainjob_runs_the_bundled_xgboost_trainer_in_the_image(tmp_path, training_image, network, claims):
     """The pipeline's XGBoost job (the bundled trainer) on a TrainJob's pods: rank 0, Trainer's DMLC_TASK_ID 0 on
     node 0, reports and saves the model, checkpoints every 10 rounds."""
@@ -241,8 +253,7 @@ def test_trainjob_runs_the_bundled_xgboost_trainer_in_the_image(tmp_path, traini
     assert results and results[-1]["num_trees"] == 20 and results[-1]["auc"] > 0.8
     assert '"event": "result"' not in network.logs("xgb-node-0-1"), "node 1 must not act as rank 0"
     assert (claims["work"] / "model" / "model.ubj").exists()
-    assert sorted(p.name for p in (claims["work"] / "checkpoints").iterdir()) == ["booster-000010.json",
-                                                                                  "booster-000020.json"]
+    _assert_checkpoints_and_tensorboard(claims["work"] / "checkpoints")
 
 
 # A shard's program: it reads its inputs (ids, a line each), writes them to its output, counts its rows, and notes each
