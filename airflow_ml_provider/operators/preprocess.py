@@ -64,8 +64,8 @@ class PreprocessOperator(BaseJobOperator):
                  output_path: str | None = None, command: list[str] | None = None, data_version: str | None = None,
                  **kwargs: Any):
         super().__init__(**kwargs)
-        every, one = inputs is not None or output_dir is not None, input_path is not None or output_path is not None
-        if every == one or (every and (inputs is None or not output_dir)) or (one and not (input_path and output_path)):
+        given = [value for value in (inputs, output_dir, input_path, output_path) if value is not None]
+        if len(given) != 2 or (inputs is None or not output_dir) == (not input_path or not output_path):
             raise ValueError(f"{self.task_id}: give inputs and output_dir (every part, one sharded job) or input_path "
                              "and output_path (one part)")
         self.command = command or ["python", "-m", "airflow_ml_provider.runtime.preprocess"]
