@@ -17,6 +17,7 @@ import logging
 import os
 import stat
 import tempfile
+import threading
 from typing import Any
 
 from airflow_ml_provider.artifact_layout import is_remote
@@ -44,15 +45,20 @@ def read_scalars(logdir: str) -> dict[str, Any]:
         if skipped:
             out["note"] = f"{skipped} event file(s) not read (the view reads {MAX_FILES} files, {MAX_BYTES >> 20} MiB)"
         key = (logdir, tuple(sorted((name, os.path.getsize(os.path.join(copy, name))) for name in os.listdir(copy))))
-        if key not in _parsed:
-            while len(_parsed) >= CACHED:
-                _parsed.pop(next(iter(_parsed)))
-            _parsed[key] = _parse(copy)
-        out["scalars"] = _parsed[key]
+        with _lock:  # the API server's threads share the cache (a page is served in its thread pool)
+            scalars = _parsed.get(key)
+        if scalars is None:
+            scalars = _parse(copy)
+            with _lock:
+                while len(_parsed) >= CACHED:
+                    _parsed.pop(next(iter(_parsed)))
+                _parsed[key] = scalars
+        out["scalars"] = scalars
     return out
 
 
 _parsed: dict[tuple, dict[str, list[list[float]]]] = {}
+_lock = threading.Lock()
 
 
 def _parse(folder: str) -> dict[str, list[list[float]]]:

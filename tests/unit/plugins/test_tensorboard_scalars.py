@@ -39,6 +39,8 @@ def test_the_scalars_of_a_directory_at_their_steps(tmp_path):
     assert found == {"dir": str(tmp_path / "tb"), "note": None,
                      "scalars": {"loss": [[1, 0.5], [2, 0.25]], "auc": [[1, 0.75]]}}
     assert read_scalars(str(tmp_path / "none"))["note"] == "no event files yet"
+    write_events(tmp_path / "tb", {"loss": [(3, 0.125)]})  # a resumed attempt's file: the kept parse is not reused
+    assert read_scalars(str(tmp_path / "tb"))["scalars"]["loss"] == [[1, 0.5], [2, 0.25], [3, 0.125]]
 
 
 def test_tags_points_and_files_are_bounded(tmp_path, monkeypatch):
