@@ -160,4 +160,4 @@ def test_what_the_watch_keeps_of_a_job_decides_as_the_whole_job_does(kind, spec,
             assert backend.job_status(slim) == backend.job_status(whole)
             assert backend.pod_group(slim) == backend.pod_group(whole)
             assert owned_by(pod, slim) == owned_by(pod, whole) is True
-    assert len(json.dumps(slim)) < len(json.dumps(whole)) / 3, "the pod templates are not kept"
+    assert '"containers"' in json.dumps(whole) and '"containers"' not in json.dumps(slim), "no pod template is kept"
