@@ -64,10 +64,13 @@ def test_the_pipeline_reads_and_writes_only_the_s3_artifact_root(s3, on_s3):
     keys = s3.keys(bucket)
     job = train["job_name"]
     assert f"ml/artifacts/{job}/model/model.txt" in keys
-    assert [k for k in keys if k.startswith(f"ml/artifacts/{job}/checkpoints/")] == [
+    checkpoints = [k for k in keys if k.startswith(f"ml/artifacts/{job}/checkpoints/")]
+    assert [k for k in checkpoints if "/tensorboard/" not in k] == [
         f"ml/artifacts/{job}/checkpoints/{file}" for file in
         [f"booster-{n:06d}.txt" for n in (10, 20)] + [f"scores-{r}of2-{n:06d}.npz" for r in (0, 1) for n in (10, 20)]
     ], "rank 0's boosters, each of the 2 workers' scores beside them"
+    assert [k for k in checkpoints if k.startswith(f"ml/artifacts/{job}/checkpoints/tensorboard/") and "tfevents" in k], \
+        "rank 0's TensorBoard events, in the bucket beside the checkpoints"
     # ONE preprocessing job committed each of the 4 parts once on S3: its file, then its marker (issue 43)
     processed = result.value("prepare_data", "processed").removeprefix(f"s3://{bucket}/")
     committed = sorted(k.removeprefix(f"{processed}/") for k in keys if k.startswith(f"{processed}/"))
