@@ -156,3 +156,17 @@ def test_the_kubernetes_extra_validates_cluster_jobs_offline(tmp_path):
     imports at all: the kubernetes client is the extra's too)."""
     found = _promise(sys.executable, ("kubernetes",), VALIDATE_A_VOLCANO_JOB, tmp_path)
     assert "undeclared field 'imagePullPolicyy'" in found and "CRD volcano-sh/volcano@" in found, found
+
+
+@needs_training_env
+def test_the_tensorboard_extra_reads_the_scalars_a_trainer_wrote(tmp_path):
+    """The API server's side of the view's TensorBoard scalars: an event file tensorboardX wrote (the training
+    extra's writer, in the training environment) read with only the tensorboard extra."""
+    board = tmp_path / "tensorboard"
+    write = ("import sys; from airflow_ml_provider.runtime.tensorboard import Scalars\n"
+             "w = Scalars(sys.argv[1]); w.add(1, {'loss': 0.5}); w.add(2, {'loss': 0.25}); w.close()")
+    subprocess.run([str(TRAINING_PYTHON), "-c", write, str(board)], check=True, timeout=120,
+                   env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)})
+    code = ("import json, sys\nfrom airflow_ml_provider.plugins.tensorboard_scalars import read_scalars\n"
+            f"print(json.dumps(read_scalars({str(board)!r})['scalars']))")
+    assert json.loads(_promise(sys.executable, ("tensorboard",), code, tmp_path)) == {"loss": [[1, 0.5], [2, 0.25]]}

@@ -83,8 +83,11 @@ def test_a_second_execution_attaches_to_the_running_job():
         return next(iter(_backend().root.glob(f"artifacts/*/model/{token}")), None)
 
     run_id = f"manual__{uuid.uuid4().hex}"  # a fresh task instance, whatever earlier runs left in AIRFLOW_HOME
-    context = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id=run_id, map_index=-1, try_number=1)}
-    retry = {"ti": SimpleNamespace(dag_id="d", task_id="train", run_id=run_id, map_index=-1, try_number=2)}
+    pushed: list[tuple[str, object]] = []  # the XComs both executions save (the job's TensorBoard directory, the view)
+    ti = {"dag_id": "d", "task_id": "train", "run_id": run_id, "map_index": -1,
+          "xcom_push": lambda key, value: pushed.append((key, value))}
+    context = {"ti": SimpleNamespace(**ti, try_number=1)}
+    retry = {"ti": SimpleNamespace(**ti, try_number=2)}
     results = {}
 
     def run(key, ctx):
@@ -101,4 +104,6 @@ def test_a_second_execution_attaches_to_the_running_job():
     assert results["first"] == results["second"] and results["first"]["state"] == "SUCCEEDED"
     assert marker().read_text() == "x", "the job ran more than once"
     name = results["first"]["job_name"]
+    boards = {value for key, value in pushed if key == "ml_tensorboard_dir"}
+    assert len(boards) == 1 and f"/artifacts/{name}/checkpoints/tensorboard" in boards.pop(), "one job, one directory"
     assert not list(_backend().root.glob(f"jobs/{name}.*")), "a second job was submitted"
