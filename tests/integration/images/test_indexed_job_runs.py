@@ -216,7 +216,8 @@ def test_a_kueue_trainjob_runs_nothing_until_admitted_then_trains(tmp_path, trai
 
     assert run(queued)[0] is None and network.pods == {}, "a suspended TrainJob has no pod"
     phase, pod = run(admit_trainjob(queued, node_selector={"pool": "spot"}))
-    assert phase == "Complete", {h: network.logs(h)[-3000:] for h in network.pods}
+    # the pods' logs as text: a dict's repr is cut in the middle in pytest's report, where the error was
+    assert phase == "Complete", "\n".join(f"--- {h}\n{network.logs(h)[-3000:]}" for h in network.pods)
     assert pod["spec"]["nodeSelector"] == {"pool": "spot"}
     models = [(claims["work"] / f"model-{rank}.json").read_bytes() for rank in (0, 1)]
     assert models[0] == models[1]
