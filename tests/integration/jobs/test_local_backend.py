@@ -243,7 +243,9 @@ def test_the_launcher_samples_each_ranks_cpu_and_memory_and_the_tracker_keeps_th
     assert samples, [str(line) for line in lines]
     workers = samples[0]["workers"]
     assert set(workers) == {"0", "1", "launcher"}, workers
-    assert workers["0"]["cpu"] > 20 > workers["1"]["cpu"], workers  # spinning against sleeping, from the kernel
+    # spinning against sleeping, from the kernel's CPU times (a share of a core: on a loaded machine a spinning rank
+    # got 19.9 %, the sleeping one 0.6 %)
+    assert workers["0"]["cpu"] > 4 * max(workers["1"]["cpu"], 1.0), workers
     assert all(use["mem_mib"] > 1 and use["procs"] >= 1 for use in workers.values()), workers
     tracker = MetricsTracker()
     tracker.feed_lines(lines)
