@@ -123,15 +123,21 @@ def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:
 
 def _tensorboard(board: Any, targets: dict[str, float]) -> list[str]:
     """The scalars the job wrote to its TensorBoard directory (``plugins.tensorboard_scalars``), and how to point
-    a TensorBoard at it; tags are the job's words, escaped."""
+    a TensorBoard at it: a chart per tag, each run's curve of it in that chart (named in its legend: ``run .``
+    for the directory's own files, ``run train`` for its ``train/`` folder's); tags and run names are the job's
+    words, escaped."""
     if not isinstance(board, dict) or not board.get("dir"):
         return []
     logdir = str(board["dir"])
     parts = [f"<h2>TensorBoard</h2><p>Scalars from <code>{escape(logdir)}</code>; to browse them in TensorBoard: "
              f"<code>tensorboard --logdir {escape(logdir)}</code>"
              f"{' (' + escape(str(board['note'])) + ')' if board.get('note') else ''}</p>"]
-    for tag, series in sorted((board.get("scalars") or {}).items()):
-        parts.append(line_chart(f"{tag} (TensorBoard)", series or [], targets.get(tag)))
+    runs = {str(run): tags for run, tags in (board.get("runs") or {}).items() if isinstance(tags, dict)}
+    for tag in sorted({tag for tags in runs.values() for tag in tags}):
+        first, *rest = [run for run in sorted(runs, key=lambda run: (run != ".", run)) if tag in runs[run]]
+        title = f"{tag} (TensorBoard{'' if first == '.' or rest else ', run ' + first})"
+        parts.append(line_chart(title, runs[first][tag] or [], targets.get(tag), label=f"run {first}",
+                                others=[(f"run {run}", runs[run][tag] or []) for run in rest]))
     return parts
 
 

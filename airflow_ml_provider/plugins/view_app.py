@@ -69,10 +69,10 @@ def _tensorboard(logdir: Any) -> dict[str, Any] | None:
     try:
         return read_scalars(logdir)
     except ModuleNotFoundError as exc:
-        return {"dir": logdir, "scalars": {},
+        return {"dir": logdir, "runs": {},
                 "note": f"not read: {exc.name} is not installed here (airflow-ml-provider[tensorboard])"}
     except Exception as exc:  # noqa: BLE001 - a job's damaged event file must not break the page
-        return {"dir": logdir, "scalars": {}, "note": f"not read: {type(exc).__name__}"}
+        return {"dir": logdir, "runs": {}, "note": f"not read: {type(exc).__name__}"}
 
 
 def _from_follow_state(state: Any) -> dict[str, Any]:

@@ -168,5 +168,5 @@ def test_the_tensorboard_extra_reads_the_scalars_a_trainer_wrote(tmp_path):
     subprocess.run([str(TRAINING_PYTHON), "-c", write, str(board)], check=True, timeout=120,
                    env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)})
     code = ("import json, sys\nfrom airflow_ml_provider.plugins.tensorboard_scalars import read_scalars\n"
-            f"print(json.dumps(read_scalars({str(board)!r})['scalars']))")
+            f"print(json.dumps(read_scalars({str(board)!r})['runs']['.']))")
     assert json.loads(_promise(sys.executable, ("tensorboard",), code, tmp_path)) == {"loss": [[1, 0.5], [2, 0.25]]}

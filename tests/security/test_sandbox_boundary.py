@@ -145,7 +145,7 @@ def test_a_tensorboard_directory_survives_a_preemption_and_a_link_left_in_its_pl
     accumulator = EventAccumulator(str(board))
     accumulator.Reload()
     assert [event.step for event in accumulator.Scalars("loss")] == [1, 2, 3, 4]
-    assert [step for step, _ in read_scalars(str(board))["scalars"]["loss"]] == [1, 2, 3, 4]
+    assert [step for step, _ in read_scalars(str(board))["runs"]["."]["loss"]] == [1, 2, 3, 4]
 
     shutil.copy(next(board.glob("*tfevents*")), dags / "events.out.tfevents.1.secret")  # a "loss" at steps 1, 2
     before = sorted(dags.iterdir())
@@ -161,7 +161,7 @@ def test_a_tensorboard_directory_survives_a_preemption_and_a_link_left_in_its_pl
     assert board.is_symlink() and sorted(dags.iterdir()) == before, "the job wrote through its link"
     assert '"event": "tensorboard"' in job_log(backend, "relinking"), "the writer's failure was not reported"
     found = read_scalars(str(board))
-    assert found["scalars"] == {} and found["note"].startswith("not read"), found
+    assert found["runs"] == {} and found["note"].startswith("not read"), found
 
     (job_dir / "checkpoints").rename(job_dir / "checkpoints.real")
     (job_dir / "checkpoints").symlink_to(dags)  # a link a job's user left where the directory is bound

@@ -49,7 +49,7 @@ def test_a_trainers_tensorboard_scalars_are_in_its_directory_and_in_the_view(vie
     assert {"loss", "auc"} <= tags and tags <= set(lines) | {"loss"}, (tags, set(lines))
     steps = [event.step for event in accumulator.Scalars("auc")]
     assert steps == [point[0] for point in lines["auc"]["series"]] and steps[-1] == 30, steps
-    assert data["tensorboard"]["scalars"]["auc"][-1][0] == 30, data["tensorboard"]
+    assert data["tensorboard"]["runs"]["."]["auc"][-1][0] == 30, data["tensorboard"]
     html = page(data)
     assert f"tensorboard --logdir {logdir}" in html and "auc (TensorBoard)" in html
 
@@ -73,7 +73,7 @@ def test_a_deferred_task_records_its_jobs_tensorboard_directory_as_it_defers(vie
 
 def test_a_hostile_tensorboard_tag_shows_as_text(viewed):
     data = read("ml_view_test", viewed, "tensorboard_tags")
-    assert data["tensorboard"]["scalars"][HOSTILE_TAG] == [[1, 2.0], [2, 4.0]], data["tensorboard"]
+    assert data["tensorboard"]["runs"]["."][HOSTILE_TAG] == [[1, 2.0], [2, 4.0]], data["tensorboard"]
     html = page(data)
     assert escape(HOSTILE_TAG) + " (TensorBoard)" in html and HOSTILE_TAG not in html
 

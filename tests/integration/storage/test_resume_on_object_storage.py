@@ -134,8 +134,8 @@ def test_a_preempted_lightgbm_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_
     board = f"{job_dirs(job_dir)['checkpoint_dir']}/tensorboard"
     assert len(s3.keys(bucket, f"ml/artifacts/{name}/checkpoints/tensorboard/")) == 2
     read = read_scalars(board)
-    assert read["note"] is None and set(steps) <= {step for step, _ in read["scalars"]["loss"]}, read
-    assert read["scalars"]["loss"][-1][0] == rounds
+    assert read["note"] is None and set(steps) <= {step for step, _ in read["runs"]["."]["loss"]}, read
+    assert read["runs"]["."]["loss"][-1][0] == rounds
 
 
 @needs_horovod
@@ -163,6 +163,6 @@ def test_a_preempted_horovod_job_resumes_from_its_s3_checkpoint(s3, bucket, s3_w
     keys = _checkpoint_keys(s3, bucket, name)
     assert [k.rsplit("/", 1)[1] for k in keys] == [f"ckpt-{e:06d}.npz" for e in range(epochs - 2, epochs + 1)]
     board = read_scalars(f"{job_dirs(job_dir)['checkpoint_dir']}/tensorboard")  # rank 0's epochs, both attempts'
-    assert set(trained) <= {step for step, _ in board["scalars"]["loss"]} and "accuracy" in board["scalars"], board
+    assert set(trained) <= {step for step, _ in board["runs"]["."]["loss"]} and "accuracy" in board["runs"]["."], board
     with storage.open_read(f"{job_dirs(job_dir)['checkpoint_dir']}/ckpt-{epochs:06d}.npz") as f, np.load(f) as checkpoint:
         assert int(checkpoint["epoch"]) == epochs
