@@ -17,7 +17,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_ml_provider.jobs.backends.base import Backend, BackendAccessError, JobNotFound
+from airflow_ml_provider.jobs.backends.base import (
+    Backend,
+    BackendAccessError,
+    JobNotFound,
+    ResourcesUnavailable,
+)
 from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.logs.controls import visible_lines
@@ -68,6 +73,8 @@ class SyncDriver:
                 status = self.backend.status(self.name)
             except (JobNotFound, BackendAccessError) as exc:
                 status = exc
+            if self.owns_job and self.follower.resources_due(self.backend.resources_every_s, status, self.clock()):
+                _sample(self.follower, self.backend, self.name, self.clock, self.log)  # a search trial's, for its view
         if self.source is not None and _has_log(status):
             try:
                 batch = self.source.read(self.follower.cursor, self.follower.options.max_lines)
@@ -152,9 +159,10 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
             await changed.wait()
         while True:
             changed.clear()
-            before = follower.cursor
-            step = await _round(follower, backend, name, source, owns_job, latest, clock)
-            if on_progress is not None and (step.lines or unconfirmed):
+            before, sample = follower.cursor, follower.tracker.resources
+            step = await _round(follower, backend, name, source, owns_job, latest, clock, log)
+            # (a new resources sample is saved too: a deferred task's view reads it from there, at most every 15 s)
+            if on_progress is not None and (step.lines or unconfirmed or follower.tracker.resources is not sample):
                 state = follower.state
                 if step.lines:
                     state[SHOWING] = _showing(step.lines, follower, before)
@@ -185,6 +193,19 @@ async def follow_async(follower: Follower, log: logging.Logger, backend: Backend
             pumping.cancel()
 
 
+def _sample(follower: Follower, backend: Backend, name: str, clock: Callable[[], float], log: logging.Logger) -> None:
+    """Hand the follower what ``backend.resource_use(name)`` says (a due sample: ``Follower.resources_due``), its
+    refusal included; any other failure is no sample this time, never the job's."""
+    try:
+        use = backend.resource_use(name)
+    except ResourcesUnavailable as exc:
+        use = exc
+    except Exception as exc:  # noqa: BLE001 - what the workers use is never worth failing the job for
+        log.debug("No resources sample of job %s this time: %s", name, exc)
+        use = None
+    follower.resources(use, clock(), backend.resources_from or backend.name)
+
+
 def _showing(lines: list, follower: Follower, before: Any) -> dict[str, Any]:
     """The mark of a batch being shown: its length, and where it starts only if the saved tail cannot
     show it again (a log cursor, such as Elasticsearch's, can be the largest part of the state; the tail
@@ -195,12 +216,15 @@ def _showing(lines: list, follower: Follower, before: Any) -> dict[str, Any]:
 
 
 async def _round(follower: Follower, backend: Backend | None, name: str | None, source: LogSource | None,
-                 owns_job: bool, latest: dict[str, Any], clock: Callable[[], float]) -> Decision:
+                 owns_job: bool, latest: dict[str, Any], clock: Callable[[], float], log: logging.Logger) -> Decision:
     status, batch = latest.get("error") or latest.get("status"), None
     if isinstance(status, Exception):
         return follower.round(status, None, clock())
     if backend is not None and owns_job:
         await asyncio.to_thread(backend.heartbeat, name)
+        # what the workers use, for the task's view (its own job's: a sensor watches another task's, shown there)
+        if follower.resources_due(backend.resources_every_s, status, clock()):
+            await asyncio.to_thread(_sample, follower, backend, name, clock, log)
     if source is not None and _has_log(status):
         try:
             batch = await asyncio.to_thread(source.read, follower.cursor, follower.options.max_lines)

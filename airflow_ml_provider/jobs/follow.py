@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound
+from airflow_ml_provider.jobs.backends.base import BackendAccessError, JobNotFound, ResourcesUnavailable
 from airflow_ml_provider.jobs.follow_options import FollowOptions
 from airflow_ml_provider.jobs.state import REQUEUED, JobState, JobStatus
 from airflow_ml_provider.logs.controls import visible_lines
@@ -112,6 +112,9 @@ class Follower:
         self.withheld: int = state.get("withheld", 0)  # job lines past ``task_log_lines``, not shown
         # a backend's count of settled units (JobStatus.progress): [first seen, when, last shown, when]
         self.progress: list[float] | None = state.get("progress")
+        self.resources_at: float | None = state.get("resources_at")  # when the backend was last asked (resource_use)
+        self.resources_off: str | None = state.get("resources_off")  # why it is asked no more
+        self._notes: list[str] = []  # to log with the next round's warnings
 
     @property
     def state(self) -> dict[str, Any]:
@@ -119,7 +122,8 @@ class Follower:
                 "tail": [list(entry) for entry in self.tail], "ended_at": self.ended_at,
                 "outage_since": self.outage_since, "outage_failures": self.outage_failures, "seq": self.seq,
                 "shown": self.shown, "waiting_since": self.waiting_since, "logged": self.logged,
-                "withheld": self.withheld, "progress": self.progress}
+                "withheld": self.withheld, "progress": self.progress, "resources_at": self.resources_at,
+                "resources_off": self.resources_off}
 
     # -- rounds -----------------------------------------------------------------------------------------
 
@@ -143,7 +147,8 @@ class Follower:
         when following a status alone). A terminal status followed by an empty read, at least
         ``settle_s`` after the job ended, means every line has been seen. Lines enter here, their control
         characters made visible (``logs.controls``) before rules, metrics, the tail or the task log see them."""
-        warnings = self._recovered(now)
+        warnings = self._recovered(now) + self._notes
+        self._notes = []
         events = self._transition(status, now)
         lines, shown, points, match = [], [], [], None
         if batch is not None:
@@ -181,6 +186,24 @@ class Follower:
             delay = 0.0 if lines else self.ended_at + self.options.settle_s - now
             return Decision(Action.WAIT, **progress, delay=delay)
         return self._ended(status, progress)
+
+    def resources_due(self, every_s: float | None, status: JobStatus | Exception | None, now: float) -> bool:
+        """Whether to ask the backend what the job's workers use (``Backend.resource_use``) before this round: it
+        can say (``every_s``, not refused before), the job runs, and ``every_s`` passed since the last time."""
+        return (every_s is not None and self.resources_off is None and isinstance(status, JobStatus)
+                and status.state is JobState.RUNNING
+                and (self.resources_at is None or now - self.resources_at >= every_s))
+
+    def resources(self, use: dict[str, Any] | ResourcesUnavailable | None, now: float, source: str) -> None:
+        """What the backend answered (``resources_due``): the workers' use kept as the last sample (bounded, as a
+        launcher's line is), or, where it never can answer, that said once in the view and the task log."""
+        self.resources_at = now
+        if isinstance(use, ResourcesUnavailable):
+            self.resources_off = str(use)
+            self.tracker.keep_resources({}, now, source, note=self.resources_off)
+            self._notes.append(f"Resource use not shown: {self.resources_off}")
+        elif use is not None and not self.tracker.keep_resources(use, now, source):
+            self._notes.append(f"ignored a resources sample from {source} that breaks the bounds of one")
 
     def unavailable(self, error: str, now: float) -> Decision:
         """The log store could not be read: wait with backoff, fail (retryably) past the grace period."""

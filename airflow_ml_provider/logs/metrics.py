@@ -40,9 +40,13 @@ WARNINGS_PER_KIND = 5
 # Per-rank curves: a metric's points from the sources it does not follow (the other ranks), from structured lines
 # only, each series at most OTHER_POINTS points (thinned as the followed one), at most OTHER_SERIES of them in all.
 OTHER_POINTS, OTHER_SERIES = 50, 32
+# A cluster's workers come from its metrics API instead (jobs.backends.kubernetes.pod_metrics), named by role and index.
 RESOURCES_SOURCE = "launcher"
 MAX_RESOURCE_ENTRIES = 1025
-_RESOURCE_RANK = re.compile(r"\d{1,6}|launcher")
+_RESOURCE_WORKER = re.compile(r"\d{1,6}|[a-z][a-z0-9-]{0,30}(?: \d{1,6})?")
+_RESOURCE_USE = ("cpu", "mem_mib")  # every worker's; then what some samplers add (processes, pods, GPU)
+_RESOURCE_EXTRA = ("procs", "pods", "gpu", "gpu_mem_mib")
+MAX_NOTE_CHARS = 300
 
 # Names whose smaller values are better; every other metric is maximized unless a goal says otherwise.
 _LOWER_IS_BETTER = re.compile(r"loss|error|mse|mae|mape|rmse|perplexity|logloss|^(l1|l2|wer|cer)$",
@@ -210,11 +214,9 @@ class MetricsTracker:
             elif kind == "checkpoint" and (path := self._reported_path("checkpoint", event.get("path"), line)):
                 self.checkpoint = {"path": path, **{k: event[k] for k in ("step", "epoch") if valid_step(event.get(k))}}
         if kind == "resources" and line.source == RESOURCES_SOURCE:
-            if (workers := _bounded_resources(event.get("workers"))) is None:
+            if not self.keep_resources(event.get("workers"), event.get("at")):
                 self._ignore("resources", line, f"a resources sample is not at most {MAX_RESOURCE_ENTRIES} ranks "
-                                                "of finite cpu, mem_mib and procs")
-            else:
-                self.resources = {"at": event["at"] if _finite(event.get("at")) else None, "workers": workers}
+                                                "of finite cpu and mem_mib (and procs, gpu, gpu_mem_mib)")
         if kind == "metrics":
             step = metric_position(event)
             if step is not None and not valid_step(step):
@@ -222,6 +224,15 @@ class MetricsTracker:
                 return
             values = {k: v for k, v in event.items() if k not in _POSITION_KEYS and _finite(v)}
             self._record(values, line.source, step, line, points, per_rank=True)
+
+    def keep_resources(self, workers: Any, at: Any, source: str | None = None, note: str | None = None) -> bool:
+        """Keep a sample of the workers' use (the launcher's line, or the backend's read: ``source`` says where
+        from) as the last one, if it keeps the bounds; ``note``: why there is none (said in the view)."""
+        if (kept := _bounded_resources(workers)) is None:
+            return False
+        self.resources = {"at": at if _finite(at) else None, "workers": kept,
+                          **({"source": source} if source else {}), **({"note": note[:MAX_NOTE_CHARS]} if note else {})}
+        return True
 
     def record(self, values: dict[str, float], source: str, step: int | None = None,
                line: LogLine | None = None) -> list[tuple[str, int, float]]:
@@ -371,9 +382,9 @@ def _bounded_resources(workers: Any) -> dict[str, dict[str, float]] | None:
         return None
     kept = {}
     for rank, use in workers.items():
-        if not (isinstance(rank, str) and _RESOURCE_RANK.fullmatch(rank) and isinstance(use, dict)):
+        if not (isinstance(rank, str) and _RESOURCE_WORKER.fullmatch(rank) and isinstance(use, dict)):
             return None
-        values = {key: use.get(key) for key in ("cpu", "mem_mib", "procs")}
+        values = {key: use.get(key) for key in (*_RESOURCE_USE, *(key for key in _RESOURCE_EXTRA if key in use))}
         if not all(_finite(value) and value >= 0 for value in values.values()):
             return None
         kept[rank] = values

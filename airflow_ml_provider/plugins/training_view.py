@@ -2,9 +2,9 @@
 what the follow core saved (``ml_training_view`` while the task follows the job, ``ml_follow_state`` while it is
 deferred) and the task's result, never by reading the job's log again: metric curves (the gate's threshold
 drawn, the other ranks' curves beside the followed one's), progress and ETA, the job's state timeline, the
-workers' CPU and memory (a local job's), the workers' last lines, the scalars of the job's TensorBoard directory,
-links to MLflow; for a search, its trials as a table and plots with the best marked. Every text from a job or a
-person is escaped."""
+workers' CPU and memory (a local job's launcher's, GPUs where NVML answers; a cluster's metrics API's), the workers'
+last lines, the scalars of the job's TensorBoard directory, links to MLflow; for a search, its trials as a table and
+plots with the best marked. Every text from a job or a person is escaped."""
 
 from __future__ import annotations
 
@@ -141,19 +141,30 @@ def _tensorboard(board: Any, targets: dict[str, float]) -> list[str]:
     return parts
 
 
+_RESOURCE_COLUMNS = {"procs": "processes", "pods": "pods", "gpu": "GPU (% busy)", "gpu_mem_mib": "GPU memory (MiB)"}
+
+
 def _resources(sample: Any) -> list[str]:
-    """The local launcher's last sample of its workers' CPU and memory (jobs.backends.local.resources)."""
-    workers = sample.get("workers") if isinstance(sample, dict) else None
-    if not isinstance(workers, dict) or not workers:
+    """The last sample of the workers' CPU and memory: the local launcher's (jobs.backends.local.resources, GPUs
+    where NVML answers) or the cluster's metrics API's (jobs.backends.kubernetes.pod_metrics); or why there is none."""
+    if not isinstance(sample, dict):
         return []
-    at = sample.get("at")
+    workers = sample.get("workers") if isinstance(sample.get("workers"), dict) else {}
+    note = f"<p>{escape(str(sample['note']))}</p>" if sample.get("note") else ""
+    if not workers:
+        return [f"<h2>Resources</h2>{note}"] if note else []
+    at, source = sample.get("at"), sample.get("source")
     when = f" at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC" if isinstance(at, int | float) else ""
-    parts = [f"<h2>Resources{when}</h2><table><tr><th>worker</th><th>CPU (% of a core)</th>"
-             "<th>memory (MiB, resident)</th><th>processes</th></tr>"]
+    memory = "working set" if source else "resident"
+    extra = [key for key in _RESOURCE_COLUMNS if any(isinstance(use, dict) and key in use for use in workers.values())]
+    parts = [f"<h2>Resources{when}</h2>{note}",
+             f"<p>From the cluster's metrics API ({escape(str(source))}), per pod summed by worker.</p>" if source else "",
+             f"<table><tr><th>worker</th><th>CPU (% of a core)</th><th>memory (MiB, {memory})</th>"
+             + "".join(f"<th>{_RESOURCE_COLUMNS[key]}</th>" for key in extra) + "</tr>"]
     for rank, use in workers.items():
         use = use if isinstance(use, dict) else {}
-        cells = [escape(str(use.get(key))) for key in ("cpu", "mem_mib", "procs")]
-        who = "launcher" if rank == "launcher" else f"rank {rank}"
+        cells = [escape(str(use.get(key, ""))) for key in ("cpu", "mem_mib", *extra)]
+        who = f"rank {rank}" if str(rank).isdigit() else str(rank)
         parts.append(f"<tr><td>{escape(who)}</td>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     parts.append("</table>")
     return parts

@@ -31,6 +31,11 @@ class BackendUnavailable(RuntimeError):
     find it back. The message says where, in one line (the connection, the server)."""
 
 
+class ResourcesUnavailable(RuntimeError):
+    """The backend cannot say what a job's workers use (a cluster without the metrics API, or one that refuses
+    it): said once, in the message's words, and not asked again for that job."""
+
+
 def one_line(exc: BaseException) -> str:
     """An error's message on one line, without the object addresses urllib3 puts in its (``<...HTTPSConnection
     object at 0x7f...>: Failed to establish a new connection: [Errno 111] Connection refused``)."""
@@ -44,6 +49,8 @@ class Backend(ABC):
     where: str = ""  # where its jobs run, for messages (the hook names a cluster's connection and server)
 
     name: ClassVar[str]
+    resources_every_s: ClassVar[float | None] = None  # how often ``resource_use`` is asked (None: never)
+    resources_from: ClassVar[str | None] = None  # what ``resource_use`` reads, as the view names it
 
     @abstractmethod
     def submit(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> bool:
@@ -87,6 +94,13 @@ class Backend(ABC):
     def job_result(self, name: str) -> dict | None:
         """What the job's result is where its log does not say it (its own objects do: a sharded Indexed Job's
         shards), merged into the task's metrics once the job succeeded; None: its log's ``result`` line says it."""
+        return None
+
+    def resource_use(self, name: str) -> dict[str, dict[str, float]] | None:
+        """What the job's workers use now (``{"worker 0": {"cpu": 98.5, "mem_mib": 412.3}, ...}``: percent of a
+        core, MiB), asked by the follow core every ``resources_every_s`` seconds while the job runs; None: nothing
+        this time. Raises ResourcesUnavailable when it never can. Backends whose job log carries the sample (the
+        local launcher's ``resources`` lines) leave ``resources_every_s`` None and are never asked."""
         return None
 
     def default_artifact_dir(self, name: str) -> str | None:

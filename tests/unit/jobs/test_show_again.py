@@ -134,6 +134,8 @@ def test_the_step_hook_runs_off_the_event_loops_thread(tmp_path, shown):
 class Ended:
     """A backend whose job has ended: its statuses, and the heartbeat a follower owning the job renews."""
 
+    resources_every_s = None  # never asked what its workers use (Backend.resource_use)
+
     async def statuses(self, name, interval):
         from airflow_ml_provider.jobs.state import JobState, JobStatus
 

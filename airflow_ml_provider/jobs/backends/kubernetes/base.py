@@ -30,7 +30,7 @@ from airflow_ml_provider.jobs.backends.base import (
     JobNotFound,
     JobSubmissionError,
 )
-from airflow_ml_provider.jobs.backends.kubernetes import disruption, kueue
+from airflow_ml_provider.jobs.backends.kubernetes import disruption, kueue, pod_metrics
 from airflow_ml_provider.jobs.backends.kubernetes.job_pods import (
     JobPods,
     NodeChanged,
@@ -99,6 +99,10 @@ class KubernetesBackend(Backend):
     # The spec fields ``pod_group`` and ``job_status`` read: all of its spec that the shared watch keeps of a job
     # (``watched``).
     watched_fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    # metrics-server's resolution as its manifests deploy it (--metric-resolution=15s, manifests/base/deployment.yaml:28
+    # at v0.8.1): asking more often reads the same sample
+    resources_every_s = 15.0
+    resources_from = "metrics.k8s.io"
 
     def __init__(self, api_client: ApiClient, namespace: str = "default", retries: int = 5,
                  backoff_s: float = 0.5, async_api_factory: Callable[[], Any] | None = None,
@@ -384,6 +388,11 @@ class KubernetesBackend(Backend):
 
     def log_source(self, name: str) -> PodLogSource:
         return PodLogSource(self.api, self.namespace, f"{JOB_NAME_LABEL}={dns_label('job_name', name)}")
+
+    def resource_use(self, name: str) -> dict[str, dict[str, float]] | None:
+        """The job's pods' CPU and memory from the cluster's metrics API (``pod_metrics``): one list by its label."""
+        name = dns_label("job_name", name)
+        return pod_metrics.read(self.api, self.namespace, f"{JOB_NAME_LABEL}={name}", name)
 
     def read_gang(self, obj: dict, job: JobStatus) -> dict | None:
         """The PodGroup of a pending job that asks for a gang (``pod_group``), or None: not pending, no gang,
