@@ -3,7 +3,8 @@
 Every ``EVERY_S`` seconds (the first ``FIRST_S`` after the workers start) the launcher writes one
 ``[launcher]`` line, ``{"event": "resources", "at": <epoch s>, "workers": {"0": {"cpu": 98.5, "mem_mib": 412.3,
 "procs": 1}, ..., "launcher": {...}}}``: ``cpu`` in percent of one core since the last sample, ``mem_mib`` the
-summed resident set. A process belongs to the rank its environment names (``AIRFLOW_ML_RANK``, set by the launcher;
+summed resident set; where NVML answers (``gpu_use``), ``gpu`` (percent of one GPU its processes keep busy) and
+``gpu_mem_mib``. A process belongs to the rank its environment names (``AIRFLOW_ML_RANK``, set by the launcher;
 ``HOROVOD_RANK`` or ``RANK``, set by horovodrun and torchrun in the ranks they start); the launcher, horovodrun,
 torchrun's agents and the sandbox's own processes count as ``launcher``. The follow core keeps the last sample
 (``logs.metrics``, from the launcher's lines only) and the training view shows it.
@@ -15,6 +16,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
+
+from airflow_ml_provider.jobs.backends.local.gpu_use import GpuUse
 
 FIRST_S = 3.0
 EVERY_S = 15.0
@@ -29,6 +32,7 @@ class ResourceSampler:
                  first_s: float = FIRST_S, every_s: float = EVERY_S, clock: Callable[[], float] = time.time):
         self.find, self.write, self.first_s, self.every_s, self.clock = find, write, first_s, every_s, clock
         self._used: dict[tuple[int, float], tuple[float, float]] = {}  # (pid, created) -> (CPU s, when)
+        self._gpus = GpuUse()  # NVML, opened at the first sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="resources", daemon=True)
         self._thread.start()
@@ -36,6 +40,7 @@ class ResourceSampler:
     def finish(self) -> None:
         self._stop.set()
         self._thread.join()
+        self._gpus.close()
 
     def _run(self) -> None:
         wait = self.first_s
@@ -46,9 +51,11 @@ class ResourceSampler:
 
     def sample(self) -> dict[str, dict[str, float]]:
         """Per rank (and ``launcher``): CPU percent of one core since the last sample (for a process not seen
-        before, since it started), resident MiB, process count."""
+        before, since it started), resident MiB, process count; where NVML answers (``gpu_use``), the GPU percent
+        its processes keep busy and the GPU memory they hold."""
         import psutil  # here, not at the launcher's start: its import is off every job's start-up path
 
+        gpus = self._gpus.by_pid()
         workers: dict[str, dict[str, float]] = {}
         used = {}
         for proc in self.find():
@@ -66,6 +73,9 @@ class ResourceSampler:
             use["cpu"] += 100 * (seconds - before) / max(now - since, 1e-3)
             use["mem_mib"] += rss / 2**20
             use["procs"] += 1
+            if gpus is not None:  # a process on no GPU keeps none busy
+                for key, value in gpus.get(proc.pid, {"gpu": 0.0, "gpu_mem_mib": 0.0}).items():
+                    use[key] = use.get(key, 0.0) + value
         self._used = used
-        return {rank: {"cpu": round(use["cpu"], 1), "mem_mib": round(use["mem_mib"], 1), "procs": use["procs"]}
+        return {rank: {key: value if key == "procs" else round(value, 1) for key, value in use.items()}
                 for rank, use in sorted(workers.items(), key=lambda item: (item[0] == LAUNCHER, item[0].zfill(9)))}
