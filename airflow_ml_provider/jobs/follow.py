@@ -200,9 +200,9 @@ class Follower:
         self.resources_at = now
         if isinstance(use, ResourcesUnavailable):
             self.resources_off = str(use)
-            self.tracker.keep_resources({}, now, source, note=self.resources_off)
+            self.tracker.keep_resources({}, round(now, 1), source, note=self.resources_off)
             self._notes.append(f"Resource use not shown: {self.resources_off}")
-        elif use is not None and not self.tracker.keep_resources(use, now, source):
+        elif use is not None and not self.tracker.keep_resources(use, round(now, 1), source):
             self._notes.append(f"ignored a resources sample from {source} that breaks the bounds of one")
 
     def unavailable(self, error: str, now: float) -> Decision:

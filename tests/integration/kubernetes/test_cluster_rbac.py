@@ -1,6 +1,7 @@
 """deploy/kubernetes/rbac.yaml is enough: a user holding exactly its Role's rules (and no other binding)
 submits each backend's job, reads its status, follows it through the shared watch, reads its pods'
-logs, sees its gang's state and deletes it, through the connection a user would configure."""
+logs (and may list their metrics), sees its gang's state and deletes it, through the connection a user would
+configure."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 from kube_cluster import TRAINER_TOKEN, new_namespace, resource_path
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
-from airflow_ml_provider.jobs.backends.base import JobNotFound
+from airflow_ml_provider.jobs.backends.base import JobNotFound, ResourcesUnavailable
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
@@ -66,6 +67,9 @@ def test_the_shipped_role_covers_every_call_of_a_job_s_life(kind, framework, kub
         "spec": {"nodeName": "fake-node", "containers": [{"name": "worker", "image": "img:1"}]}})
     kubelet.append(trainer_namespace, pod, "worker", "epoch 1", "2026-11-21T10:00:00Z")
     assert backend.log_source(name).read().lines == [LogLine(pod, "epoch 1")]
+    # the pods' metrics: this cluster serves no metrics.k8s.io, and a 404, not a 403, says the Role may list them
+    with pytest.raises(ResourcesUnavailable, match="serves no metrics.k8s.io"):
+        backend.resource_use(name)
 
     if kind == "volcano":  # the PodGroup Volcano's controller would make, unschedulable
         job = backend.get(backend.kind, name)
