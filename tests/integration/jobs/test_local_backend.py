@@ -198,6 +198,29 @@ def test_the_status_stream_reports_the_end_of_a_job_without_waiting_for_the_inte
     assert states[-1] is JobState.SUCCEEDED and len(states) == 2, states
 
 
+def test_the_end_of_a_job_wakes_its_follower_through_the_launchers_pidfd(backend):
+    """What the status stream waits on: a pidfd of the launcher, readable only once the launcher has written
+    the job's status and exited (so the wake finds the end, never a job still running); a pid whose start
+    time is not the launcher's (a later process that reused it) gets no pidfd, and the stream stats instead."""
+    import asyncio
+
+    from airflow_ml_provider.jobs.backends.local.backend import _LauncherExit
+
+    backend.submit("pidfd", generic(["python", "-c", "import time; time.sleep(1)"], workers=1), {})
+    launcher = json.loads((backend.job_dir("pidfd") / "launcher.json").read_text())
+    assert _LauncherExit.open({**launcher, "create_time": launcher["create_time"] - 1}) is None
+    waiter = _LauncherExit.open(launcher)
+    assert waiter is not None
+    try:
+        asyncio.run(waiter.wait(60))
+        assert waiter.exited
+        assert (backend.job_dir("pidfd") / "status.json").exists()
+        assert not psutil.pid_exists(launcher["pid"]) or psutil.Process(launcher["pid"]).status() == psutil.STATUS_ZOMBIE
+    finally:
+        waiter.close()
+    assert backend.status("pidfd").state is JobState.SUCCEEDED
+
+
 def test_the_status_stream_of_an_ended_job_comes_once_an_interval(backend):
     """A follower goes on after the job's end while it drains the job's log (from Elasticsearch, which the
     shipper fills seconds later). The stream's quick look for the end made it spin there: every pass found

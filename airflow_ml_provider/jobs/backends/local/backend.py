@@ -234,21 +234,33 @@ class LocalBackend(Backend):
         )
 
     async def statuses(self, name: str, interval: float) -> AsyncIterator[JobStatus]:
-        """Like the default, but notices the end of a job within ~50 ms (a stat of its end markers)
-        instead of up to ``interval`` later, so a follower finishes as soon as the job does. Once an
-        ended status has been given, it comes again every ``interval`` like any other: a follower that
-        goes on after the end (draining the job's log from Elasticsearch) must not be woken in a loop."""
+        """Like the default, but notices the end of a job as its launcher exits (a pidfd of the launcher,
+        readable once it has written the job's status; on a system without pidfds, a stat of the end
+        markers every 50 ms) instead of up to ``interval`` later, so a follower finishes as soon as the job
+        does. Once an ended status has been given, it comes again every ``interval`` like any other: a
+        follower that goes on after the end (draining the job's log from Elasticsearch) must not be woken
+        in a loop."""
         job_dir = self.job_dir(name)
         loop = asyncio.get_running_loop()
-        while True:
-            status = await asyncio.to_thread(self.status, name)
-            yield status
-            if status.state.is_terminal:  # nothing left to notice early
-                await asyncio.sleep(interval)
-                continue
-            deadline = loop.time() + interval
-            while loop.time() < deadline and not _ended(job_dir):
-                await asyncio.sleep(min(_FAST_POLL_S, max(0.0, deadline - loop.time())))
+        launcher_exit = None
+        try:
+            while True:
+                status = await asyncio.to_thread(self.status, name)
+                yield status
+                if status.state.is_terminal:  # nothing left to notice early
+                    await asyncio.sleep(interval)
+                    continue
+                if launcher_exit is None and status.state is JobState.RUNNING:
+                    launcher_exit = _LauncherExit.open(read_json(job_dir / "launcher.json"))
+                deadline = loop.time() + interval
+                if launcher_exit is not None and not launcher_exit.exited:
+                    await launcher_exit.wait(interval)
+                    continue  # (once it has exited, the stat below: a status not yet final is never a busy loop)
+                while loop.time() < deadline and not _ended(job_dir):
+                    await asyncio.sleep(min(_FAST_POLL_S, max(0.0, deadline - loop.time())))
+        finally:
+            if launcher_exit is not None:
+                launcher_exit.close()
 
     def heartbeat(self, name: str) -> None:
         """Renew the job's lease (see ``orphan_grace_s``); a no-op for an unknown or deleted job."""
@@ -517,6 +529,47 @@ class LocalBackend(Backend):
         while job_dir.with_name(f"{job_dir.name}.{attempt}").exists():
             attempt += 1
         job_dir.rename(job_dir.with_name(f"{job_dir.name}.{attempt}"))
+
+
+class _LauncherExit:
+    """A pidfd of a job's launcher (Linux 5.3+): readable once the launcher has exited, which it does right
+    after writing the job's status, or when a cancel stops it: the end wakes its follower at once."""
+
+    def __init__(self, fd: int):
+        self.fd, self.exited = fd, False
+
+    @classmethod
+    def open(cls, launcher: dict | None) -> _LauncherExit | None:
+        """None where there is no pidfd to wait on (no ``os.pidfd_open``, the launcher gone already)."""
+        if not launcher or not hasattr(os, "pidfd_open"):
+            return None
+        try:
+            fd = os.pidfd_open(launcher["pid"])
+        except OSError:
+            return None
+        try:  # the pid is the launcher's, not a later process's that reused it
+            if psutil.Process(launcher["pid"]).create_time() == launcher["create_time"]:
+                return cls(fd)
+        except psutil.Error:
+            pass
+        os.close(fd)
+        return None
+
+    async def wait(self, timeout: float) -> None:
+        """Until the launcher exits, or ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        exited = loop.create_future()
+        loop.add_reader(self.fd, lambda: exited.done() or exited.set_result(None))
+        try:
+            await asyncio.wait_for(exited, timeout)
+            self.exited = True
+        except TimeoutError:
+            pass
+        finally:
+            loop.remove_reader(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _ended(job_dir: Path) -> bool:

@@ -51,14 +51,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from airflow_ml_provider.artifact_layout import TENSORBOARD_ENV, tensorboard_dir
-from airflow_ml_provider.jobs import torchrun, xgboost
-from airflow_ml_provider.jobs.backends.local import roles as local_roles
+from airflow_ml_provider.jobs import torchrun
 from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
 from airflow_ml_provider.jobs.backends.local.common import (
     JOB_UID_ENV,
@@ -107,7 +105,9 @@ _STOPPING = threading.Event()  # set when the launcher stops the job (a SIGTERM:
 def launch_plan(spec, image: str, job_dir: Path, etcd: str | None = None) -> dict:
     """What the launcher will run for ``spec`` (a TrainingJobSpec): argv, the variables it adds to the
     workers' allow-listed environment, cwd. An elastic Horovod job discovers its slots in ``etcd``."""
-    from airflow_ml_provider.jobs import shards  # not needed by the launcher process itself
+    # (here: the launcher process itself needs none of these, and its start is every job's start)
+    from airflow_ml_provider.jobs import shards, xgboost
+    from airflow_ml_provider.jobs.backends.local import roles as local_roles
     from airflow_ml_provider.jobs.spec import Framework
 
     bin_dir = str(Path(image) / "bin")
@@ -192,6 +192,8 @@ def main(job_dir: Path) -> int:
             status = _launch(job_dir, secrets, writer, timing)
     except BaseException as exc:  # noqa: BLE001 - whatever stops the launcher is the job's failure
         with contextlib.suppress(OSError):  # a full disk
+            import traceback  # (here: the launcher's start path pays for no failure's modules)
+
             traceback.print_exc()  # into launcher.log, for whoever debugs the launcher
         status = JobStatus(JobState.FAILED, f"the launcher could not run the job: {_describe(exc)}")
     if status.state is not JobState.SUCCEEDED and (asked := _cancelled(job_dir)) is not None:
@@ -300,6 +302,8 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
 
         runner = functools.partial(run_shards, on_started=_forward_sigterm)
     if plan.get("roles"):
+        from airflow_ml_provider.jobs.backends.local import roles as local_roles
+
         runner = functools.partial(local_roles.run_roles, on_started=_forward_sigterm)
     try:
         timing["workers_started_at"] = time.time()
@@ -507,6 +511,9 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter,
     n = spec["num_workers"]
     helpers: list[tuple[list[str], dict[str, str], str]] = []
     if plan["framework"] == "xgboost":
+        # (here: no other job's start pays for its tracker's modules)
+        from airflow_ml_provider.jobs import xgboost
+
         [port] = free_ports(1)  # (a sandboxed job's network is its own: any port is free there)
         ranks = [env | {"AIRFLOW_ML_RANK": str(rank)} | xgboost.worker_env("127.0.0.1", port, n, rank)
                  for rank in range(n)]
@@ -649,4 +656,9 @@ def _forward_sigterm(uid: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    code = main(Path(sys.argv[1]))
+    # Out at once, without the interpreter's teardown (~13 ms): the job's status is written, every worker
+    # reaped and every thread of the launcher finished, and the follower is woken by this exit (a pidfd).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import os
-import platform
 import struct
 
 _AUDIT_ARCH_X86_64 = 0xC000003E
@@ -45,7 +44,7 @@ def program() -> bytes | None:
 
     Besides the listed calls it refuses ``clone`` with ``CLONE_NEWUSER`` (a sandbox made by root has no user
     namespace of its own whose nesting bubblewrap could disable) and answers ``clone3`` with ENOSYS."""
-    if platform.machine() != "x86_64":
+    if os.uname().machine != "x86_64":
         return None
     numbers = sorted(set(REFUSED_X86_64.values()))
     code: list[tuple] = [(_LD_ABS_W, 0, 0, _ARCH), (_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64), (_RET_K, 0, 0, _RET_EPERM),

@@ -10,12 +10,9 @@ is reached through no link either: ``linkless``.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from pathlib import Path
-
-_log = logging.getLogger(__name__)
 
 
 def real_directory(path: str, field: str) -> Path:
@@ -60,7 +57,9 @@ def own_tree(directory: str, field: str, uid: int | None) -> None:
             if stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode) or info.st_nlink == 1:
                 os.chown(os.path.join(root, entry), uid, uid, follow_symlinks=False)
             else:
-                _log.warning("%s: not handing %s to the job's user: it has %d names", field,
+                import logging  # (here: the launcher, which imports this module, starts faster without it)
+
+                logging.getLogger(__name__).warning("%s: not handing %s to the job's user: it has %d names", field,
                              os.path.join(root, entry), info.st_nlink)
 
 
