@@ -170,3 +170,11 @@ def test_the_tensorboard_extra_reads_the_scalars_a_trainer_wrote(tmp_path):
     code = ("import json, sys\nfrom airflow_ml_provider.plugins.tensorboard_scalars import read_scalars\n"
             f"print(json.dumps(read_scalars({str(board)!r})['runs']['.']))")
     assert json.loads(_promise(sys.executable, ("tensorboard",), code, tmp_path)) == {"loss": [[1, 0.5], [2, 0.25]]}
+
+
+def test_the_gpu_extra_gives_the_local_launcher_nvml(tmp_path):
+    """The local launcher's GPU figures (docs/training_view.md) with only the gpu extra: NVML's bindings import, and
+    on a machine without a GPU driver (this one) its real initialisation fails into no GPU figures, raising nothing."""
+    code = ("import json; import pynvml; from airflow_ml_provider.jobs.backends.local.gpu_use import GpuUse\n"
+            "print(json.dumps(GpuUse().by_pid()))")
+    assert _promise(sys.executable, ("gpu",), code, tmp_path).strip() == "null"

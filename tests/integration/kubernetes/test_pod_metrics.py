@@ -6,6 +6,8 @@ once and never asked again."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import itertools
 import logging
 import subprocess
@@ -21,7 +23,7 @@ from metrics_server import MetricsServer
 
 from airflow_ml_provider.hooks.training_backend import TrainingBackendHook
 from airflow_ml_provider.jobs.backends.kubernetes.pod_metrics import COMPLETION_INDEX, NO_API, REFUSED_NOTE
-from airflow_ml_provider.jobs.drivers import SyncDriver
+from airflow_ml_provider.jobs.drivers import SyncDriver, follow_async
 from airflow_ml_provider.jobs.follow import Action, Follower, FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -89,9 +91,14 @@ def test_a_followed_job_s_view_shows_each_pod_s_cpu_and_memory(metrics_cluster, 
         for pod, process in zip(pods, workers):
             server.measure(namespace, pod, "worker", process.pid)
         wait_for(lambda: server.measured(namespace, pods), 60, "two samples of each pod")
-        follower, follower_steps = Follower(FollowOptions(poll_interval=0.5)), []
-        run = threading.Thread(target=lambda: follower_steps.append(SyncDriver(follower, LOG, backend, name).run()),
-                               daemon=True)
+        # followed as a deferred task's trigger follows it: its durable state saved (on_progress) as it changes
+        follower, follower_steps, saved = Follower(FollowOptions(poll_interval=0.5)), [], []
+
+        async def save(state: dict) -> None:
+            saved.append(copy.deepcopy(state))
+
+        run = threading.Thread(target=lambda: follower_steps.append(asyncio.run(
+            follow_async(follower, LOG, backend, name, on_progress=save))), daemon=True)
         run.start()
         cluster.patch_status(path, {"active": 2})
         sample = wait_for(lambda: follower.tracker.resources, 60, "the pods' sample")
@@ -111,25 +118,32 @@ def test_a_followed_job_s_view_shows_each_pod_s_cpu_and_memory(metrics_cluster, 
     listed = [request for request in server.requests if "/pods" in request]
     assert listed and all(f"labelSelector={quote(f'{JOB_NAME_LABEL}={name}', safe='')}" in request
                           for request in listed), listed
-    html = page({"ti": TI, "view": _from_follow_state(follower.state)})  # as a deferred task's view reads it
+    assert saved and saved[-1]["metrics"]["resources"] == sample, "the sample saved where a deferred view reads it"
+    html = page({"ti": TI, "view": _from_follow_state(saved[-1])})
     assert "From the cluster's metrics API (metrics.k8s.io)" in html
     assert f"<tr><td>worker 0</td><td>{use['worker 0']['cpu']}</td><td>{use['worker 0']['mem_mib']}</td>" in html
 
 
-def _polled_with_the_clock_far_ahead(backend, name: str, rounds: int = 4) -> tuple[list, Follower]:
+def _polled_with_the_clock_far_ahead(backend, name: str, rounds: int = 4, owns_job: bool = True) -> tuple:
     """Rounds of the sync driver, its clock 20 s later each time it is read: every round is past the interval."""
     ticks = itertools.count(time.time(), 20.0)
-    driver = SyncDriver(Follower(), LOG, backend, name, clock=lambda: next(ticks))
+    driver = SyncDriver(Follower(), LOG, backend, name, owns_job=owns_job, clock=lambda: next(ticks))
     return [driver.poll() for _ in range(rounds)], driver.follower
+
+
+def _metrics_asked(cluster, namespace: str) -> list[dict]:
+    return [event for event in cluster.audited(namespace) if "/apis/metrics.k8s.io/" in event["requestURI"]]
 
 
 def test_a_cluster_without_the_metrics_api_is_said_once_and_never_asked_again(kube_cluster, namespace):
     backend, name, path = _submitted(kube_cluster, namespace)
     kube_cluster.patch_status(path, {"active": 2})
+    _polled_with_the_clock_far_ahead(backend, name, owns_job=False)  # a sensor's: another task's job, not asked
+    assert _metrics_asked(kube_cluster, namespace) == []
     steps, follower = _polled_with_the_clock_far_ahead(backend, name)
     said = [warning for step in steps for warning in step.warnings if "metrics.k8s.io" in warning]
     assert said == [f"Resource use not shown: {NO_API}"]
-    asked = [event for event in kube_cluster.audited(namespace) if "/apis/metrics.k8s.io/" in event["requestURI"]]
+    asked = _metrics_asked(kube_cluster, namespace)
     assert [event["responseStatus"]["code"] for event in asked] == [404], asked
     html = page({"ti": TI, "view": _from_follow_state(Follower(state=follower.state).state)})  # after a restart
     assert html.count(escape(NO_API)) == 1
@@ -145,5 +159,5 @@ def test_a_refusal_is_said_once_with_what_to_grant(kube_cluster, monkeypatch):
     steps, _ = _polled_with_the_clock_far_ahead(backend, name)
     said = [warning for step in steps for warning in step.warnings if "metrics.k8s.io" in warning]
     assert said == [f"Resource use not shown: {REFUSED_NOTE.format(status=403)}"]
-    asked = [event for event in kube_cluster.audited(namespace) if "/apis/metrics.k8s.io/" in event["requestURI"]]
+    asked = _metrics_asked(kube_cluster, namespace)
     assert [event["responseStatus"]["code"] for event in asked] == [403], asked

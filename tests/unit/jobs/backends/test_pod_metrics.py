@@ -4,12 +4,22 @@ names them, and a cluster without the metrics API or refusing it said once by th
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from airflow_ml_provider.jobs.backends.base import ResourcesUnavailable
-from airflow_ml_provider.jobs.backends.kubernetes.pod_metrics import NO_API, quantity, sample, worker_name
+from airflow_ml_provider.jobs.backends.kubernetes.pod_metrics import (
+    NO_API,
+    REFUSED_NOTE,
+    quantity,
+    read,
+    sample,
+    worker_name,
+)
 from airflow_ml_provider.jobs.backends.kubernetes.pod_template import ROLE_LABEL
 from airflow_ml_provider.jobs.follow import Follower
 from airflow_ml_provider.jobs.state import JobState, JobStatus
@@ -96,3 +106,37 @@ def test_a_sample_past_the_bounds_is_ignored_with_a_warning():
     assert follower.tracker.resources is None
     assert follower.observe(RUNNING, None, 2.0).warnings == [
         "ignored a resources sample from metrics.k8s.io that breaks the bounds of one"]
+
+
+@pytest.mark.parametrize("code,said", [(503, None), (500, None), (429, None), (404, NO_API),
+                                       (403, REFUSED_NOTE.format(status=403))])
+def test_an_overloaded_or_failing_server_is_no_sample_this_time_and_a_missing_or_refused_api_a_note(code, said):
+    """A loopback HTTP server answering every request with ``code`` (a double of an API server in that state:
+    503 is what the aggregator answers while metrics-server is down)."""
+    from kubernetes.client import ApiClient, Configuration
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            body = json.dumps({"kind": "Status", "apiVersion": "v1", "code": code, "message": "said"}).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        config = Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
+        with ApiClient(config) as api:
+            if said is None:
+                assert read(api, "ns", "job=j", "j") is None
+            else:
+                with pytest.raises(ResourcesUnavailable) as raised:
+                    read(api, "ns", "job=j", "j")
+                assert str(raised.value) == said
+    finally:
+        server.shutdown()
