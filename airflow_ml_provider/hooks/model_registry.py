@@ -327,12 +327,17 @@ class ModelRegistryHook(BaseHook):
 
     def run_url(self, experiment_id: str, run_id: str) -> str:
         """The run's page in the MLflow UI ("" without a UI to link to)."""
-        ui = self.settings().ui_url.rstrip("/")
-        return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}" if ui else ""
+        return run_page(self.settings().ui_url, experiment_id, run_id)
 
     def version_url(self, name: str, version: int) -> str:
         ui = self.settings().ui_url.rstrip("/")
         return f"{ui}/#/models/{name}/versions/{version}" if ui else ""
+
+
+def run_page(ui_url: str, experiment_id: str, run_id: str) -> str:
+    """A run's page in the MLflow UI at ``ui_url`` ("" without one)."""
+    ui = ui_url.rstrip("/")
+    return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}" if ui and run_id else ""
 
 
 def _conda_env(pip_requirements: list[str]) -> dict[str, Any]:

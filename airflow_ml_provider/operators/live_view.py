@@ -1,7 +1,8 @@
 """What the training view (``plugins.training_view``) shows of a job while its task follows it here (not
 deferred): the follow core's own state, saved as the task instance's XCom ``ml_training_view`` at most every few
 seconds and at every change of the job's state, never by reading the log again. A deferred task's trigger saves
-the follow core's state itself (``ml_follow_state``), which the view reads instead."""
+the follow core's state itself (``ml_follow_state``), which the view reads instead. A search keeps each trial's job's
+view the same way, as the XCom ``ml_trial_view_<number>`` of its task instance (``trial_views``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 VIEW_XCOM_KEY = "ml_training_view"
 TENSORBOARD_XCOM_KEY = "ml_tensorboard_dir"  # the job's AIRFLOW_ML_TENSORBOARD_DIR, saved as the task follows it
 SAVE_EVERY_S = 3.0
+TRIAL_SAVE_EVERY_S = 15.0  # a search follows up to 64 trials at once: a write per trial every 15 s, and at its end
 TIMELINE = 50  # state changes kept
 TAIL = 20  # workers' last lines kept
 _TOTAL_FLAGS = re.compile(r"--(num-boost-round|epochs|steps)(?:=(\d+))?$")
@@ -45,8 +47,9 @@ class LiveView:
 
     def __init__(self, ti, job: str, backend: str, follower, plan: dict[str, Any] | None,
                  every_s: float = SAVE_EVERY_S, clock: Callable[[], float] = time.time,
-                 tensorboard_dir: str | None = None):
+                 tensorboard_dir: str | None = None, key: str = VIEW_XCOM_KEY):
         self.ti, self.job, self.backend, self.follower, self.plan = ti, job, backend, follower, plan
+        self.key = key  # the XCom it is saved as
         self.tensorboard_dir = tensorboard_dir  # the job's AIRFLOW_ML_TENSORBOARD_DIR, whose scalars the view reads
         self.every_s, self.clock = every_s, clock
         self.timeline: list[list[Any]] = []
@@ -71,8 +74,18 @@ class LiveView:
         if getattr(step, "points", None) and self.started is None:
             self.started = now
         if changed or now - self.saved >= self.every_s:
-            self.saved = now
-            self.ti.xcom_push(VIEW_XCOM_KEY, self.snapshot(now))
+            self.save(now)
+
+    def save(self, now: float | None = None) -> None:
+        self.saved = self.clock() if now is None else now
+        self.ti.xcom_push(self.key, self.snapshot(self.saved))
+
+    def end(self) -> None:
+        """Save the snapshot now: a trial's end, which a pruned trial's job state does not mark."""
+        try:
+            self.save()
+        except Exception as exc:  # noqa: BLE001 - the view must never break the search
+            log.warning("Could not save the training view of job %s: %s", self.job, exc)
 
     def snapshot(self, now: float) -> dict[str, Any]:
         state = self.follower.state
@@ -82,6 +95,24 @@ class LiveView:
                 "resources": state["metrics"].get("resources"),
                 "tail": state["tail"][-TAIL:], "tensorboard_dir": self.tensorboard_dir,
                 "preemptions": state["preemptions"]}
+
+
+def trial_view_key(number: int) -> str:
+    """The XCom of the search task instance that keeps trial ``number``'s job view."""
+    return f"ml_trial_view_{int(number)}"
+
+
+def trial_views(ti, backend: str) -> Callable[..., LiveView]:
+    """The search's ``trial_view`` factory (``search.runner.TrialScheduler``): each trial's job followed with a
+    LiveView saved as ``trial_view_key(number)`` of the search's task instance ``ti`` (anything with
+    ``xcom_push``), every ``TRIAL_SAVE_EVERY_S`` and at every change of the job's state."""
+    from airflow_ml_provider.artifact_layout import tensorboard_dir
+
+    def view(number: int, job: str, spec, follower) -> LiveView:
+        return LiveView(ti, job, backend, follower, job_plan(spec), every_s=TRIAL_SAVE_EVERY_S,
+                        tensorboard_dir=tensorboard_dir(spec.checkpoint_dir), key=trial_view_key(number))
+
+    return view
 
 
 def both(*hooks: Callable[[Any], None]) -> Callable[[Any], None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import Any
@@ -13,7 +14,7 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from airflow_ml_provider.hooks.model_registry import ModelRegistryHook
+from airflow_ml_provider.hooks.model_registry import ModelRegistryHook, run_page
 from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
 from airflow_ml_provider.jobs.follow_options import FollowOptions
 from airflow_ml_provider.jobs.naming import JobIdentity
@@ -77,7 +78,8 @@ class HyperparameterSearchOperator(BaseOperator):
 
     Returns (XCom): ``{"best_params", "best_value", "best_trial", "best_job_name", "best_model_path",
     "n_complete", "n_pruned", "n_failed", "trials": [{"number", "state", "value", "params", "job_name"}],
-    "study_name", "mlflow_run_id"}``.
+    "study_name", "mlflow_run_id"}``; with ``track_mlflow``, also ``"mlflow_url"`` (the parent run's page) and each
+    trial's ``"mlflow_run_id"`` and ``"mlflow_url"`` (its child run's).
     """
 
     template_fields: Sequence[str] = ("search_space", "search", "backend", "storage_url", "mlflow_experiment")
@@ -130,6 +132,7 @@ class HyperparameterSearchOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
         from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
+        from airflow_ml_provider.operators.live_view import trial_views
         from airflow_ml_provider.search.runner import TrialScheduler, trial_identity
         from airflow_ml_provider.search.study import study_name
 
@@ -169,6 +172,7 @@ class HyperparameterSearchOperator(BaseOperator):
                 on_trial_finished=(lambda trial: mlflow.log_trial(trial, settings.objective_metric)) if mlflow else None,
                 follow=_follow_options(trial), submit_kwargs=environment.submit_kwargs(),
                 log_source=lambda job: job_log_source(backend, job, logs_conn_id),
+                trial_view=trial_views(context["ti"], backend.name),
             )
             self._scheduler.run()
             return self._conclude(study, settings, mlflow, run_id)
@@ -199,8 +203,10 @@ class HyperparameterSearchOperator(BaseOperator):
 
         registry = ModelRegistryHook(self.registry_conn_id)
         with registry.mlflow():
-            yield MlflowSearchLog(registry.settings().tracking_uri,
-                                  registry.experiment_id(self.mlflow_experiment or identity.dag_id))
+            settings = registry.settings()
+            experiment_id = registry.experiment_id(self.mlflow_experiment or identity.dag_id)
+            yield MlflowSearchLog(settings.tracking_uri, experiment_id,
+                                  run_url=functools.partial(run_page, settings.ui_url, experiment_id))
 
     def _conclude(self, study, settings, mlflow, run_id: str | None) -> dict[str, Any]:
         """Summarize the study (every trial logged to MLflow, the parent run closed); no completed trial
@@ -215,6 +221,7 @@ class HyperparameterSearchOperator(BaseOperator):
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
         if mlflow:
             mlflow.finish(study, summary, settings.objective_metric)
+            summary = mlflow.links(summary)
         self.log.info("Best trial %d: %s = %s with %s", summary["best_trial"], settings.objective_metric,
                       summary["best_value"], summary["best_params"])
         return {**summary, "study_name": study.study_name, "mlflow_run_id": run_id}

@@ -32,17 +32,26 @@ PALETTE = ("#d4380d", "#389e0d", "#722ed1", "#d48806", "#08979c", "#c41d7f", "#5
 
 
 def _finite(series: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
-    return [(float(x), float(y)) for x, y in series if math.isfinite(float(x)) and math.isfinite(float(y))]
+    return [(x, y) for _, x, y in _finite_at(series)]
+
+
+def _finite_at(series: Sequence[Sequence[float]]) -> list[tuple[int, float, float]]:
+    """The finite points, each with its index in ``series``."""
+    return [(i, float(x), float(y)) for i, (x, y) in enumerate(series)
+            if math.isfinite(float(x)) and math.isfinite(float(y))]
 
 
 def line_chart(title: str, series: Sequence[Sequence[float]], target: float | None = None,
                x_label: str = "step", marked: int | None = None, connect: bool = True,
-               others: Sequence[tuple[str, Sequence[Sequence[float]]]] = (), label: str = "") -> str:
+               others: Sequence[tuple[str, Sequence[Sequence[float]]]] = (), label: str = "",
+               hrefs: Sequence[str | None] = ()) -> str:
     """``series``: ``[x, y]`` points. ``target``: a dashed horizontal line (a gate's threshold); ``marked``:
     the index of a point drawn larger (the best trial); ``connect``: a line through the points, else dots;
     ``others``: ``(name, points)`` curves drawn beside it (the other ranks'), with a legend naming ``label`` (the
-    followed curve's source) and each of them."""
-    points = _finite(series)
+    followed curve's source) and each of them; ``hrefs``: a link for each point of ``series`` (a trial's page),
+    the point drawn inside it."""
+    indexed = _finite_at(series)
+    points = [(x, y) for _, x, y in indexed]
     others = [(name, found) for name, curve in others[:len(PALETTE)] if (found := _finite(curve))]
     ys = [y for _, y in points] + [y for _, curve in others for _, y in curve] + ([target] if target is not None else [])
     if not points:
@@ -92,9 +101,11 @@ def line_chart(title: str, series: Sequence[Sequence[float]], target: float | No
     if connect:
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
         parts.append(f'<polyline points="{path}" class="curve"/>')
-    for i, (x, y) in enumerate(points):
-        best = i == marked
-        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{6 if best else 2.5}" '
-                     f'class="{"best" if best else "point"}"><title>{_label(x, whole_x)}: {y:.6g}</title></circle>')
+    for at, x, y in indexed:
+        best = at == marked
+        circle = (f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{6 if best else 2.5}" '
+                  f'class="{"best" if best else "point"}"><title>{_label(x, whole_x)}: {y:.6g}</title></circle>')
+        href = hrefs[at] if at < len(hrefs) else None
+        parts.append(f'<a href="{escape(href, quote=True)}">{circle}</a>' if href else circle)
     parts.append("</svg>")
     return "".join(parts)

@@ -12,6 +12,7 @@ import re
 import time
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogLine
@@ -21,7 +22,7 @@ VIEW_KEY, FOLLOW_KEY = "ml_training_view", "ml_follow_state"
 TENSORBOARD_KEY = "ml_tensorboard_dir"  # (operators.live_view) the job's TensorBoard directory, deferred or not
 REFRESH_S = 5
 _PARAM = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-_ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
+ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
 STYLE = """body{font:14px sans-serif;margin:16px;color:#222}h1{font-size:18px}h2{font-size:15px;margin-top:20px}
 .chart{border:1px solid #ddd;margin:4px}.axis{stroke:#888}.curve{fill:none;stroke:#1f6feb;stroke-width:2}
 .point{fill:#1f6feb}.best{fill:#d4380d}.target{stroke:#d4380d;stroke-dasharray:6 4}.tick{font-size:10px;fill:#555}
@@ -68,14 +69,33 @@ def _duration(seconds: float) -> str:
 
 def page(data: dict[str, Any], now: float | None = None) -> str:
     """The view of one task instance: ``data`` as ``read`` gathers it."""
-    now = time.time() if now is None else now
     view, ti = data.get("view") or {}, data["ti"]
-    running = ti["state"] not in _ENDED
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(ti['task_id'])}</title>",
-             f"<meta http-equiv='refresh' content='{REFRESH_S}'>" if running else "",
-             f"<style>{STYLE}</style></head><body>",
+    running = ti["state"] not in ENDED
+    parts = [*head(ti["task_id"], running),
              f"<h1>{escape(ti['dag_id'])} / {escape(ti['task_id'])}: task {escape(str(ti['state']))}"
-             f"{', job ' + escape(str(view['state'])) if view.get('state') else ''}</h1>"]
+             f"{', job ' + escape(str(view['state'])) if view.get('state') else ''}</h1>",
+             *job_sections(data, running, _search(data.get("result") or data.get("search") or {}, ti), now)]
+    if not view and not data.get("result"):
+        parts.append("<p>No job followed by this task yet.</p>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def head(title: str, running: bool) -> list[str]:
+    """A page's head: reloading itself every ``REFRESH_S`` while its task runs."""
+    return [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>",
+            f"<meta http-equiv='refresh' content='{REFRESH_S}'>" if running else "",
+            f"<style>{STYLE}</style></head><body>"]
+
+
+def job_sections(data: dict[str, Any], running: bool, between: list[str] | None = None,
+                 now: float | None = None) -> list[str]:
+    """What a page shows of a followed job (``data["view"]``, a LiveView snapshot or the follow core's state):
+    its name and backend, progress, curves, TensorBoard scalars, ``between``, links, timeline, resources and
+    last lines."""
+    now = time.time() if now is None else now
+    view = data.get("view") or {}
+    parts = []
     if view.get("job"):
         parts.append(f"<p>Job <code>{escape(view['job'])}</code> on backend {escape(str(view.get('backend')))}"
                      f"{'; preempted ' + str(int(view['preemptions'])) + ' time(s)' if view.get('preemptions') else ''}"
@@ -87,7 +107,7 @@ def page(data: dict[str, Any], now: float | None = None) -> str:
                      f"<div class='bar'><div style='width:{share * 100:.1f}%'></div></div>")
     parts += _curves(view, data.get("targets") or {})
     parts += _tensorboard(data.get("tensorboard"), data.get("targets") or {})
-    parts += _search(data.get("result") or data.get("search") or {})
+    parts += between or []
     parts += _links(data.get("links") or [])
     if timeline := view.get("timeline"):
         parts.append("<h2>Timeline</h2><table><tr><th>when (UTC)</th><th>what</th></tr>")
@@ -99,10 +119,13 @@ def page(data: dict[str, Any], now: float | None = None) -> str:
         parts.append("<h2>Workers' last lines</h2><pre>")
         parts += [escape(format_line(LogLine(str(source), str(text)))) + "\n" for source, text in tail]
         parts.append("</pre>")
-    if not view and not data.get("result"):
-        parts.append("<p>No job followed by this task yet.</p>")
-    parts.append("</body></html>")
-    return "".join(parts)
+    return parts
+
+
+def trial_href(ti: dict[str, Any], number: int) -> str:
+    """Trial ``number``'s page, relative to the task instance's view (``/ti/<dag>/<run>/<task>``)."""
+    path = "/".join(quote(str(ti[key]), safe="") for key in ("dag_id", "run_id", "task_id"))
+    return f"../../../trial/{path}/{int(number)}?map_index={int(ti.get('map_index', -1))}"
 
 
 def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:
@@ -170,30 +193,39 @@ def _resources(sample: Any) -> list[str]:
     return parts
 
 
-def _search(result: dict[str, Any]) -> list[str]:
+def _search(result: dict[str, Any], ti: dict[str, Any]) -> list[str]:
     """A search's trials: a table, the objective per trial and each numeric parameter against it, best marked (a
-    running search's so far, from its study: ``plugins.search_trials``)."""
+    running search's so far, from its study: ``plugins.search_trials``), every row and point linking to the
+    trial's page."""
     trials = [t for t in result.get("trials") or [] if isinstance(t, dict)]
     if result.get("note"):
         return [f"<h2>Trials</h2><p>Not shown while the search runs: {escape(str(result['note']))}</p>"]
     if not trials:
         return []
     best = result.get("best_trial")
+
+    def href(t: dict[str, Any]) -> str | None:
+        number = t.get("number")
+        return trial_href(ti, number) if isinstance(number, int) and not isinstance(number, bool) else None
+
     scored = [t for t in trials if isinstance(t.get("value"), int | float)]
     marked = next((i for i, t in enumerate(scored) if t.get("number") == best), None)
     parts = ["<h2>Trials</h2>", line_chart("objective per trial", [[t["number"], t["value"]] for t in scored],
-                                            x_label="trial", marked=marked, connect=False)]
+                                            x_label="trial", marked=marked, connect=False,
+                                            hrefs=[href(t) for t in scored])]
     names = sorted({name for t in scored for name, value in (t.get("params") or {}).items()
                     if isinstance(value, int | float) and not isinstance(value, bool)})
     for name in names:
         points = [(t, t["params"][name]) for t in scored if isinstance((t.get("params") or {}).get(name), int | float)]
         mark = next((i for i, (t, _) in enumerate(points) if t.get("number") == best), None)
         parts.append(line_chart(f"objective against {name}", [[value, t["value"]] for t, value in points],
-                                x_label=name, marked=mark, connect=False))
+                                x_label=name, marked=mark, connect=False, hrefs=[href(t) for t, _ in points]))
     parts.append("<table><tr><th>trial</th><th>state</th><th>objective</th><th>parameters</th><th>job</th></tr>")
     for t in trials:
         params = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in sorted((t.get("params") or {}).items()))
-        parts.append(f"<tr class='{'best' if t.get('number') == best else ''}'><td>{escape(str(t.get('number')))}"
+        number = escape(str(t.get("number")))
+        link = f"<a href='{escape(url, quote=True)}'>{number}</a>" if (url := href(t)) else number
+        parts.append(f"<tr class='{'best' if t.get('number') == best else ''}'><td>{link}"
                      f"{' (best)' if t.get('number') == best else ''}</td><td>{escape(str(t.get('state')))}</td>"
                      f"<td>{escape(str(t.get('value')))}</td><td>{params}</td>"
                      f"<td><code>{escape(str(t.get('job_name') or ''))}</code></td></tr>")

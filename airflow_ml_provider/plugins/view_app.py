@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from airflow_ml_provider.plugins.search_trials import live_trials
+from airflow_ml_provider.operators.live_view import trial_view_key
+from airflow_ml_provider.plugins.search_trials import live_trials, one_trial
 from airflow_ml_provider.plugins.training_view import (
     FOLLOW_KEY,
     TENSORBOARD_KEY,
@@ -16,10 +17,12 @@ from airflow_ml_provider.plugins.training_view import (
     gate_targets,
     page,
 )
+from airflow_ml_provider.plugins.trial_view import trial_page
 
 RESULT_KEY = "return_value"
 # Nothing on the page runs: no script at all, styles inline only (the escaping's second line of defence).
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; frame-ancestors 'self'"
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
 
 
 def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any] | None:
@@ -60,6 +63,47 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
                                         or (result or {}).get("tensorboard_dir"))}
 
 
+def read_trial(dag_id: str, run_id: str, task_id: str, map_index: int, number: int) -> dict[str, Any] | None:
+    """What a search trial's page shows, from the metadata database (the view the search saved of the trial's job,
+    its summary once it ended) and the search's study (the trial's objective per step); None when there is no
+    such search task instance."""
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ti = session.scalar(select(TaskInstance).where(
+            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index))
+        serialized = SerializedDagModel.get(dag_id, session=session) if ti is not None else None
+        task = serialized.dag.task_dict.get(task_id) if serialized else None
+        if task is None or getattr(task, "task_type", None) != "HyperparameterSearchOperator":
+            return None
+        rows = session.scalars(select(XComModel).where(
+            XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.task_id == task_id,
+            XComModel.map_index == map_index, XComModel.key.in_([RESULT_KEY, trial_view_key(number)]))).all()
+        values = {row.key: XComModel.deserialize_value(row) for row in rows}
+        state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
+    result = values.get(RESULT_KEY) if isinstance(values.get(RESULT_KEY), dict) else {}
+    listed = next((t for t in result.get("trials") or [] if isinstance(t, dict) and t.get("number") == number), None)
+    stored = one_trial(task, dag_id, task_id, run_id, map_index, number) or {}
+    trial = {**(listed or {}), **stored} if "note" not in stored or listed is None else {**listed, "note": stored["note"]}
+    view = values.get(trial_view_key(number))
+    view = view if isinstance(view, dict) else {}
+    objective = (getattr(task, "search", None) or {}).get("objective_metric")
+    url = (listed or {}).get("mlflow_url") or stored.get("search_mlflow_url")
+    links = [(f"MLflow (trial {number})" if (listed or {}).get("mlflow_url") else "MLflow (the search's run)", url)]
+    return {"ti": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state},
+            "number": number, "trial": trial, "view": view, "best": result.get("best_trial") == number if result else False,
+            "objective": objective if isinstance(objective, str) and "{{" not in objective else None,
+            "links": links if url else [], "targets": {},
+            "view_note": None if view else "No view of its job was saved (a trial that never started, or one an "
+                                           "earlier try of the search task ran: a new try clears its XComs).",
+            "tensorboard": _tensorboard(view.get("tensorboard_dir"))}
+
+
 def _tensorboard(logdir: Any) -> dict[str, Any] | None:
     """The job's TensorBoard scalars, from the directory the task recorded (its XCom), never one a request names."""
     if not isinstance(logdir, str) or not logdir:
@@ -96,23 +140,40 @@ def make_app():
     may_read = [Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))]
 
     def found(dag_id: str, run_id: str, task_id: str, map_index: str) -> dict[str, Any]:
-        # an unmapped task's tab comes with "{MAP_INDEX}" left as it is (Airflow's UI fills in only a mapped one's)
-        index = int(map_index) if re.fullmatch(r"-?[0-9]{1,9}", map_index) else -1
-        data = read(dag_id, run_id, task_id, index)
+        data = read(dag_id, run_id, task_id, _index(map_index))
         if data is None:
             raise HTTPException(404, f"no task instance {dag_id}/{run_id}/{task_id}[{map_index}]")
         return data
 
     @app.get("/ti/{dag_id}/{run_id}/{task_id}", response_class=HTMLResponse, dependencies=may_read)
     def view_page(dag_id: str, run_id: str, task_id: str, map_index: str = "-1") -> HTMLResponse:
-        return HTMLResponse(page(found(dag_id, run_id, task_id, map_index)),
-                            headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"})
+        return HTMLResponse(page(found(dag_id, run_id, task_id, map_index)), headers=HEADERS)
 
     @app.get("/api/ti/{dag_id}/{run_id}/{task_id}", dependencies=may_read)
     def view_data(dag_id: str, run_id: str, task_id: str, map_index: str = "-1") -> dict[str, Any]:
         return found(dag_id, run_id, task_id, map_index)
 
+    def found_trial(dag_id: str, run_id: str, task_id: str, number: str, map_index: str) -> dict[str, Any]:
+        data = read_trial(dag_id, run_id, task_id, _index(map_index), int(number)) \
+            if re.fullmatch(r"[0-9]{1,9}", number) else None
+        if data is None:
+            raise HTTPException(404, f"no trial {number} of a search task instance {dag_id}/{run_id}/{task_id}")
+        return data
+
+    @app.get("/trial/{dag_id}/{run_id}/{task_id}/{number}", response_class=HTMLResponse, dependencies=may_read)
+    def trial_view_page(dag_id: str, run_id: str, task_id: str, number: str, map_index: str = "-1") -> HTMLResponse:
+        return HTMLResponse(trial_page(found_trial(dag_id, run_id, task_id, number, map_index)), headers=HEADERS)
+
+    @app.get("/api/trial/{dag_id}/{run_id}/{task_id}/{number}", dependencies=may_read)
+    def trial_view_data(dag_id: str, run_id: str, task_id: str, number: str, map_index: str = "-1") -> dict[str, Any]:
+        return found_trial(dag_id, run_id, task_id, number, map_index)
+
     return app
+
+
+def _index(map_index: str) -> int:
+    """An unmapped task's tab comes with "{MAP_INDEX}" left as it is (Airflow's UI fills in only a mapped one's)."""
+    return int(map_index) if re.fullmatch(r"-?[0-9]{1,9}", map_index) else -1
 
 
 class LazyApp:

@@ -32,6 +32,8 @@ from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_
 from airflow_ml_provider.search.template import render_trial
 
 TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it
+# (number, job name, spec, follower) -> the trial's job view: an ``on_step`` hook with an ``end()`` (operators.live_view)
+TrialView = Callable[[int, str, TrainingJobSpec, Follower], Any]
 JOB_NAME_ATTR = "job_name"
 FAILURE_ATTR = "failure"
 MODEL_PATH_ATTR = "model_path"
@@ -54,6 +56,7 @@ class _Running:
     labels: dict[str, str]
     driver: SyncDriver
     reported: set[int]
+    view: Any = None
 
 
 class TrialScheduler:
@@ -72,14 +75,18 @@ class TrialScheduler:
             the objective's metric patterns are added to its rules.
         submit_kwargs: extra arguments of every ``Backend.submit`` (``JobEnvironment.submit_kwargs``: the
             local backend's explicit secrets for the artifact root); held in memory only.
+        trial_view: builds the view of each trial's job (what the training view's trial page shows), called at
+            every step of its follower and ended with the trial.
     """
 
     def __init__(self, backend: Backend, study: optuna.Study, space: SearchSpace, settings: SearchSettings,
                  template: TrialTemplate, identity: JobIdentity, *,
                  on_trial_finished: Callable[[FrozenTrial], None] | None = None,
                  log: logging.Logger | None = None, follow: FollowOptions | None = None,
-                 submit_kwargs: dict[str, Any] | None = None, log_source: Callable[[str], LogSource] | None = None):
+                 submit_kwargs: dict[str, Any] | None = None, log_source: Callable[[str], LogSource] | None = None,
+                 trial_view: TrialView | None = None):
         self.backend = backend
+        self.trial_view = trial_view
         self.log_source = log_source or backend.log_source  # a trial's log: where its task's would be read
         self.study = study
         self.space = space
@@ -220,8 +227,10 @@ class TrialScheduler:
                reported: set[int]) -> None:
         source = self.log_source(name)
         options = job_options(self.follow, self.backend, name, spec, source)
-        driver = SyncDriver(Follower(options), self.log, self.backend, name, source)
-        self.running[trial.number] = _Running(trial, name, spec, labels, driver, reported)
+        follower = Follower(options)
+        view = self.trial_view(trial.number, name, spec, follower) if self.trial_view else None
+        driver = SyncDriver(follower, self.log, self.backend, name, source, on_step=view)
+        self.running[trial.number] = _Running(trial, name, spec, labels, driver, reported, view)
 
     def _poll(self, run: _Running) -> bool:
         """One round of the trial's job through the follow core; True when the trial changed state or more
@@ -330,6 +339,8 @@ class TrialScheduler:
 
     def _end(self, run: _Running) -> None:
         self.running.pop(run.trial.number, None)
+        if run.view is not None:
+            run.view.end()
 
     def _finished(self, frozen: FrozenTrial) -> None:
         if self.on_trial_finished is not None:

@@ -80,6 +80,7 @@ class SearchTrigger(SerializedTrigger):
         from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
         from airflow_ml_provider.jobs.follow import FollowOptions
         from airflow_ml_provider.jobs.naming import JobIdentity
+        from airflow_ml_provider.operators.live_view import trial_views
         from airflow_ml_provider.search.runner import TrialScheduler
         from airflow_ml_provider.search.study import SearchSetup
         from airflow_ml_provider.search.template import spec_template
@@ -91,4 +92,26 @@ class SearchTrigger(SerializedTrigger):
                               JobIdentity(**self.identity),
                               log=self.log, follow=FollowOptions.from_dict(self.follow) if self.follow else None,
                               submit_kwargs=setup.checked().submit_kwargs(),
-                              log_source=lambda name: job_log_source(setup.backend, name, self.elasticsearch_conn_id))
+                              log_source=lambda name: job_log_source(setup.backend, name, self.elasticsearch_conn_id),
+                              trial_view=trial_views(TaskXComs(self.identity), setup.backend.name))
+
+
+class TaskXComs:
+    """The search task instance's XComs, set from the triggerer (each trial's job view), as
+    ``triggers.durable`` saves a follower's state: the sync call, from the scheduler's thread. Where they cannot
+    be set (no task instance to write for), the first failure is said and the views are no longer saved."""
+
+    def __init__(self, identity: dict[str, Any]):
+        self.key: dict[str, Any] | None = {"dag_id": identity["dag_id"], "task_id": identity["task_id"],
+                                           "run_id": identity["run_id"], "map_index": identity.get("map_index", -1)}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        if self.key is None:
+            return
+        from airflow.sdk.execution_time.xcom import XCom
+
+        try:
+            XCom.set(key=key, value=value, **self.key)
+        except Exception:
+            self.key = None
+            raise

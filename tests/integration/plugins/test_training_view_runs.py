@@ -1,8 +1,8 @@
 """The training view of real runs (dag.test(), local jobs, the metadata database the API server would read):
 the curves come from what the follow core saved (the view's XCom while the task follows the job, the follow
 core's durable state while it is deferred) and from the job's TensorBoard event files, a hostile metric name or
-TensorBoard tag is text, a search's trials are listed with the
-best marked."""
+TensorBoard tag is text, a search's trials are listed with the best marked, and each trial's page shows its job as
+the search followed it (on a worker and in the triggerer)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from airflow_ml_provider.plugins.training_view import page
-from airflow_ml_provider.plugins.view_app import read
+from airflow_ml_provider.plugins.trial_view import trial_page
+from airflow_ml_provider.plugins.view_app import read, read_trial
 
 pytestmark = pytest.mark.integration
 HOSTILE_TAG = "<img src=x onerror=alert(1)>"  # the tag tests/dags/ml_view_test_dags.py's job reports
@@ -93,5 +94,40 @@ def test_a_search_view_lists_the_trials_with_the_best_marked(run_dag):
     data = read("ml_test_search", result.run_id, "search")
     best = data["result"]["best_trial"]
     html = page(data)
-    assert f"<tr class='best'><td>{best} (best)</td>" in html and html.count("<tr class='best'>") == 1
+    assert f">{best}</a> (best)</td>" in html and html.count("<tr class='best'>") == 1
     assert "objective per trial" in html and "objective against learning_rate" in html
+
+
+def test_each_trial_of_a_search_has_its_page_with_its_job_and_its_mlflow_run(run_dag, monkeypatch):
+    """The search (LightGBM trials on the local backend, followed on the worker) saved each trial's job view as it
+    followed it (its XCom ml_trial_view_<n>); the trial's page shows it with the study's objective per step and the
+    link to the trial's MLflow child run, recorded in the summary (no MLflow call at page time)."""
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__MLFLOW_UI_URL", "http://mlflow.example:5000")
+    result = run_dag("ml_test_search")
+    summary = result.xcom["search"]
+    for row in summary["trials"]:
+        data = read_trial("ml_test_search", result.run_id, "search", -1, row["number"])
+        view = data["view"]
+        assert view["job"] == row["job_name"] and view["state"] == "SUCCEEDED", view
+        assert [point[0] for point in view["metrics"]["auc"]["series"]][-1] == 15 and view["tail"], view
+        assert [step for step, _ in data["trial"]["steps"]] == list(range(1, 16)), data["trial"]
+        assert row["mlflow_url"].startswith("http://mlflow.example:5000/#/experiments/") and row["mlflow_run_id"]
+        assert data["links"] == [(f"MLflow (trial {row['number']})", row["mlflow_url"])]
+        assert data["tensorboard"]["runs"]["."]["auc"][-1][0] == 15, data["tensorboard"]
+        html = trial_page(data)
+        assert f"trial {row['number']} COMPLETE, job SUCCEEDED" in html and "Objective per step" in html
+        assert ("(the best trial)" in html) == (row["number"] == summary["best_trial"])
+    assert read_trial("ml_test_search", result.run_id, "search", -1, 99)["view"] == {}
+    assert read_trial("ml_test_search", result.run_id, "search_data", -1, 0) is None  # no search
+
+
+def test_a_deferred_searchs_trials_keep_their_job_views_from_the_triggerer(run_dag):
+    """The trigger saved each trial's job view (its last lines, its timeline) as the search task's XCom."""
+    result = run_dag("ml_test_search_deferred")
+    assert result.state == "success", result
+    for row in result.xcom["search"]["trials"]:
+        data = read_trial("ml_test_search_deferred", result.run_id, "search", -1, row["number"])
+        assert data["view"]["job"] == row["job_name"] and data["view"]["state"] == "SUCCEEDED", data["view"]
+        assert ["rank 0", f'{{"event": "result", "score": {row["value"]}}}'] in data["view"]["tail"], data["view"]
+        assert [what for _, what in data["view"]["timeline"]][-1] == "Job is SUCCEEDED" and data["links"] == []
+        assert data["trial"]["value"] == row["value"] and data["trial"]["steps"] == []  # its one result: no steps

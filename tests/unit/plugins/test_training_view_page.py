@@ -72,7 +72,7 @@ def test_a_search_lists_its_trials_and_marks_the_best():
         {"number": 1, "state": "PRUNED", "value": None, "params": {"learning_rate": 0.3}, "job_name": "aml-t1"},
         {"number": 2, "state": "COMPLETE", "value": 0.93, "params": {"learning_rate": 0.05}, "job_name": "aml-t2"}]}
     html = page(_data(None, result, state="success"))
-    rows = re.findall(r"<tr class='(best)?'><td>(\d+)( \(best\))?</td>", html)
+    rows = re.findall(r"<tr class='(best)?'><td><a href='[^']+'>(\d+)</a>( \(best\))?</td>", html)
     assert [(number, bool(best)) for best, number, _ in rows] == [("0", False), ("1", False), ("2", True)]
     assert html.count('class="best"') == 2  # the best trial's point, on the objective plot and on learning_rate's
     assert "script" not in _tags(html)
