@@ -1,8 +1,10 @@
 """The provider's training view (plugins.view_app) in a real deployment, as a person sees it in Debian's chromium:
 a running LightGBM task's curve grows between two screenshots (the page refreshes itself, no JavaScript), then
 shows the finished job, its progress complete and the links to MLflow; the view is listed as the task
-instances' "Training" tab. Its API answers 401 without a login and 403 to a user who may not read the DAG.
-Screenshots go to the folder printed at the start (docs/operators.md shows one)."""
+instances' "Training" tab. Its API answers 401 without a login and 403 to a user who may not read the DAG, and so
+does a search trial's page. Screenshots go to the folder printed at the start (docs/training_view.md shows
+training-view-tab.png as images/training_view.png and training-view-tensorboard.png as
+images/training_view_tensorboard.png)."""
 
 from __future__ import annotations
 
@@ -73,6 +75,10 @@ def test_the_curve_of_a_running_job_grows_then_shows_the_finished_job_and_its_li
     page.screenshot(path=screenshots / "training-view-done.png", full_page=True)
     assert "task success, job SUCCEEDED" in text and "3000 of 3000 rounds" in text, text[:2000]
     assert "target 0.5" not in text  # the gate's threshold is drawn on accuracy's curve, which LightGBM's job lacks
+    board = page.get_by_role("heading", name="TensorBoard")  # the job's scalars, as docs/training_view.md shows them
+    board.scroll_into_view_if_needed()
+    assert "auc (TensorBoard)" in text and "tensorboard --logdir" in text, text[:2000]
+    page.screenshot(path=screenshots / "training-view-tensorboard.png")
     links = {a.inner_text(): a.get_attribute("href") for a in page.locator("a").all()}
     assert links.get("MLflow (deploy)", "").startswith("http") and links.get("MLflow (evaluate)", "").startswith("http")
 
@@ -88,19 +94,23 @@ def test_the_curve_of_a_running_job_grows_then_shows_the_finished_job_and_its_li
 
 
 def test_the_views_api_needs_a_login_and_the_dags_read_permission(stack, running):
+    """The task instance's view and a search trial's page (``/trial/.../<number>``), page and API alike."""
     url = stack.url + _view_path(running, api=True)
-    with pytest.raises(urllib.error.HTTPError) as anonymous:
-        urllib.request.urlopen(url, timeout=60)
-    assert anonymous.value.code == 401
+    trial = f"/ml-training/{{}}trial/{DAG_ID}/{urllib.parse.quote(running, safe='')}/train_lightgbm/0"
     token = subprocess.run([sys.executable, "-c", NO_ROLE_TOKEN], env=stack.env, capture_output=True, text=True,
                            check=True).stdout.split()[-1]  # its last line (warnings come first)
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"}), timeout=60)
-    assert refused.value.code == 403
-    with pytest.raises(urllib.error.HTTPError) as page_refused:
-        urllib.request.urlopen(urllib.request.Request(stack.url + _view_path(running),
-                                                      headers={"Authorization": f"Bearer {token}"}), timeout=60)
-    assert page_refused.value.code == 403
+    for path in (_view_path(running, api=True), _view_path(running), trial.format("api/"), trial.format("")):
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            urllib.request.urlopen(stack.url + path, timeout=60)
+        assert anonymous.value.code == 401, path
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(stack.url + path, headers={"Authorization": f"Bearer {token}"}),
+                                   timeout=60)
+        assert refused.value.code == 403, path
     allowed = json.loads(urllib.request.urlopen(urllib.request.Request(
         url, headers={"Authorization": f"Bearer {stack.token()}"}), timeout=60).read())
     assert allowed["ti"]["task_id"] == "train_lightgbm"
+    with pytest.raises(urllib.error.HTTPError) as no_search:  # allowed, but the task is no search
+        urllib.request.urlopen(urllib.request.Request(stack.url + trial.format("api/"),
+                                                      headers={"Authorization": f"Bearer {stack.token()}"}), timeout=60)
+    assert no_search.value.code == 404
