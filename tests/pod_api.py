@@ -14,7 +14,10 @@ tests/pod_containers.py does: the kubernetes repository is too large to fetch he
   file that the test grants exactly the rules the pods' service account needs) and ``ca.crt`` (the API server's
   self-generated certificate chain, its CA included);
 - ``status.phase`` from the container: Running while it runs (or restarts in place under OnFailure), Succeeded or
-  Failed once it stopped for good, as the controller stand-in reads it.
+  Failed once it stopped for good, as the controller stand-in reads it;
+- the ``Ready`` condition (pkg/kubelet/status/generate.go, ``GeneratePodReadyCondition``): True once the pod runs
+  and its container passes its readiness probe (a TCP check here, the only kind the provider renders), or at once
+  when the container has no probe; False otherwise.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ class PodApi:
         for path in account.iterdir():
             path.chmod(0o644)  # the token volume's files are readable by the pod's user
         self.mounts = {SERVICE_ACCOUNT_MOUNT: account}
-        self.phases: dict[str, str] = {}
+        self.phases: dict[str, tuple[str, bool]] = {}
 
     def _path(self, name: str = "") -> str:
         return f"/api/v1/namespaces/{self.namespace}/pods{'/' + name if name else ''}"
@@ -107,13 +110,14 @@ class PodApi:
             "metadata": {"name": name, "labels": (template.get("metadata") or {}).get("labels") or {}},
             "spec": {"hostname": name, "subdomain": subdomain, "restartPolicy": spec.get("restartPolicy", "Always"),
                      "containers": [{"name": c["name"], "image": c["image"]} for c in spec["containers"]]}})
-        self.phases[name] = "Pending"
+        self.phases[name] = ("Pending", False)
 
-    def report(self, name: str, phase: str) -> None:
-        """The kubelet's status update, when the pod's phase changed."""
-        if self.phases.get(name) != phase:
-            self.cluster.patch_status(self._path(name), {"phase": phase})
-            self.phases[name] = phase
+    def report(self, name: str, phase: str, ready: bool) -> None:
+        """The kubelet's status update, when the pod's phase or readiness changed."""
+        if self.phases.get(name) != (phase, ready):
+            self.cluster.patch_status(self._path(name), {"phase": phase, "conditions": [
+                {"type": "Ready", "status": str(ready and phase == "Running")}]})
+            self.phases[name] = (phase, ready)
 
     def delete(self, name: str) -> None:
         self.cluster.request("DELETE", self._path(name))

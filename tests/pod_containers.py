@@ -134,6 +134,11 @@ class PodNetwork:
         self.pods[hostname] = name
         return name
 
+    def listening(self, hostname: str, port: int) -> bool:
+        """Whether the pod accepts a connection on ``port`` now: one readiness probe's TCP check."""
+        probe = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 1).close()"
+        return podman("exec", self.pods[hostname], "python", "-c", probe, check=False, timeout=30).returncode == 0
+
     def wait_port(self, hostname: str, port: int, timeout_s: float = 60) -> None:
         """Until the pod listens on ``port`` (a readiness probe's TCP check)."""
         probe = (f"import socket, time\nfor _ in range({int(timeout_s * 5)}):\n"

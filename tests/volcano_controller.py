@@ -27,8 +27,9 @@ pkg/controllers/job/ there:
   at least minAvailable succeeded, else Failed (state/running.go:62-112).
 
 With ``api`` (tests/pod_api.py) the pods are Pod objects of a real API server as well, created as the controller
-creates them (job_controller_actions.go:475-480) and their phase reported as the kubelet would: for what a pod reads
-from the API (the elastic Horovod master's pod discovery).
+creates them (job_controller_actions.go:475-480) and their phase and readiness reported as the kubelet would (a
+pod's rendered TCP readiness probe checked until it passes): for what a pod reads from the API (the elastic Horovod
+master's pod discovery, which takes only Ready pods).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class VolcanoController:
         self.pod_specs = [(f"{self.name}-{task['name']}-{i}", task, i)
                           for task in self.job["spec"]["tasks"] for i in range(task.get("replicas", 1))]
         self.mounts: dict[str, Path] = {}
+        self._ready_pods: set[str] = set()  # (emptied by each start of the pods: they are probed again)
         if "svc" in self.plugins:
             self.mounts[SVC_MOUNT], self.svc_env = self._svc_config_map()
         if "ssh" in self.plugins:
@@ -104,6 +106,7 @@ class VolcanoController:
                 "WORLD_SIZE": str(size), "RANK": str(rank)}
 
     def _start_all(self) -> dict[str, str]:
+        self._ready_pods.clear()
         started = {}
         for hostname, task, index in self.pod_specs:
             pod = copy.deepcopy(task["template"]["spec"])
@@ -139,6 +142,17 @@ class VolcanoController:
             return "Succeeded"
         return "Failed" if restart == "Never" else "Running"  # the kubelet restarts it in place
 
+    def _ready(self, hostname: str, task: dict) -> bool:
+        """A running pod's readiness: its container's TCP readiness probe passes (checked until it does, as the
+        kubelet's prober keeps a passing pod Ready), or it has none."""
+        port = task["template"]["spec"]["containers"][0].get("readinessProbe", {}).get("tcpSocket", {}).get("port")
+        if port is None or hostname in self._ready_pods:
+            return True
+        if self.pods.listening(hostname, port):
+            self._ready_pods.add(hostname)
+            return True
+        return False
+
     def _kill_all(self) -> None:
         for hostname, _, _ in self.pod_specs:
             self.pods.kill(hostname)
@@ -170,7 +184,7 @@ class VolcanoController:
                     continue
                 before, phases[hostname] = phases.get(hostname, "Running"), phase
                 if self.api is not None:
-                    self.api.report(hostname, phases[hostname])
+                    self.api.report(hostname, phase, phase == "Running" and self._ready(hostname, task))
                 event = None
                 if phases[hostname] == "Failed" and before != "Failed":
                     event = "PodFailed"

@@ -1,10 +1,12 @@
-"""Host discovery for elastic Horovod on Kubernetes: the job's running worker pods, read from the API.
+"""Host discovery for elastic Horovod on Kubernetes: the job's ready worker pods, read from the API.
 
 Runs inside the launcher pod, once a second, as ``horovodrun --host-discovery-script``:
 ``python -m airflow_ml_provider.runtime.pod_discovery --selector LABELS --slots N`` prints ``host:N`` for
-every worker pod that is Running and not being deleted, so an evicted pod leaves the ring and a
-rescheduled or added one joins it. It uses the pod's service account (which needs ``list pods`` in
-its namespace) and only the standard library, so any training image that holds this package can run it.
+every worker pod that is Ready (its readiness probe passes: the provider's sshd workers have one on their sshd
+port, so horovodrun's first ssh to a host finds it listening) and not being deleted, so an evicted pod leaves
+the ring and a rescheduled or added one joins it once it can take a rank. It uses the pod's service account
+(which needs ``list pods`` in its namespace) and only the standard library, so any training image that holds
+this package can run it.
 """
 
 from __future__ import annotations
@@ -27,13 +29,20 @@ def worker_hosts(pods: list[dict]) -> list[str]:
     hosts = []
     for pod in pods:
         spec, status = pod.get("spec", {}), pod.get("status", {})
-        if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+        if not _ready(status) or pod["metadata"].get("deletionTimestamp"):
             continue
         if spec.get("hostname") and spec.get("subdomain"):
             hosts.append(f"{spec['hostname']}.{spec['subdomain']}")
         elif status.get("podIP"):
             hosts.append(status["podIP"])
     return sorted(hosts)
+
+
+def _ready(status: dict) -> bool:
+    """Running with the kubelet's Ready condition True (every container started and passing its probe)."""
+    return status.get("phase") == "Running" and any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in status.get("conditions") or [])
 
 
 def list_pods(selector: str, service_account_dir: Path) -> list[dict]:

@@ -71,23 +71,25 @@ def _pod(namespace: str, name: str, labels: dict, **spec) -> dict:
             "spec": {"containers": [{"name": "worker", "image": "img:1"}], **spec}}
 
 
-def test_pod_discovery_lists_the_running_worker_pods_that_are_not_being_deleted(kube_cluster, namespace, tmp_path):
+def test_pod_discovery_lists_the_ready_worker_pods_that_are_not_being_deleted(kube_cluster, namespace, tmp_path):
     pods = f"/api/v1/namespaces/{namespace}/pods"
     worker = {JOB_NAME_LABEL: "job-a", ROLE_LABEL: "worker"}
-    cases = [  # name, labels, phase, pod IP, extra spec
-        ("w-0", worker, "Running", "10.0.0.5", {}),
-        ("w-1", worker, "Running", "10.0.0.6", {"hostname": "job-a-worker-1", "subdomain": "job-a"}),
-        ("w-2", worker, "Pending", None, {}),
-        ("w-3", worker, "Running", "10.0.0.8", {}),  # evicted below: deleting, held by a finalizer
-        ("launcher", {JOB_NAME_LABEL: "job-a", ROLE_LABEL: "launcher"}, "Running", "10.0.0.9", {}),
-        ("other", {JOB_NAME_LABEL: "job-b", ROLE_LABEL: "worker"}, "Running", "10.0.0.10", {}),
+    cases = [  # name, labels, phase, Ready, pod IP, extra spec
+        ("w-0", worker, "Running", "True", "10.0.0.5", {}),
+        ("w-1", worker, "Running", "True", "10.0.0.6", {"hostname": "job-a-worker-1", "subdomain": "job-a"}),
+        ("w-2", worker, "Pending", "False", None, {}),
+        ("w-3", worker, "Running", "True", "10.0.0.8", {}),  # evicted below: deleting, held by a finalizer
+        ("w-4", worker, "Running", "False", "10.0.0.11", {}),  # its sshd not listening yet: the probe fails
+        ("launcher", {JOB_NAME_LABEL: "job-a", ROLE_LABEL: "launcher"}, "Running", "True", "10.0.0.9", {}),
+        ("other", {JOB_NAME_LABEL: "job-b", ROLE_LABEL: "worker"}, "Running", "True", "10.0.0.10", {}),
     ]
-    for name, labels, phase, ip, spec in cases:
+    for name, labels, phase, ready, ip, spec in cases:
         pod = _pod(namespace, name, labels, **spec)
         if name == "w-3":
             pod["metadata"]["finalizers"] = ["example.com/hold"]
         kube_cluster.request("POST", pods, pod)
-        kube_cluster.patch_status(f"{pods}/{name}", {"phase": phase, **({"podIP": ip} if ip else {})})
+        kube_cluster.patch_status(f"{pods}/{name}", {"phase": phase, **({"podIP": ip} if ip else {}),
+                                                     "conditions": [{"type": "Ready", "status": ready}]})
     kube_cluster.request("DELETE", f"{pods}/w-3")
 
     account = tmp_path / "serviceaccount"  # what Kubernetes mounts into the launcher pod
