@@ -147,6 +147,13 @@ def test_a_cluster_without_the_metrics_api_is_said_once_and_never_asked_again(ku
     assert [event["responseStatus"]["code"] for event in asked] == [404], asked
     html = page({"ti": TI, "view": _from_follow_state(Follower(state=follower.state).state)})  # after a restart
     assert html.count(escape(NO_API)) == 1
+    # another job of the same backend (a search's next trial): neither asked nor said again
+    other = JobIdentity("metrics", "train", "manual__2").name
+    assert backend.submit(other, SPEC, {}) is True
+    kube_cluster.patch_status(resource_path("batch/v1", "Job", namespace, other), {"active": 2})
+    steps, _ = _polled_with_the_clock_far_ahead(backend, other)
+    assert not [warning for step in steps for warning in step.warnings if "metrics.k8s.io" in warning]
+    assert len(_metrics_asked(kube_cluster, namespace)) == 1
 
 
 def test_a_refusal_is_said_once_with_what_to_grant(kube_cluster, monkeypatch):

@@ -29,6 +29,7 @@ from airflow_ml_provider.jobs.backends.base import (
     BackendAccessError,
     JobNotFound,
     JobSubmissionError,
+    ResourcesUnavailable,
 )
 from airflow_ml_provider.jobs.backends.kubernetes import disruption, kueue, pod_metrics
 from airflow_ml_provider.jobs.backends.kubernetes.job_pods import (
@@ -115,6 +116,7 @@ class KubernetesBackend(Backend):
         self.watch_key = watch_key
         self.gang_scheduler = dns_label("gang_scheduler", gang_scheduler) if gang_scheduler else None
         self.queueing = kueue.queueing(queueing)
+        self._resources_off = False  # the metrics API refused or missing: said once, by this backend's first job
 
     @abstractmethod
     def manifests(self, name: str, spec: TrainingJobSpec, labels: dict[str, str]) -> list[dict]:
@@ -390,9 +392,17 @@ class KubernetesBackend(Backend):
         return PodLogSource(self.api, self.namespace, f"{JOB_NAME_LABEL}={dns_label('job_name', name)}")
 
     def resource_use(self, name: str) -> dict[str, dict[str, float]] | None:
-        """The job's pods' CPU and memory from the cluster's metrics API (``pod_metrics``): one list by its label."""
+        """The job's pods' CPU and memory from the cluster's metrics API (``pod_metrics``): one list by its label.
+        Once the API is missing or refused, this backend's later jobs (a search's trials share it) are not asked
+        and say nothing: the first said why, once."""
+        if self._resources_off:
+            return None
         name = dns_label("job_name", name)
-        return pod_metrics.read(self.api, self.namespace, f"{JOB_NAME_LABEL}={name}", name)
+        try:
+            return pod_metrics.read(self.api, self.namespace, f"{JOB_NAME_LABEL}={name}", name)
+        except ResourcesUnavailable:
+            self._resources_off = True
+            raise
 
     def read_gang(self, obj: dict, job: JobStatus) -> dict | None:
         """The PodGroup of a pending job that asks for a gang (``pod_group``), or None: not pending, no gang,
