@@ -31,8 +31,9 @@ class Bounds:
     paths: dict[str, str] = field(default_factory=dict)
     unbounded: str | None = None  # why no cgroup holds the job (then only RLIMIT_NPROC does)
 
-    def to_dict(self) -> dict:
-        return {"memory_bytes": self.memory_bytes, "max_processes": self.max_processes, "paths": self.paths}
+    def enter_args(self) -> list[str]:
+        """``enter.py``'s arguments before ``--``: the process floor, then each cgroup directory once."""
+        return [str(self.max_processes), *sorted(set(self.paths.values()))]
 
     @property
     def v2(self) -> bool:

@@ -534,10 +534,13 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter,
         readers.append(threading.Thread(target=_pump, args=(tracker.stdout, "xgboost-tracker", writer)))
     for reader in readers:
         reader.start()
+    ending = _ends_of([*procs, *([tracker] if tracker is not None else [])])
     codes: dict[int, int] = {}
     failures: list[tuple[int, int]] = []
     tracker_code = None  # the tracker's exit, when it failed before any rank did
     while len(codes) < len(procs):
+        ending.wait()
+        ending.clear()  # (before the look: an end after it wakes the next wait)
         ended = []
         for rank, proc in enumerate(procs):
             if rank not in codes and (code := proc.poll()) is not None:
@@ -552,7 +555,6 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter,
             for rank, proc in enumerate(procs):
                 if rank not in codes and proc.poll() is None:
                     proc.terminate()
-        time.sleep(0.05)
     if tracker is not None:
         _stop_helper(tracker, grace_s=0.0 if failures else 10.0)
     for reader in readers:
@@ -561,6 +563,21 @@ def _run_ranks(spec: dict, plan: dict, env: dict[str, str], writer: _LineWriter,
         state = JobState.PREEMPTED if tracker_code in _KILL_SIGNALS else JobState.FAILED  # killed from outside
         return JobStatus(state, f"the xgboost tracker exited with code {tracker_code}", codes)
     return _verdict(codes, failures, max(codes.values(), key=abs), "the workers")
+
+
+def _ends_of(procs: list) -> threading.Event:
+    """An event set each time one of ``procs`` ends (a thread waiting on each): the launcher learns of a
+    worker's end at once, not at its next look."""
+    event = threading.Event()
+
+    def wait(proc) -> None:
+        proc.wait()
+        event.set()
+
+    for proc in procs:
+        threading.Thread(target=wait, args=(proc,), daemon=True).start()
+    event.set()  # the first look is at once
+    return event
 
 
 def _stop_helper(proc, grace_s: float = 10.0) -> None:

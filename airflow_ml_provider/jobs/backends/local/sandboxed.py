@@ -103,7 +103,7 @@ class JobSandbox:
         inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else [])
         inheritable = list(stdins or [])  # (the caller's: passed on, not closed here)
         bwrap = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir), str(self._hosts), self._low_ports)
-        command = [sys.executable, "-I", "-S", ENTER, json.dumps(self.bounds.to_dict()), "--", *bwrap,
+        command = [sys.executable, "-I", "-S", ENTER, *self.bounds.enter_args(), "--", *bwrap,
                    sys.executable, "-I", "-S", SPAWNER]
         env = allowed_env(os.environ) | {JOB_UID_ENV: workers[0][1][JOB_UID_ENV]}
         try:
