@@ -92,6 +92,14 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _verified(pin: Pin, data: bytes, source: str, remedy: str) -> bytes:
+    """``data`` if it is the pinned file; else CrdError naming where it came from and what to do."""
+    if _digest(data) != pin.sha256:
+        raise CrdError(f"CRD {pin.file}: {source} has sha256 {_digest(data)}, requirements/crds.lock pins "
+                       f"{pin.sha256} ({pin.repo}@{pin.ref}:{pin.path}); {remedy}")
+    return data
+
+
 def _from_mirror(pin: Pin, mirror: Path) -> bytes:
     source = mirror / pin.file
     try:
@@ -99,11 +107,8 @@ def _from_mirror(pin: Pin, mirror: Path) -> bytes:
     except OSError as exc:
         raise CrdError(f"CRD {pin.file}: cannot read {source} ({exc.strerror}); {MIRROR_VAR} names the "
                        f"local mirror ({mirror}): fix it, or unset it to download from {BASE_URL_VAR}") from None
-    if _digest(data) != pin.sha256:
-        raise CrdError(f"CRD {pin.file}: {source} has sha256 {_digest(data)}, requirements/crds.lock pins "
-                       f"{pin.sha256} ({pin.repo}@{pin.ref}:{pin.path}); the local mirror ({MIRROR_VAR}={mirror}) "
-                       f"is not the pinned file: restore it, or unset {MIRROR_VAR} to download it")
-    return data
+    return _verified(pin, data, str(source), f"the local mirror ({MIRROR_VAR}={mirror}) is not the pinned file: "
+                     f"restore it, or unset {MIRROR_VAR} to download it")
 
 
 def _download(pin: Pin, base_url: str, timeout_s: float) -> bytes:
@@ -115,10 +120,7 @@ def _download(pin: Pin, base_url: str, timeout_s: float) -> bytes:
         raise CrdError(f"CRD {pin.file}: download of {url} failed ({getattr(exc, 'reason', exc)}); set "
                        f"{MIRROR_VAR} to a folder holding the lock's files, or {BASE_URL_VAR} to a reachable "
                        f"mirror of raw.githubusercontent.com") from None
-    if _digest(data) != pin.sha256:
-        raise CrdError(f"CRD {pin.file}: {url} has sha256 {_digest(data)}, requirements/crds.lock pins "
-                       f"{pin.sha256}; refusing it ({BASE_URL_VAR}={base_url})")
-    return data
+    return _verified(pin, data, url, f"refusing it ({BASE_URL_VAR}={base_url})")
 
 
 def _store(path: Path, data: bytes) -> None:
@@ -140,11 +142,8 @@ def _from_package(pin: Pin, mirror: Path) -> bytes:
         raise CrdError(f"CRD {pin.file}: the local mirror ({MIRROR_VAR}={mirror}) does not hold it and the "
                        f"package's copy {packed} cannot be read ({exc}); add it to the mirror, or unset "
                        f"{MIRROR_VAR} to download it") from None
-    if _digest(data) != pin.sha256:
-        raise CrdError(f"CRD {pin.file}: the local mirror ({MIRROR_VAR}={mirror}) does not hold it and the "
-                       f"package's copy {packed} has sha256 {_digest(data)}, requirements/crds.lock pins "
-                       f"{pin.sha256}; add it to the mirror, or unset {MIRROR_VAR} to download it")
-    return data
+    return _verified(pin, data, f"the package's copy {packed}", f"the local mirror ({MIRROR_VAR}={mirror}) does not "
+                     f"hold it: add it to the mirror, or unset {MIRROR_VAR} to download it")
 
 
 def fetch(pins: list[Pin], cache: Path, mirror: Path | None, base_url: str, timeout_s: float = 60) -> dict[str, str]:
