@@ -10,12 +10,20 @@ from typing import Any
 
 MAX_TRIALS_SHOWN = 500  # the newest; a page of 10,000 rows helps no one
 MAX_STEPS_SHOWN = 500  # of a trial's objective per step, evenly kept
+# The serialized DAG the API server reads keeps an operator's class name (``task_type``), not its bases: the
+# provider's search operator and the recipe one built on it (recipes.search).
+SEARCH_TASK_TYPES = frozenset({"HyperparameterSearchOperator", "RecipeSearchOperator"})
+
+
+def is_search(task: Any) -> bool:
+    """Whether ``task`` (a serialized DAG's) is a hyperparameter search, whose view lists its trials."""
+    return getattr(task, "task_type", None) in SEARCH_TASK_TYPES
 
 
 def _study(task: Any, dag_id: str, task_id: str, run_id: str, map_index: int):
     """``(storage, study id)``, ``(None, None)`` where the task has not created its study yet, or ``{"note": why}``
     where it cannot be read here; None for a task that is no search."""
-    if getattr(task, "task_type", None) != "HyperparameterSearchOperator":
+    if not is_search(task):
         return None
     url = getattr(task, "storage_url", None)
     if isinstance(url, str) and "{{" in url:

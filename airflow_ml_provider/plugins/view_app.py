@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from airflow_ml_provider.operators.live_view import trial_view_key
-from airflow_ml_provider.plugins.search_trials import live_trials, one_trial
+from airflow_ml_provider.plugins.search_trials import is_search, live_trials, one_trial
 from airflow_ml_provider.plugins.training_view import (
     FOLLOW_KEY,
     TENSORBOARD_KEY,
@@ -79,7 +79,7 @@ def read_trial(dag_id: str, run_id: str, task_id: str, map_index: int, number: i
             TaskInstance.map_index == map_index))
         serialized = SerializedDagModel.get(dag_id, session=session) if ti is not None else None
         task = serialized.dag.task_dict.get(task_id) if serialized else None
-        if task is None or getattr(task, "task_type", None) != "HyperparameterSearchOperator":
+        if task is None or not is_search(task):
             return None
         rows = session.scalars(select(XComModel).where(
             XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.task_id == task_id,

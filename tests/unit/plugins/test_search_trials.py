@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import optuna
 
-from airflow_ml_provider.plugins.search_trials import live_trials
+from airflow_ml_provider.plugins.search_trials import is_search, live_trials
 from airflow_ml_provider.search.study import open_storage
 
 
@@ -36,3 +36,16 @@ def test_no_search_a_templated_storage_and_an_unreadable_one(tmp_path):
     assert "named by a template" in live_trials(search_task("{{ var.value.db }}"), "d", "t", "r", -1)["note"]
     told = live_trials(search_task("postgresql://u:secret@127.0.0.1:1/none"), "d", "t", "r", -1)["note"]
     assert told.startswith("its study could not be read here") and "secret" not in told
+
+
+def test_a_recipe_search_is_a_search_in_the_serialized_dag_the_api_server_reads():
+    """The API server has the serialized DAG only, whose operators keep their class name but not their bases: the
+    recipe search (a RecipeSearchOperator) is a search there too."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_ml_provider.recipes import dag_from_recipe
+    from support import REPO
+
+    recipe = dag_from_recipe(REPO / "tests" / "fixtures" / "recipes" / "view_search.yaml")
+    served = DagSerialization.from_dict(DagSerialization.to_dict(recipe))
+    assert {task_id: is_search(task) for task_id, task in served.task_dict.items()} == {"tune": True}
