@@ -79,18 +79,20 @@ def deployments(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def _deployment(dag_files: list[str], with_mlflow_ui: bool, tmp_path_factory):
+def _deployment(dag_files: list[str | tuple[str, str]], with_mlflow_ui: bool, tmp_path_factory):
     """Airflow serving ``dag_files`` (by default the shipped ml_training_pipeline DAG) with the local backend;
     ``with_mlflow_ui``: its registry is an MLflow tracking server (its artifacts under the deployment's
     ``ml/mlartifacts``), the connection ``ml_registry_default`` pointing at it, whose URL the MLflow links
     carry (None, and the link checks skip, where ``.venv-mlflow`` is not built); else the embedded SQLite
     registry under the deployment's AIRFLOW_HOME, with no MLflow link. The files keep their place relative to
-    each other (a ``dags/`` and a ``recipes/`` folder side by side, as ml_recipes.py expects)."""
+    each other (a ``dags/`` and a ``recipes/`` folder side by side, as ml_recipes.py expects); a ``(source,
+    served)`` pair serves a test's file at a place of its own (a test recipe in ``recipes/``)."""
     home = tmp_path_factory.mktemp("airflow-ui")
     served = tmp_path_factory.mktemp("ui-served")
     for name in dag_files:
-        (served / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / name, served / name)
+        source, target = (name, name) if isinstance(name, str) else name
+        (served / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / source, served / target)
     env = {"AIRFLOW_ML_LOCAL_IMAGE": str(TRAINING_IMAGE)}
     with contextlib.ExitStack() as running:
         mlflow_ui = None

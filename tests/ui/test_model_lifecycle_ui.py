@@ -7,39 +7,44 @@ ml_training_pipeline, ml_batch_scoring and ml_recipes DAGs, in this order:
 2. that champion (a Keras model) is scored by the ``ml_batch_scoring`` run its Asset event triggers;
 3. a run whose gate rejects registers a version that the next scoring run names and does not score;
 4. a finished training task cleared from the UI trains again as a new job, and a new version is registered;
-5. a recipe sweep triggered from its form reports its best trial.
+5. a recipe sweep triggered from its form reports its best trial;
+6. a recipe search's training view lists its trials with the best marked, and a trial's link opens the trial's
+   page: its parameters, its objective per step, its job's state and last lines.
 
 Every step leaves a screenshot named after it in the folder printed at the start; what is asserted is what
 the page shows, the task states and logs the REST API serves, and the registry (MLflow) where a version
-matters. Jobs are as short as prove the point (1 epoch, 10 boosting rounds, 2000 rows)."""
+matters. Jobs are as short as prove the point (1 epoch, 10 boosting rounds, 2000 rows). docs/training_view.md shows
+6-search-trial-page.png as images/training_view_trial.png."""
 
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from airflow_stack import TERMINAL_RUN_STATES
 from pages import park, visit
 from trigger_form import trigger_from_form
 
+from airflow_ml_provider.runtime.datasets import write_synthetic
 from support import needs_horovod
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]  # a deployment and a Horovod run in one test
 
 PIPELINE, SCORING, SWEEP = "ml_training_pipeline", "ml_batch_scoring", "recipe_lightgbm_sweep"
+SEARCH = "recipe_view_search"  # tests/fixtures/recipes/view_search.yaml, served among the shipped recipes
 MODEL = PIPELINE  # the registered model every pipeline run here writes
 
 
 @pytest.fixture(scope="module")
 def dag_files() -> list[str]:
     return ["dags/ml_training_pipeline.py", "dags/ml_batch_scoring.py", "dags/ml_recipes.py",
-            "recipes/lightgbm_sweep.yaml"]
+            "recipes/lightgbm_sweep.yaml", ("tests/fixtures/recipes/view_search.yaml", "recipes/view_search.yaml")]
 
 
 @pytest.fixture(scope="module")
 def served(stack):
-    for dag_id in (PIPELINE, SCORING, SWEEP):
+    for dag_id in (PIPELINE, SCORING, SWEEP, SEARCH):
         stack.wait_for_dag(dag_id)
     return stack
 
@@ -227,3 +232,51 @@ def test_5_a_recipe_sweep_reports_its_best_trial(served, page, screenshots):
     line = f"Best trial of sweep: #{best['best_trial']}"
     assert line in log_text(served, SWEEP, run_id, "sweep.best")
     show_log(page, served, SWEEP, run_id, "sweep.best", line, screenshots / "5-sweep-best-trial.png")
+
+
+# --- 6. a search's trials, and a trial's page ----------------------------------------------------------
+def test_6_a_searchs_view_marks_its_best_trial_whose_link_opens_its_page(served, page, ui_home, screenshots, mlflow_ui):
+    data = ui_home / "ml" / "data" / "view_search"  # the local root's data/: the jobs see it
+    data.mkdir(parents=True, exist_ok=True)
+    write_synthetic(data / "train.npz", data / "valid.npz", rows=2000, features=5, seed=2)
+    park(page)
+    run_id = served.trigger_dag(SEARCH, {"train": str(data / "train.npz"), "valid": str(data / "valid.npz")})
+    assert served.wait_for_run(SEARCH, run_id, timeout=900) == "success", states(served, SEARCH, run_id)
+    summary = served.xcom(SEARCH, run_id, "tune")
+    best = summary["best_trial"]
+    trial = next(t for t in summary["trials"] if t["number"] == best)
+
+    page.goto(f"{served.url}/ml-training/ti/{SEARCH}/{quote(run_id, safe='')}/tune")
+    rows = page.locator("table tr:has(td)").filter(has_text="COMPLETE")
+    assert rows.count() == summary["n_complete"] == 4, page.inner_text("body")[:2000]
+    marked = page.locator("tr.best")
+    assert marked.count() == 1 and marked.locator("td").first.inner_text() == f"{best} (best)"
+    page.screenshot(path=screenshots / "6-search-trials.png", full_page=True)
+
+    marked.get_by_role("link", name=str(best), exact=True).click()  # the trial's page, as a person follows it
+    page.wait_for_url(lambda url: urlsplit(url).path.endswith(f"/trial/{SEARCH}/{quote(run_id, safe='')}/tune/{best}"))
+    heading = page.get_by_role("heading", level=1)
+    assert heading.inner_text() == f"{SEARCH} / tune: trial {best} COMPLETE, job SUCCEEDED"
+    assert page.get_by_text("All trials of the search (the best trial)").is_visible()
+    cells = {row.locator("th").inner_text(): row.locator("td").inner_text()
+             for row in page.locator("table").first.locator("tr").all()}
+    assert cells["job"] == trial["job_name"] and float(cells["objective"]) == trial["value"], cells
+    assert {name: cells[f"parameter {name}"] for name in trial["params"]} == {
+        name: str(value) for name, value in trial["params"].items()}, cells
+    # the loss the runner reported to the study as the job's lines came, up to its last round
+    steps = served._request("GET", f"/ml-training/api/trial/{SEARCH}/{quote(run_id, safe='')}/tune/{best}",
+                            headers={"Authorization": f"Bearer {served.token()}"})["trial"]["steps"]
+    assert steps and steps[-1][0] == 20, steps
+    chart = page.locator("h2:has-text('Objective per step') + svg")
+    assert chart.locator("circle").count() == len(steps), page.inner_text("body")[:2000]
+    assert f"Job {trial['job_name']} on backend local" in page.inner_text("body")
+    assert page.get_by_role("heading", name="Workers' last lines").is_visible()
+    assert re.search(r"\] result\s.*num_trees=20", page.locator("pre").last.inner_text()), page.locator("pre").last.inner_text()
+    links = {a.inner_text(): a.get_attribute("href") for a in page.locator("a").all()}
+    if mlflow_ui:  # the trial's MLflow child run, on the tracking server
+        assert links[f"MLflow (trial {best})"].startswith(f"{mlflow_ui['url']}/#/"), links
+    page.screenshot(path=screenshots / "6-search-trial-page.png", full_page=True)
+
+    page.get_by_role("link", name="All trials of the search").click()  # and back to all the trials
+    page.locator("tr.best").wait_for()
+    assert urlsplit(page.url).path.endswith(f"/ti/{SEARCH}/{quote(run_id, safe='')}/tune")
