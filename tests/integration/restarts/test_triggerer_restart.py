@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 import urllib.parse
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from optuna.trial import TrialState
 
 from airflow_ml_provider.jobs.backends.base import JobNotFound
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
-from airflow_ml_provider.plugins.training_view import page
+from airflow_ml_provider.plugins.training_view import page, trial_href
 from airflow_ml_provider.search.study import open_storage
 
 pytestmark = pytest.mark.integration
@@ -192,7 +193,8 @@ def test_the_search_defers_and_survives_a_triggerer_crash(stack):
     best = max(done, key=lambda t: t.value)  # the search maximizes (SearchSettings' default direction)
     assert live["search"]["best_trial"] == best.number and listed[best.number]["job_name"], live["search"]
     html = page(live)  # the page the plugin serves of that data
-    assert f"<tr class='best'><td>{best.number} (best)</td>" in html and "<td>RUNNING</td>" in html
+    link = escape(trial_href(live["ti"], best.number), quote=True)  # the best trial's row links to its page
+    assert f"<tr class='best'><td><a href='{link}'>{best.number}</a> (best)</td>" in html and "<td>RUNNING</td>" in html
 
     stack.restart("triggerer", sig=signal.SIGKILL)  # a crash mid-search; the running trials' jobs go on
     assert stack.wait_for_run(SEARCH_DAG_ID, run_id, timeout=300) == "success", stack.log_tails()
@@ -209,3 +211,7 @@ def test_the_search_defers_and_survives_a_triggerer_crash(stack):
         assert not job_dir.with_name(job_dir.name + ".1").exists(), f"trial {number}'s job was archived and rerun"
     for trial in out["trials"]:  # each value is what that trial's own job printed
         assert trial["value"] == pytest.approx(trial["params"]["x"])
+    for number in uids:  # each trial's page: its job's view, saved at its end (after the crash: by the new triggerer)
+        shown = stack._request("GET", f"/ml-training/api/trial/{SEARCH_DAG_ID}/{urllib.parse.quote(run_id, safe='')}"
+                               f"/search/{number}", headers={"Authorization": f"Bearer {stack.token()}"})
+        assert shown["view"]["state"] == "SUCCEEDED" and shown["view"]["job"] == final[number]["job_name"], shown
