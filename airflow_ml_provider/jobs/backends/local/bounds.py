@@ -2,8 +2,8 @@
 
 The launcher makes one cgroup per controller for the job, a child of the launcher's own (cgroup v1: under
 ``/sys/fs/cgroup/memory`` and ``/sys/fs/cgroup/pids``; v2: one cgroup under the unified hierarchy), sets
-``memory`` and ``pids`` limits there, and the job's sandbox enters them before it starts (``local_enter``), so
-every process of the job, however deep, is counted. The sandbox's ``/tmp`` and ``/dev/shm`` are tmpfs,
+``memory`` and ``pids`` limits there, and puts the job's sandbox in them (``enter``) while bubblewrap holds it
+before it forks the sandbox's first process, so every process of the job, however deep, is counted. The sandbox's ``/tmp`` and ``/dev/shm`` are tmpfs,
 whose pages are charged to the job's memory too. After the job ends, ``exceeded`` reads the cgroups'
 counters: an OOM kill or a refused fork is the job's failure, named, never a preemption.
 
@@ -15,6 +15,7 @@ unbounded: ``Bounds.unbounded`` says why, for the job's log.
 from __future__ import annotations
 
 import os
+import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,9 +32,6 @@ class Bounds:
     paths: dict[str, str] = field(default_factory=dict)
     unbounded: str | None = None  # why no cgroup holds the job (then only RLIMIT_NPROC does)
 
-    def enter_args(self) -> list[str]:
-        """``enter.py``'s arguments before ``--``: the process floor, then each cgroup directory once."""
-        return [str(self.max_processes), *sorted(set(self.paths.values()))]
 
     @property
     def v2(self) -> bool:
@@ -58,6 +56,14 @@ def create(name: str, memory_bytes: int, max_processes: int) -> Bounds:
         bounds.paths, bounds.unbounded = {}, f"no cgroup for the job ({exc}): memory is not bounded, processes " \
                                                f"only by RLIMIT_NPROC={max_processes}"
     return bounds
+
+
+def enter(bounds: Bounds, pid: int) -> None:
+    """Put process ``pid`` (the job's sandbox, before it starts anything) in the job's cgroups, where it has
+    them, and give it the process floor (RLIMIT_NPROC): what it forks inherits both. OSError if it cannot."""
+    for directory in sorted(set(bounds.paths.values())):
+        _write(directory, "cgroup.procs", pid)
+    resource.prlimit(pid, resource.RLIMIT_NPROC, (bounds.max_processes, bounds.max_processes))
 
 
 def exceeded(bounds: Bounds) -> str | None:

@@ -1,5 +1,10 @@
 """The launcher's side of a job's sandbox: one bubblewrap sandbox for all the job's workers, started within
-the job's bounds and as its user (``local_enter``), its egress relayed, its workers' ends reported.
+the job's bounds and as its user, its egress relayed, its workers' ends reported.
+
+Bubblewrap reports its sandbox's process (``--info-fd``) and holds it (``--block-fd``) before that process forks
+the sandbox's command; meanwhile the launcher puts it in the job's cgroups and gives it the process floor
+(``bounds.enter``), then lets it go: nothing of the job runs outside its bounds, and no interpreter starts just
+to enter them.
 
 ``JobSandbox.start`` hands the workers to the sandbox's ``spawner`` and returns one ``SandboxedWorker`` per
 worker, which the launcher's runners use as they use a ``Popen``: ``stdout`` (the worker's output pipe),
@@ -24,7 +29,6 @@ from airflow_ml_provider.jobs.backends.local import seccomp as local_seccomp
 from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV, allowed_env, write_private
 
 SPAWNER = str(Path(__file__).with_name("spawner.py"))
-ENTER = str(Path(__file__).with_name("enter.py"))
 
 
 class SandboxedWorker:
@@ -100,19 +104,32 @@ class JobSandbox:
         launcher's, e.g. a sharded job's channel; else none); OSError (as Popen raises it) if one cannot start."""
         pipes = [os.pipe() for _ in workers]
         seccomp_fd = local_seccomp.program_fd()
+        (info, info_end), (hold_end, hold) = os.pipe(), os.pipe()
         inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else [])
+        inherited += [info_end, hold_end]
         inheritable = list(stdins or [])  # (the caller's: passed on, not closed here)
-        bwrap = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir), str(self._hosts), self._low_ports)
-        command = [sys.executable, "-I", "-S", ENTER, *self.bounds.enter_args(), "--", *bwrap,
+        bwrap, *options = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir), str(self._hosts),
+                                             self._low_ports)
+        command = [bwrap, "--info-fd", str(info_end), "--block-fd", str(hold_end), *options,
                    sys.executable, "-I", "-S", SPAWNER]
         env = allowed_env(os.environ) | {JOB_UID_ENV: workers[0][1][JOB_UID_ENV]}
         try:
             self._proc = subprocess.Popen(command, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, pass_fds=inherited + inheritable)
+        except OSError:
+            for fd in (info, hold):
+                os.close(fd)
+            raise
         finally:
             for fd in inherited:
                 os.close(fd)
         threading.Thread(target=self._relay_stderr, daemon=True).start()
+        try:
+            self._bound(info, hold)
+        except OSError:
+            for read, _ in pipes:
+                os.close(read)
+            raise
         plan = {"workers": [{"argv": argv, "env": worker_env, "cwd": cwd, "fd": write,
                              **({"stdin": stdins[index]} if stdins else {})}
                             for index, ((argv, worker_env, cwd), (_, write)) in enumerate(zip(workers, pipes))],
@@ -132,6 +149,24 @@ class JobSandbox:
         threading.Thread(target=self._read_ends, args=(len(workers),), daemon=True).start()
         return [SandboxedWorker(self, index, os.fdopen(read, "rb"))
                 for index, (read, _) in enumerate(pipes)]
+
+    def _bound(self, info: int, hold: int) -> None:
+        """The sandbox's process, held by bubblewrap, into the job's bounds, then let go; OSError (the sandbox
+        stopped) if it cannot be."""
+        try:
+            with os.fdopen(info, "rb") as reports:  # bubblewrap closes it once it has said
+                child = json.loads(reports.read() or b"{}").get("child-pid")
+            if not isinstance(child, int):
+                raise OSError("bubblewrap did not start the job's sandbox (its reason is in the job's [launcher] "
+                              "lines)")
+            local_bounds.enter(self.bounds, child)
+            os.write(hold, b"\n")
+        except (OSError, ValueError) as exc:
+            self._proc.kill()
+            self._proc.wait()
+            raise OSError(f"the job's sandbox could not be put in its bounds: {exc}") from None
+        finally:
+            os.close(hold)
 
     def signal(self, index: int, signum: int) -> None:
         """Send ``signum`` to worker ``index`` (nothing once the sandbox is gone)."""
