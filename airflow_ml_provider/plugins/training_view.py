@@ -74,7 +74,7 @@ def page(data: dict[str, Any], now: float | None = None) -> str:
     parts = [*head(ti["task_id"], running),
              f"<h1>{escape(ti['dag_id'])} / {escape(ti['task_id'])}: task {escape(str(ti['state']))}"
              f"{', job ' + escape(str(view['state'])) if view.get('state') else ''}</h1>",
-             *job_sections(data, running, _search(data.get("result") or data.get("search") or {}, ti), now)]
+             *job_sections(data, running, _search(data.get("search") or {}, ti), now)]
     if not view and not data.get("result"):
         parts.append("<p>No job followed by this task yet.</p>")
     parts.append("</body></html>")

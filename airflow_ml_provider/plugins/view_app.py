@@ -52,7 +52,10 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
     own = (task_id, map_index)
     view = values.get((*own, VIEW_KEY)) or _from_follow_state(values.get((*own, FOLLOW_KEY)))
     result = values.get((*own, RESULT_KEY))
-    search = None if isinstance(result, dict) else live_trials(task, dag_id, task_id, run_id, map_index)
+    # a search's trials: its summary once it ended, its study's so far while it runs; no other task's result (a
+    # recipe sweep's ``.best`` summary lists its trials too, by map index, with no trial pages)
+    search = (result if isinstance(result, dict) else live_trials(task, dag_id, task_id, run_id, map_index)) \
+        if is_search(task) else None
     links = [(f"MLflow{what} ({task}{'' if index < 0 else f'[{index}]'})", value.get(field))
              for (task, index, key), value in sorted(values.items()) if key == RESULT_KEY and isinstance(value, dict)
              for field, what in (("url", ""), ("artifacts_url", " artifacts")) if value.get(field)]

@@ -18,8 +18,9 @@ _MOVE = "path => { history.pushState({}, '', path); dispatchEvent(new PopStateEv
 
 
 def _in_app(page, url: str) -> bool:
+    """Whether the page shows the loaded app: not its login, nor the training view's plain pages (``/ml-training``)."""
     here, there = urlsplit(page.url), urlsplit(url)
-    return (here.scheme, here.netloc) == (there.scheme, there.netloc) and not here.path.startswith("/auth")
+    return (here.scheme, here.netloc) == (there.scheme, there.netloc) and not here.path.startswith(("/auth", "/ml-training"))
 
 
 def visit(page, url: str) -> None:

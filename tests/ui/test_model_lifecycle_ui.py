@@ -232,6 +232,9 @@ def test_5_a_recipe_sweep_reports_its_best_trial(served, page, screenshots):
     line = f"Best trial of sweep: #{best['best_trial']}"
     assert line in log_text(served, SWEEP, run_id, "sweep.best")
     show_log(page, served, SWEEP, run_id, "sweep.best", line, screenshots / "5-sweep-best-trial.png")
+    # its training view: a page (the summary lists the trials by map index, as no search's does: it answered 500)
+    page.goto(f"{served.url}/ml-training/ti/{SWEEP}/{quote(run_id, safe='')}/sweep.best")
+    assert page.get_by_role("heading", level=1).inner_text() == f"{SWEEP} / sweep.best: task success"
 
 
 # --- 6. a search's trials, and a trial's page ----------------------------------------------------------

@@ -24,9 +24,9 @@ def _view(**extra):
             "timeline": [[100.0, "Job is RUNNING"]], "tail": [["rank 0", f"loss went {HOSTILE}"]], **extra}
 
 
-def _data(view=None, result=None, state="running", targets=None, links=()):
+def _data(view=None, result=None, state="running", targets=None, links=(), search=None):
     return {"ti": {"dag_id": "d", "run_id": "r", "task_id": "train", "map_index": -1, "state": state},
-            "view": view, "result": result, "targets": targets or {}, "links": list(links)}
+            "view": view, "result": result, "targets": targets or {}, "links": list(links), "search": search}
 
 
 class _Elements(HTMLParser):
@@ -71,11 +71,20 @@ def test_a_search_lists_its_trials_and_marks_the_best():
          "job_name": "aml-t0"},
         {"number": 1, "state": "PRUNED", "value": None, "params": {"learning_rate": 0.3}, "job_name": "aml-t1"},
         {"number": 2, "state": "COMPLETE", "value": 0.93, "params": {"learning_rate": 0.05}, "job_name": "aml-t2"}]}
-    html = page(_data(None, result, state="success"))
+    html = page(_data(None, result, state="success", search=result))  # a finished search's: its summary
     rows = re.findall(r"<tr class='(best)?'><td><a href='[^']+'>(\d+)</a>( \(best\))?</td>", html)
     assert [(number, bool(best)) for best, number, _ in rows] == [("0", False), ("1", False), ("2", True)]
     assert html.count('class="best"') == 2  # the best trial's point, on the objective plot and on learning_rate's
     assert "script" not in _tags(html)
+
+
+def test_a_result_listing_trials_is_no_search_unless_read_says_so():
+    """A recipe sweep's ``.best`` summary lists its trials by map index (``trial``), not by trial number: read()
+    gives only a search's trials as ``search``, and the page shows no other result as trials."""
+    best = {"best_trial": 1, "trials": [{"trial": 0, "params": {}, "value": 0.2, "job_name": "aml-t0"},
+                                        {"trial": 1, "params": {}, "value": 0.1, "job_name": "aml-t1"}]}
+    html = page(_data(None, best, state="success"))
+    assert "d / train: task success" in html and "Trials" not in html
 
 
 def test_progress_and_the_planned_total_come_from_the_job_and_its_command():

@@ -66,7 +66,7 @@ def test_the_search_view_links_every_trial_row_and_point_to_its_page():
     result = {"best_trial": 1, "trials": [
         {"number": n, "state": "COMPLETE", "value": v, "params": {"lr": lr}, "job_name": f"job-{n}"}
         for n, v, lr in ((0, 0.5, 0.1), (1, 0.9, 0.2), (2, 0.7, 0.3))]}
-    html = page({"ti": {**TI, "state": "success"}, "view": {}, "result": result, "targets": {}, "links": []})
+    html = page({"ti": {**TI, "state": "success"}, "view": {}, "result": result, "search": result, "targets": {}, "links": []})
     rows = re.findall(r"<td><a href='([^']+)'>(\d+)</a>", html)
     assert [number for _, number in rows] == ["0", "1", "2"]
     points = re.findall(r'<a href="([^"]+)"><circle[^>]*class="(best|point)"', html)
