@@ -6,7 +6,9 @@
     in an event loop of its own (without the trigger's XCom save of its state). Both wake on
     ``backend.statuses()`` (the local backend notices the end of a job within ~50 ms). The launcher,
     the log file and following (every line read, passed through the follow core, logged) all count.
-(b) the same trainer under bare ``horovodrun`` from the training environment, output read to EOF.
+(b) the same trainer under bare ``horovodrun`` from the training environment, output read to EOF, doing the
+    same work: the TensorBoard directory every backend gives a job (``AIRFLOW_ML_TENSORBOARD_DIR``, whose scalars
+    the trainer then writes) is given to it too, so the ratio is the provider's own cost, not the scalars'.
 
 The runs alternate (a, b, a, b, ...) so both sides see the same machine load; every run gets a fresh job
 name and fresh model/checkpoint dirs, so none resumes from another. Target: median(a) / median(b) <= 1.05,
@@ -32,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from airflow_ml_provider.artifact_layout import TENSORBOARD_ENV, tensorboard_dir
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
 from airflow_ml_provider.jobs.drivers import SyncDriver, follow_async
@@ -94,6 +97,11 @@ def run_bare(launcher: list[str], command: list[str], cwd: Path, env: dict[str, 
     return elapsed, len(lines)
 
 
+def same_work_env(base: Path) -> dict[str, str]:
+    """What a backend's job gets that makes its trainer do more than a bare run's: a TensorBoard directory."""
+    return {TENSORBOARD_ENV: tensorboard_dir(str(base / "ckpt"))}
+
+
 def artifact_args(base: Path) -> list[str]:
     """Fresh model and checkpoint dirs under ``base``: the same argv on both sides, and no run resumes."""
     return ["--model-dir", str(base / "model"), "--checkpoint-dir", str(base / "ckpt")]
@@ -101,7 +109,7 @@ def artifact_args(base: Path) -> list[str]:
 
 def alternate(runs: int, framework: str, workers: int, trainer: list[str], follow: str,
               bare) -> tuple[dict[str, list[float]], list[float]]:
-    """``runs`` of (a) the job through the local backend and (b) ``bare(command, cwd)``, alternated, each
+    """``runs`` of (a) the job through the local backend and (b) ``bare(command, cwd, env)``, alternated, each
     run with fresh model/checkpoint dirs (none resumes); returns the seconds of each side and, per run of
     (a), its wall time over that of the launcher's workers inside it (timed in status.json)."""
     times: dict[str, list[float]] = {"operator": [], "bare": []}
@@ -120,7 +128,7 @@ def alternate(runs: int, framework: str, workers: int, trainer: list[str], follo
                   flush=True)
             bare_dir = Path(tmp, f"bare-{run}")
             bare_dir.mkdir()
-            seconds, count = bare(trainer + artifact_args(bare_dir), bare_dir)
+            seconds, count = bare(trainer + artifact_args(bare_dir), bare_dir, same_work_env(bare_dir))
             times["bare"].append(seconds)
             print(f"run {run}  (b) bare            {seconds:6.1f} s  ({count} lines)", flush=True)
     return times, within
@@ -150,7 +158,7 @@ def main() -> int:
           f"poll_interval {POLL_INTERVAL} s; training env {TRAIN_ENV}")
     horovodrun = ["horovodrun", "-np", str(RANKS), "-H", f"localhost:{RANKS}", "--gloo", "--network-interface", "lo"]
     times, within = alternate(args.runs, "horovod", RANKS, trainer, args.follow,
-                              lambda command, cwd: run_bare(horovodrun, command, cwd))
+                              lambda command, cwd, env: run_bare(horovodrun, command, cwd, env))
     report(times, "bare horovodrun")
     print(f"{'within (a)':<22}{statistics.median(within):>10.3f}  median of (a) / the horovodrun inside it: "
           "the launcher's and following's share alone, immune to load that differs between (a) and (b)")

@@ -3,7 +3,7 @@
 (a) ``LocalBackend.submit()`` of a 2-worker pytorch TrainingJobSpec (one torchrun agent for both, in the job's
     sandbox), followed to its end by the driver a sync training task uses (``local_overhead.follow_job``);
 (b) the same trainer under one bare ``torchrun --standalone --nproc-per-node 2`` from the training
-    environment, output read to EOF.
+    environment, output read to EOF, given the same TensorBoard directory (``local_overhead.same_work_env``).
 
 The runs alternate (a, b, a, b, ...) so both sides see the same machine load; every run gets fresh model
 and checkpoint dirs, so none resumes from another. Target: median(a) / median(b) <= 1.05. The numbers
@@ -33,7 +33,7 @@ def main() -> int:
     print(f"{WORKERS} workers, {args.epochs} epochs, {args.runs} runs per side; training env {TRAIN_ENV}")
     torchrun = ["torchrun", "--standalone", "--nproc-per-node", str(WORKERS), "--no-python"]
     times, _ = alternate(args.runs, "pytorch", WORKERS, trainer, "sync",
-                         lambda command, cwd: run_bare(torchrun, command, cwd, {"GLOO_SOCKET_IFNAME": "lo"}))
+                         lambda command, cwd, env: run_bare(torchrun, command, cwd, {**env, "GLOO_SOCKET_IFNAME": "lo"}))
     report(times, "bare torchrun")
     return 0
 
