@@ -16,6 +16,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_ml_provider import xcom_keys
 from airflow_ml_provider.artifact_layout import job_dirs, tensorboard_dir
 from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
 from airflow_ml_provider.hooks.training_backend import JobSetup, TrainingBackendHook
@@ -42,8 +43,8 @@ from airflow_ml_provider.operators.config import (
     TrainingOutputs,
     parse,
 )
-from airflow_ml_provider.operators.live_view import TENSORBOARD_XCOM_KEY, LiveView, both, job_plan
 from airflow_ml_provider.operators.task_log import task_log_capped
+from airflow_ml_provider.reporting.live_view import LiveView, both, job_plan
 from airflow_ml_provider.triggers.durable import save_before_deferring, task_key
 from airflow_ml_provider.triggers.training_job import TrainingJobTrigger
 
@@ -270,7 +271,7 @@ class JobRunner:
         defers: ``resume`` picks up the trigger's event)."""
         metrics = job_metrics(context, name, self.framework.value)
         if self.spec is not None and (board := tensorboard_dir(self.spec.checkpoint_dir)):
-            context["ti"].xcom_push(TENSORBOARD_XCOM_KEY, board)  # where the view reads the job's scalars, deferred too
+            context["ti"].xcom_push(xcom_keys.TENSORBOARD_DIR, board)  # where the view reads the job's scalars, deferred too
         if self.deferrable:
             save_before_deferring(context, follower.state)
             self.task.defer(

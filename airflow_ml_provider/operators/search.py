@@ -132,7 +132,7 @@ class HyperparameterSearchOperator(BaseOperator):
     def execute(self, context) -> dict[str, Any]:
         # Optuna and MLflow load here, when the search runs, never when its DAG file is parsed.
         from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
-        from airflow_ml_provider.operators.live_view import trial_views
+        from airflow_ml_provider.reporting.live_view import trial_views
         from airflow_ml_provider.search.runner import TrialScheduler, trial_identity
         from airflow_ml_provider.search.study import study_name
 

@@ -18,8 +18,6 @@ from airflow_ml_provider.logs.display import format_line
 from airflow_ml_provider.logs.source import LogLine
 from airflow_ml_provider.plugins.charts import line_chart
 
-VIEW_KEY, FOLLOW_KEY = "ml_training_view", "ml_follow_state"
-TENSORBOARD_KEY = "ml_tensorboard_dir"  # (operators.live_view) the job's TensorBoard directory, deferred or not
 REFRESH_S = 5
 _PARAM = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}

@@ -1,6 +1,6 @@
 """A search trial's page: its job as the training view shows a training job (``training_view.job_sections``: state,
 curves, TensorBoard scalars, timeline, last lines, from the view the search saved of the trial's job as it followed
-it, ``operators.live_view.trial_views``), with what the study records of the trial (state, parameters, objective
+it, ``reporting.live_view.trial_views``), with what the study records of the trial (state, parameters, objective
 per step, failure) and a link to its MLflow run. Every text from the study or the job is escaped."""
 
 from __future__ import annotations

@@ -8,15 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from airflow_ml_provider.operators.live_view import trial_view_key
+from airflow_ml_provider import xcom_keys
 from airflow_ml_provider.plugins.search_trials import is_search, live_trials, one_trial
-from airflow_ml_provider.plugins.training_view import (
-    FOLLOW_KEY,
-    TENSORBOARD_KEY,
-    VIEW_KEY,
-    gate_targets,
-    page,
-)
+from airflow_ml_provider.plugins.training_view import gate_targets, page
 from airflow_ml_provider.plugins.trial_view import trial_page
 
 RESULT_KEY = "return_value"
@@ -43,14 +37,14 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
         run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
         rows = session.scalars(select(XComModel).where(
             XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-            XComModel.key.in_([VIEW_KEY, FOLLOW_KEY, RESULT_KEY, TENSORBOARD_KEY]))).all()
+            XComModel.key.in_([xcom_keys.TRAINING_VIEW, xcom_keys.FOLLOW_STATE, RESULT_KEY, xcom_keys.TENSORBOARD_DIR]))).all()
         values = {(row.task_id, row.map_index, row.key): XComModel.deserialize_value(row) for row in rows}
         serialized = SerializedDagModel.get(dag_id, session=session)
         targets = gate_targets(serialized.dag, (run.conf if run else None) or {}) if serialized else {}
         task = serialized.dag.task_dict.get(task_id) if serialized else None
         state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     own = (task_id, map_index)
-    view = values.get((*own, VIEW_KEY)) or _from_follow_state(values.get((*own, FOLLOW_KEY)))
+    view = values.get((*own, xcom_keys.TRAINING_VIEW)) or _from_follow_state(values.get((*own, xcom_keys.FOLLOW_STATE)))
     result = values.get((*own, RESULT_KEY))
     # a search's trials: its summary once it ended, its study's so far while it runs; no other task's result (a
     # recipe sweep's ``.best`` summary lists its trials too, by map index, with no trial pages)
@@ -62,7 +56,7 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
     result = result if isinstance(result, dict) else None
     return {"ti": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state},
             "view": view, "result": result, "search": search, "targets": targets, "links": links,
-            "tensorboard": _tensorboard(values.get((*own, TENSORBOARD_KEY)) or view.get("tensorboard_dir")
+            "tensorboard": _tensorboard(values.get((*own, xcom_keys.TENSORBOARD_DIR)) or view.get("tensorboard_dir")
                                         or (result or {}).get("tensorboard_dir"))}
 
 
@@ -86,14 +80,14 @@ def read_trial(dag_id: str, run_id: str, task_id: str, map_index: int, number: i
             return None
         rows = session.scalars(select(XComModel).where(
             XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.task_id == task_id,
-            XComModel.map_index == map_index, XComModel.key.in_([RESULT_KEY, trial_view_key(number)]))).all()
+            XComModel.map_index == map_index, XComModel.key.in_([RESULT_KEY, xcom_keys.trial_view(number)]))).all()
         values = {row.key: XComModel.deserialize_value(row) for row in rows}
         state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     result = values.get(RESULT_KEY) if isinstance(values.get(RESULT_KEY), dict) else {}
     listed = next((t for t in result.get("trials") or [] if isinstance(t, dict) and t.get("number") == number), None)
     stored = one_trial(task, dag_id, task_id, run_id, map_index, number) or {}
     trial = {**(listed or {}), **stored} if "note" not in stored or listed is None else {**listed, "note": stored["note"]}
-    view = values.get(trial_view_key(number))
+    view = values.get(xcom_keys.trial_view(number))
     view = view if isinstance(view, dict) else {}
     objective = (getattr(task, "search", None) or {}).get("objective_metric")
     url = (listed or {}).get("mlflow_url") or stored.get("search_mlflow_url")

@@ -1,2 +1,3 @@
 """What a pipeline run tells people and the registry: the run summary, MLflow output, model lineage tags,
-notifications. Airflow-side helpers of the operators, not operators themselves."""
+notifications, and the live view of a followed job (which triggers save too). Airflow-side helpers of the
+operators and triggers, not operators themselves."""

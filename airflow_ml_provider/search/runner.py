@@ -32,7 +32,7 @@ from airflow_ml_provider.search.space import SearchSettings, SearchSpace, trial_
 from airflow_ml_provider.search.template import render_trial
 
 TrialTemplate = Callable[[str], TrainingJobSpec]  # job name -> the spec, placeholders still in it
-# (number, job name, spec, follower) -> the trial's job view: an ``on_step`` hook with an ``end()`` (operators.live_view)
+# (number, job name, spec, follower) -> the trial's job view: an ``on_step`` hook with an ``end()`` (reporting.live_view)
 TrialView = Callable[[int, str, TrainingJobSpec, Follower], Any]
 JOB_NAME_ATTR = "job_name"
 FAILURE_ATTR = "failure"

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from airflow_ml_provider import xcom_keys
 from airflow_ml_provider.jobs.drivers import SHOWING, show_again
 from airflow_ml_provider.logs.source import LogSource
 from airflow_ml_provider.triggers.serialized import SerializedTrigger
-
-STATE_XCOM_KEY = "ml_follow_state"  # the follower's durable position, per task instance and try
 
 
 def task_key(context) -> dict[str, Any]:
@@ -22,7 +21,7 @@ def task_key(context) -> dict[str, Any]:
 def save_before_deferring(context, state: dict[str, Any]) -> None:
     """Save the state a trigger starts from as its durable XCom, from the task, before it defers: the
     trigger's first read then finds it (the Task SDK logs a missing XCom as an ERROR in the triggerer)."""
-    context["ti"].xcom_push(STATE_XCOM_KEY, state)
+    context["ti"].xcom_push(xcom_keys.FOLLOW_STATE, state)
 
 
 class DurableFollowTrigger(SerializedTrigger):
@@ -58,7 +57,7 @@ class DurableFollowTrigger(SerializedTrigger):
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
-            saved = await asyncio.to_thread(XCom.get_one, key=STATE_XCOM_KEY, **self.state_key)
+            saved = await asyncio.to_thread(XCom.get_one, key=xcom_keys.FOLLOW_STATE, **self.state_key)
         except Exception as exc:  # noqa: BLE001 - no durable state: continue from the deferral's
             self.log.warning("Could not read the saved log position (%s); continuing from the deferral's", exc)
             return self.state
@@ -74,7 +73,7 @@ class DurableFollowTrigger(SerializedTrigger):
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
-            await asyncio.to_thread(XCom.set, key=STATE_XCOM_KEY, value=state, **self.state_key)
+            await asyncio.to_thread(XCom.set, key=xcom_keys.FOLLOW_STATE, value=state, **self.state_key)
         except Exception as exc:  # noqa: BLE001 - keep streaming; a restart would then repeat lines
             self.log.warning("Could not save the log position (%s); a triggerer restart may repeat lines", exc)
             self.state_key = None

@@ -80,7 +80,7 @@ class SearchTrigger(SerializedTrigger):
         from airflow_ml_provider.hooks.elasticsearch_logs import job_log_source
         from airflow_ml_provider.jobs.follow import FollowOptions
         from airflow_ml_provider.jobs.naming import JobIdentity
-        from airflow_ml_provider.operators.live_view import trial_views
+        from airflow_ml_provider.reporting.live_view import trial_views
         from airflow_ml_provider.search.runner import TrialScheduler
         from airflow_ml_provider.search.study import SearchSetup
         from airflow_ml_provider.search.template import spec_template

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "airflow_ml_provider"
 
 # Lowest first. A module's layer is its sub-package's, or its own for a top-level module.
 LAYERS = [
-    {"labels", "patterns", "artifact_layout", "observability", "runtime"},  # worker code and plain values
+    {"labels", "patterns", "artifact_layout", "observability", "runtime", "xcom_keys"},  # worker code and plain values
     {"logs"},  # reading a job's log lines: sources, rules, metrics
     {"jobs"},  # the Airflow-free core: specs, backends, following a job
     {"search", "serving"},  # the search core, serving manifests (Airflow-free)

@@ -152,13 +152,13 @@ def test_the_data_asset_gets_one_event_listing_every_part_with_its_lineage(first
 
 def test_every_step_passes_only_small_references_through_xcom(first):
     """What steps hand each other is small; the training view's snapshot of a job (its metric series, last
-    lines and timeline, all bounded by the follow core and operators.live_view) is the view's, not a step's."""
-    from airflow_ml_provider.operators.live_view import VIEW_XCOM_KEY
+    lines and timeline, all bounded by the follow core and reporting.live_view) is the view's, not a step's."""
+    from airflow_ml_provider.xcom_keys import TRAINING_VIEW
 
     sizes = {
         f"{task}[{index}].{key}": len(json.dumps(value)) for (task, index, key), value in first.xcom.items()
     }
-    views = {name: size for name, size in sizes.items() if name.endswith(f".{VIEW_XCOM_KEY}")}
+    views = {name: size for name, size in sizes.items() if name.endswith(f".{TRAINING_VIEW}")}
     assert views and max(views.values()) < 64 * 1024, views
     assert max(size for name, size in sizes.items() if name not in views) < 2048, sizes
 

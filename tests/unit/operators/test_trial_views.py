@@ -1,4 +1,4 @@
-"""A search's trial views (operators.live_view.trial_views): each trial's job followed by a real follow core,
+"""A search's trial views (reporting.live_view.trial_views): each trial's job followed by a real follow core,
 saved as the search task instance's XCom ml_trial_view_<number> at its first step, at each change of the job's
 state, every 15 s in between (not at every step), and at the trial's end (``end``, which a pruned trial's job
 state does not mark)."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 from airflow_ml_provider.jobs.follow import Follower, FollowOptions
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
-from airflow_ml_provider.operators.live_view import TRIAL_SAVE_EVERY_S, trial_view_key, trial_views
+from airflow_ml_provider.reporting.live_view import TRIAL_SAVE_EVERY_S, trial_views
+from airflow_ml_provider.xcom_keys import trial_view
 
 
 class TaskInstance:
@@ -32,7 +33,7 @@ def test_a_trial_view_is_saved_on_changes_every_15_s_and_at_its_end(tmp_path):
                            checkpoint_dir=str(tmp_path / "ckpt"))
     view = trial_views(ti, "local")(7, "aml-trial-7", spec, Follower(FollowOptions()))
     view.clock = lambda: now[0]
-    assert TRIAL_SAVE_EVERY_S == 15.0 and trial_view_key(7) == "ml_trial_view_7"
+    assert TRIAL_SAVE_EVERY_S == 15.0 and trial_view(7) == "ml_trial_view_7"
     view(Step(JobState.RUNNING))
     for now[0] in (1005.0, 1014.0):
         view(Step(JobState.RUNNING))

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 
-from airflow_ml_provider.operators.live_view import planned_total
 from airflow_ml_provider.plugins.training_view import page, progress
+from airflow_ml_provider.reporting.live_view import planned_total
 
 HOSTILE = "<script>alert(1)</script>"
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-VIEW_XCOM_KEY = "ml_training_view"
-TENSORBOARD_XCOM_KEY = "ml_tensorboard_dir"  # the job's AIRFLOW_ML_TENSORBOARD_DIR, saved as the task follows it
+from airflow_ml_provider import xcom_keys
+
 SAVE_EVERY_S = 3.0
 TRIAL_SAVE_EVERY_S = 15.0  # a search follows up to 64 trials at once: a write per trial every 15 s, and at its end
 TIMELINE = 50  # state changes kept
@@ -47,7 +47,7 @@ class LiveView:
 
     def __init__(self, ti, job: str, backend: str, follower, plan: dict[str, Any] | None,
                  every_s: float = SAVE_EVERY_S, clock: Callable[[], float] = time.time,
-                 tensorboard_dir: str | None = None, key: str = VIEW_XCOM_KEY):
+                 tensorboard_dir: str | None = None, key: str = xcom_keys.TRAINING_VIEW):
         self.ti, self.job, self.backend, self.follower, self.plan = ti, job, backend, follower, plan
         self.key = key  # the XCom it is saved as
         self.tensorboard_dir = tensorboard_dir  # the job's AIRFLOW_ML_TENSORBOARD_DIR, whose scalars the view reads
@@ -97,20 +97,15 @@ class LiveView:
                 "preemptions": state["preemptions"]}
 
 
-def trial_view_key(number: int) -> str:
-    """The XCom of the search task instance that keeps trial ``number``'s job view."""
-    return f"ml_trial_view_{int(number)}"
-
-
 def trial_views(ti, backend: str) -> Callable[..., LiveView]:
     """The search's ``trial_view`` factory (``search.runner.TrialScheduler``): each trial's job followed with a
-    LiveView saved as ``trial_view_key(number)`` of the search's task instance ``ti`` (anything with
+    LiveView saved as ``xcom_keys.trial_view(number)`` of the search's task instance ``ti`` (anything with
     ``xcom_push``), every ``TRIAL_SAVE_EVERY_S`` and at every change of the job's state."""
     from airflow_ml_provider.artifact_layout import tensorboard_dir
 
     def view(number: int, job: str, spec, follower) -> LiveView:
         return LiveView(ti, job, backend, follower, job_plan(spec), every_s=TRIAL_SAVE_EVERY_S,
-                        tensorboard_dir=tensorboard_dir(spec.checkpoint_dir), key=trial_view_key(number))
+                        tensorboard_dir=tensorboard_dir(spec.checkpoint_dir), key=xcom_keys.trial_view(number))
 
     return view
 
