@@ -7,11 +7,8 @@ searched) because the launcher imports it at every job start.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
-import secrets
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -81,7 +78,11 @@ def read_json(path: Path) -> dict | None:
 
 def owner_token(root: Path, name: str, uid: str) -> str:
     """The proof that the submitter of job ``name`` (attempt ``uid``) held the backend's owner key: an HMAC
-    with the key in ``<root>/owner.key`` (0600, created on first use), which no sandboxed job can see."""
+    with the key in ``<root>/owner.key`` (0600, created on first use), which no sandboxed job can see. (Its
+    modules are imported here: the launcher, which imports this module at every job's start, signs nothing.)"""
+    import hashlib
+    import hmac
+
     return hmac.new(_owner_key(root), f"{name}\0{uid}".encode(), hashlib.sha256).hexdigest()
 
 
@@ -91,6 +92,8 @@ def _owner_key(root: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         pass
+    import secrets
+
     tmp = path.with_name(f".owner.key.{os.getpid()}.tmp")
     fd = open_private(tmp)
     try:

@@ -2,7 +2,7 @@
 overhead targets, docs/benchmarks.md): its process imports neither pydantic (~60 ms: the job spec and the
 sharded runner are imported only where needed) nor Airflow, nor what its resources sampler imports at its first
 sample (psutil, and NVML's pynvml), nor what only some jobs or a failure need (the XGBoost tracker's argparse and
-socket, the roles runner, traceback, logging, platform). Read from a fresh interpreter's ``sys.modules``."""
+socket, the roles runner, traceback, logging, platform, the owner token's hashlib and hmac). Read from a fresh interpreter's ``sys.modules``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,6 @@ def test_the_launcher_process_imports_only_what_every_job_needs():
     top_level = {module.split(".")[0] for module in modules}
     assert "airflow_ml_provider" in top_level
     assert not top_level & {"pydantic", "pydantic_core", "airflow", "pynvml", "psutil", "argparse", "logging",
-                            "platform", "traceback"}, sorted(top_level)
+                            "platform", "traceback", "hashlib", "hmac", "secrets"}, sorted(top_level)
     assert not modules & {"airflow_ml_provider.runtime.xgboost_tracker", "airflow_ml_provider.jobs.xgboost",
                           "airflow_ml_provider.jobs.backends.local.roles", "airflow_ml_provider.jobs.roles"}
