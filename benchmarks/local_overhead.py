@@ -147,7 +147,7 @@ def report(times: dict[str, list[float]], bare_label: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of each side, alternated (default 5)")
-    parser.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5: ~30 s on 2 cores)")
+    parser.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5: 4-6 s a run on 2 cores)")
     parser.add_argument("--follow", choices=("sync", "deferred"), default="sync",
                         help="follow as the sync operator does (default) or as its trigger does")
     args = parser.parse_args()
