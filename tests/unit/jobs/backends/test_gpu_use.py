@@ -26,8 +26,9 @@ def _nvml_fails_here() -> Exception:
 
 def test_without_nvml_a_rank_s_sample_has_no_gpu_figures_and_nothing_is_raised():
     _nvml_fails_here()
-    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                            env={"AIRFLOW_ML_RANK": "0", "PATH": "/usr/bin:/bin"})
+    rank = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                            env={"AIRFLOW_ML_RANK": "0", "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE, text=True)
+    assert rank.stdout.readline() == "up\n"  # its interpreter runs: sampled before, it was a fork of 0.2 MiB
     sampler = ResourceSampler(lambda: [psutil.Process(rank.pid)], lambda *_: None, first_s=3600)
     try:
         workers = sampler.sample()
@@ -38,6 +39,7 @@ def test_without_nvml_a_rank_s_sample_has_no_gpu_figures_and_nothing_is_raised()
         sampler.finish()
         rank.kill()
         rank.wait()
+        rank.stdout.close()
 
 
 def test_nvml_that_cannot_initialise_is_no_gpu_and_is_asked_once():
