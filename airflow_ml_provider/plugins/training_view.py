@@ -120,10 +120,14 @@ def job_sections(data: dict[str, Any], running: bool, between: list[str] | None 
     return parts
 
 
+def ti_path(ti: dict[str, Any]) -> str:
+    """``<dag>/<run>/<task>`` of the task instance, each part quoted: the pages' routes end with it."""
+    return "/".join(quote(str(ti[key]), safe="") for key in ("dag_id", "run_id", "task_id"))
+
+
 def trial_href(ti: dict[str, Any], number: int) -> str:
     """Trial ``number``'s page, relative to the task instance's view (``/ti/<dag>/<run>/<task>``)."""
-    path = "/".join(quote(str(ti[key]), safe="") for key in ("dag_id", "run_id", "task_id"))
-    return f"../../../trial/{path}/{int(number)}?map_index={int(ti.get('map_index', -1))}"
+    return f"../../../trial/{ti_path(ti)}/{int(number)}?map_index={int(ti.get('map_index', -1))}"
 
 
 def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 from html import escape
 from typing import Any
-from urllib.parse import quote
 
 from airflow_ml_provider.plugins.charts import line_chart
-from airflow_ml_provider.plugins.training_view import ENDED, head, job_sections
+from airflow_ml_provider.plugins.training_view import ENDED, head, job_sections, ti_path
 
 _TRIAL_ENDED = {"COMPLETE", "PRUNED", "FAIL"}
 
 
 def view_href(ti: dict[str, Any]) -> str:
     """The search task's view, relative to a trial's page (``/trial/<dag>/<run>/<task>/<number>``)."""
-    path = "/".join(quote(str(ti[key]), safe="") for key in ("dag_id", "run_id", "task_id"))
-    return f"../../../../ti/{path}?map_index={int(ti.get('map_index', -1))}"
+    return f"../../../../ti/{ti_path(ti)}?map_index={int(ti.get('map_index', -1))}"
 
 
 def trial_page(data: dict[str, Any], now: float | None = None) -> str:

@@ -23,15 +23,12 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
     """What the view shows of a task instance, from the metadata database; None when there is no such one."""
     from airflow.models.dagrun import DagRun
     from airflow.models.serialized_dag import SerializedDagModel
-    from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        ti = session.scalar(select(TaskInstance).where(
-            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
-            TaskInstance.map_index == map_index))
+        ti = _task_instance(session, dag_id, run_id, task_id, map_index)
         if ti is None:
             return None
         run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
@@ -42,7 +39,6 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
         serialized = SerializedDagModel.get(dag_id, session=session)
         targets = gate_targets(serialized.dag, (run.conf if run else None) or {}) if serialized else {}
         task = serialized.dag.task_dict.get(task_id) if serialized else None
-        state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     own = (task_id, map_index)
     view = values.get((*own, xcom_keys.TRAINING_VIEW)) or _from_follow_state(values.get((*own, xcom_keys.FOLLOW_STATE)))
     result = values.get((*own, RESULT_KEY))
@@ -54,8 +50,7 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
              for (task, index, key), value in sorted(values.items()) if key == RESULT_KEY and isinstance(value, dict)
              for field, what in (("url", ""), ("artifacts_url", " artifacts")) if value.get(field)]
     result = result if isinstance(result, dict) else None
-    return {"ti": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state},
-            "view": view, "result": result, "search": search, "targets": targets, "links": links,
+    return {"ti": ti, "view": view, "result": result, "search": search, "targets": targets, "links": links,
             "tensorboard": _tensorboard(values.get((*own, xcom_keys.TENSORBOARD_DIR)) or view.get("tensorboard_dir")
                                         or (result or {}).get("tensorboard_dir"))}
 
@@ -65,15 +60,12 @@ def read_trial(dag_id: str, run_id: str, task_id: str, map_index: int, number: i
     its summary once it ended) and the search's study (the trial's objective per step); None when there is no
     such search task instance."""
     from airflow.models.serialized_dag import SerializedDagModel
-    from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        ti = session.scalar(select(TaskInstance).where(
-            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
-            TaskInstance.map_index == map_index))
+        ti = _task_instance(session, dag_id, run_id, task_id, map_index)
         serialized = SerializedDagModel.get(dag_id, session=session) if ti is not None else None
         task = serialized.dag.task_dict.get(task_id) if serialized else None
         if task is None or not is_search(task):
@@ -82,7 +74,6 @@ def read_trial(dag_id: str, run_id: str, task_id: str, map_index: int, number: i
             XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.task_id == task_id,
             XComModel.map_index == map_index, XComModel.key.in_([RESULT_KEY, xcom_keys.trial_view(number)]))).all()
         values = {row.key: XComModel.deserialize_value(row) for row in rows}
-        state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     result = values.get(RESULT_KEY) if isinstance(values.get(RESULT_KEY), dict) else {}
     listed = next((t for t in result.get("trials") or [] if isinstance(t, dict) and t.get("number") == number), None)
     stored = one_trial(task, dag_id, task_id, run_id, map_index, number) or {}
@@ -92,13 +83,26 @@ def read_trial(dag_id: str, run_id: str, task_id: str, map_index: int, number: i
     objective = (getattr(task, "search", None) or {}).get("objective_metric")
     url = (listed or {}).get("mlflow_url") or stored.get("search_mlflow_url")
     links = [(f"MLflow (trial {number})" if (listed or {}).get("mlflow_url") else "MLflow (the search's run)", url)]
-    return {"ti": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state},
-            "number": number, "trial": trial, "view": view, "best": result.get("best_trial") == number if result else False,
+    return {"ti": ti, "number": number, "trial": trial, "view": view, "best": result.get("best_trial") == number if result else False,
             "objective": objective if isinstance(objective, str) and "{{" not in objective else None,
             "links": links if url else [], "targets": {},
             "view_note": None if view else "No view of its job was saved (a trial that never started, or one an "
                                            "earlier try of the search task ran: a new try clears its XComs).",
             "tensorboard": _tensorboard(view.get("tensorboard_dir"))}
+
+
+def _task_instance(session, dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any] | None:
+    """The task instance as the pages name it (its keys and state), None when there is no such one."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    ti = session.scalar(select(TaskInstance).where(
+        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
+        TaskInstance.map_index == map_index))
+    if ti is None:
+        return None
+    state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
+    return {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state}
 
 
 def _tensorboard(logdir: Any) -> dict[str, Any] | None:
