@@ -252,10 +252,10 @@ class LocalBackend(Backend):
                     continue
                 if launcher_exit is None and status.state is JobState.RUNNING:
                     launcher_exit = _LauncherExit.open(read_json(job_dir / "launcher.json"))
-                deadline = loop.time() + interval
                 if launcher_exit is not None and not launcher_exit.exited:
                     await launcher_exit.wait(interval)
                     continue  # (once it has exited, the stat below: a status not yet final is never a busy loop)
+                deadline = loop.time() + interval
                 while loop.time() < deadline and not _ended(job_dir):
                     await asyncio.sleep(min(_FAST_POLL_S, max(0.0, deadline - loop.time())))
         finally:
