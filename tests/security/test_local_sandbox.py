@@ -472,3 +472,24 @@ def _configured_elsewhere(tmp_path: Path, home: Path, outside: Path) -> None:
     for path in files.values():
         assert f"DENIED {path}" in sandboxed_part, sandboxed_part
         assert f"READ {path}" in unsandboxed_part, unsandboxed_part
+
+
+@needs_sandbox
+def test_a_bubblewrap_that_dies_before_starting_the_sandbox_fails_the_job_with_its_reason(tmp_path, monkeypatch):
+    """The launcher waits for bubblewrap to report its sandbox's process (``--info-fd``) before bounding it: a
+    bubblewrap that exits first (a mount it may not make, here one that says so and exits 1) is the job's failure,
+    its own words in the job's log, and nothing hangs or runs unbounded."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho \"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\""
+                                " >&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    backend = LocalBackend(tmp_path / "ml", image=str(TRAINING_IMAGE))
+    backend.submit("no-sandbox", spec("print('ran')"), {})
+    status = final_status(backend, "no-sandbox")
+    assert status.state is JobState.FAILED
+    assert "bubblewrap did not start the job's sandbox" in status.message, status.message
+    log = job_log(backend, "no-sandbox")
+    assert "sandbox: bwrap: Can't mount proc on /newroot/proc: Operation not permitted" in log, log
+    assert "] ran" not in log, log

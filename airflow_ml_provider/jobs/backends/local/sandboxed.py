@@ -29,6 +29,7 @@ from airflow_ml_provider.jobs.backends.local import seccomp as local_seccomp
 from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV, allowed_env, write_private
 
 SPAWNER = str(Path(__file__).with_name("spawner.py"))
+STDERR_GRACE_S = 5.0  # how long a sandbox that did not start may take to finish saying why
 
 
 class SandboxedWorker:
@@ -123,7 +124,8 @@ class JobSandbox:
         finally:
             for fd in inherited:
                 os.close(fd)
-        threading.Thread(target=self._relay_stderr, daemon=True).start()
+        self._stderr = threading.Thread(target=self._relay_stderr, daemon=True)
+        self._stderr.start()
         try:
             self._bound(info, hold)
         except OSError:
@@ -143,7 +145,7 @@ class JobSandbox:
         if "started" not in first:
             for read, _ in pipes:
                 os.close(read)
-            self._proc.wait()
+            self._stopped_at_start()
             raise OSError(first.get("error") or f"the job's sandbox could not start (exit {self._proc.returncode}; "
                                                 "its reason is in the job's [launcher] lines)")
         threading.Thread(target=self._read_ends, args=(len(workers),), daemon=True).start()
@@ -152,21 +154,30 @@ class JobSandbox:
 
     def _bound(self, info: int, hold: int) -> None:
         """The sandbox's process, held by bubblewrap, into the job's bounds, then let go; OSError (the sandbox
-        stopped) if it cannot be."""
+        stopped) if bubblewrap did not start it or it cannot be bounded."""
         try:
-            with os.fdopen(info, "rb") as reports:  # bubblewrap closes it once it has said
+            with os.fdopen(info, "rb") as reports:  # bubblewrap closes it once it has said, or as it dies
                 child = json.loads(reports.read() or b"{}").get("child-pid")
             if not isinstance(child, int):
                 raise OSError("bubblewrap did not start the job's sandbox (its reason is in the job's [launcher] "
                               "lines)")
-            local_bounds.enter(self.bounds, child)
+            try:
+                local_bounds.enter(self.bounds, child)
+            except OSError as exc:
+                raise OSError(f"the job's sandbox could not be put in its bounds: {exc}") from None
             os.write(hold, b"\n")
         except (OSError, ValueError) as exc:
             self._proc.kill()
-            self._proc.wait()
-            raise OSError(f"the job's sandbox could not be put in its bounds: {exc}") from None
+            self._stopped_at_start()
+            raise OSError(str(exc)) from None
         finally:
             os.close(hold)
+
+    def _stopped_at_start(self) -> None:
+        """The sandbox that did not start, reaped, and what it said relayed before the job's end is written (the
+        error points there)."""
+        self._proc.wait()
+        self._stderr.join(timeout=STDERR_GRACE_S)
 
     def signal(self, index: int, signum: int) -> None:
         """Send ``signum`` to worker ``index`` (nothing once the sandbox is gone)."""
