@@ -284,13 +284,25 @@ def _install_crds(cluster: KubeCluster, paths: list[Path]) -> None:
     time.sleep(1)  # the new resources need a moment to appear in discovery and the storage layer
 
 
+def tls_server(handler: type[BaseHTTPRequestHandler], directory: Path, name: str) -> ThreadingHTTPServer:
+    """``handler`` served over TLS on a loopback port, with a self-signed certificate ``name`` made in
+    ``directory``, in a daemon thread of its own (the test doubles an API server reaches: the kubelet's log
+    endpoint, metrics-server)."""
+    key, cert = _self_signed(directory, name)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True, name=name).start()
+    return server
+
+
 class FakeKubelet:
     """Serves ``/containerLogs/{namespace}/{pod}/{container}`` (with ``timestamps`` and ``sinceTime``) over
     TLS on loopback, from lines the test appends. A test double for the kubelet's log endpoint only."""
 
     def __init__(self, workdir: Path):
         self.logs: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
-        key, cert = _self_signed(workdir, "kubelet")
         kubelet = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -316,12 +328,8 @@ class FakeKubelet:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.server = tls_server(Handler, workdir, "kubelet")
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def append(self, namespace: str, pod: str, container: str, text: str, timestamp: str | None = None) -> None:
         stamp = timestamp or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

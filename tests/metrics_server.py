@@ -40,14 +40,13 @@ import datetime
 import json
 import os
 import re
-import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlparse
 
-from kube_cluster import KubeCluster, _self_signed
+from kube_cluster import KubeCluster, tls_server
 
 GROUP_VERSION = "metrics.k8s.io/v1beta1"
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
@@ -100,7 +99,6 @@ class MetricsServer:
         self.samples: dict[tuple[str, str, str], list[tuple[float, int, int]]] = {}
         self.requests: list[str] = []  # the paths (and queries) asked of it
         self._lock, self._stop = threading.Lock(), threading.Event()
-        key, cert = _self_signed(cluster.workdir, "metrics-server")
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -117,12 +115,8 @@ class MetricsServer:
             def log_message(self, *args):
                 pass
 
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.http.socket = context.wrap_socket(self.http.socket, server_side=True)
+        self.http = tls_server(Handler, cluster.workdir, "metrics-server")
         self.port = self.http.server_address[1]
-        threading.Thread(target=self.http.serve_forever, daemon=True, name="metrics-server").start()
         threading.Thread(target=self._scrape, daemon=True, name="metrics-server scrape").start()
 
     def register(self, timeout_s: float = 60) -> None:
