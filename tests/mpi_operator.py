@@ -29,6 +29,11 @@ A suspended MPIJob (``runPolicy.suspend``, as Kueue's integration submits it) ge
 Secret but no worker pod and a suspended launcher Job, so no pod at all (:650-686 and :1547-1549); ``run``
 returns None for it until it is unsuspended (Kueue's admission: tests/kueue_controller.py).
 
+With ``api`` (tests/pod_api.py) the worker pods are Pod objects of a real API server as well, with the labels
+newWorker gives them (``worker_labels``), their phase and readiness reported as the kubelet would (the rendered TCP
+readiness probe checked until it passes), and every pod gets the kubelet's API address and service account token:
+for the elastic launcher's pod discovery, which lists the Ready ones.
+
 A worker pod is Ready here once its readiness probe's TCP check passes (the provider's sshd workers have one on
 port 22); a pod without a probe is Ready when its container has started, and the launcher's first ssh then races
 sshd's start, which OpenMPI's ``-o ConnectionAttempts=10`` covers and horovodrun's ssh check does not.
@@ -43,10 +48,23 @@ import threading
 import time
 from pathlib import Path
 
+from pod_api import PodApi
 from pod_containers import PodNetwork
 
 SSH_MOUNT_DEFAULT = "/root/.ssh"  # default.go:65-67
 CONFIG_MOUNT = "/etc/mpi"  # mpi_job_controller.go:76
+
+
+def worker_labels(mpijob: dict, index: int) -> dict[str, str]:
+    """A worker pod's labels (newWorker, mpi_job_controller.go:1478-1485): the template's, then defaultLabels
+    (:1743-1749; keys and OperatorName in pkg/apis/kubeflow/v2beta1/constants.go:25, :39-45) and the replica index
+    (``workerReplicaIndexLabel`` :1461-1468: the index, without runLauncherAsWorker)."""
+    template = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+    return {**((template.get("metadata") or {}).get("labels") or {}),
+            "training.kubeflow.org/operator-name": "mpi-operator",
+            "training.kubeflow.org/job-name": mpijob["metadata"]["name"],
+            "training.kubeflow.org/job-role": "worker",
+            "training.kubeflow.org/replica-index": str(index)}
 
 
 def with_defaults(mpijob: dict) -> dict:
@@ -69,10 +87,12 @@ def with_defaults(mpijob: dict) -> dict:
 class MPIOperator:
     """Reconciles one MPIJob: its Secret, ConfigMap and pods, then follows the launcher Job to its end."""
 
-    def __init__(self, mpijob: dict, pods: PodNetwork, directory: Path, claims: dict[str, Path]):
+    def __init__(self, mpijob: dict, pods: PodNetwork, directory: Path, claims: dict[str, Path],
+                 api: PodApi | None = None):
         self.job = with_defaults(mpijob)
         self.name, self.namespace = self.job["metadata"]["name"], pods.namespace
-        self.pods, self.directory, self.claims = pods, directory, claims
+        self.pods, self.directory, self.claims, self.api = pods, directory, claims, api
+        self._ready_pods: set[str] = set()
         spec = self.job["spec"]
         assert spec["mpiImplementation"] == "OpenMPI" and not spec.get("runLauncherAsWorker"), "not played here"
         self.workers = [f"{self.name}-worker-{i}" for i in range(spec["mpiReplicaSpecs"]["Worker"]["replicas"])]
@@ -117,13 +137,33 @@ class MPIOperator:
         partial.replace(config / "discover_hosts.sh")
 
     def _keep_discovery(self) -> None:
-        """getOrCreateConfigMap on every sync (:869-905): the Running workers (:834-852), sorted by name."""
+        """getOrCreateConfigMap on every sync (:869-905): the Running workers (:834-852), sorted by name; with
+        ``api``, the kubelet's status of each worker pod too."""
         last = None
         while not self._stop.wait(1.0):
             running = sorted(w for w in self.workers if w in self.pods.pods and self._running(w))
             if running != last:
                 self._write_discovery(self.config_dir, [self._fqdn(w) for w in running])
                 last = running
+            if self.api is not None:
+                for worker in self.workers:
+                    self._report(worker)
+
+    def _report(self, worker: str) -> None:
+        """The worker pod's phase (restartPolicy Never: a stopped container is Succeeded or Failed) and readiness:
+        its container's TCP readiness probe passes (checked until it does), or it has none."""
+        try:
+            state = self.pods.state(worker)
+        except (subprocess.CalledProcessError, ValueError, KeyError):  # podman busy: no news now
+            return
+        if state["Status"] in ("exited", "stopped"):
+            self.api.report(worker, "Succeeded" if state["ExitCode"] == 0 else "Failed", False)
+            return
+        container = self.job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        port = container.get("readinessProbe", {}).get("tcpSocket", {}).get("port")
+        if port is None or worker in self._ready_pods or self.pods.listening(worker, port):
+            self._ready_pods.add(worker)
+        self.api.report(worker, "Running", worker in self._ready_pods)
 
     def _running(self, pod: str) -> bool:
         try:
@@ -160,10 +200,19 @@ class MPIOperator:
         mounts = {self.job["spec"]["sshAuthMountPath"]: self.ssh_dir}
         if role == "Launcher":
             mounts[CONFIG_MOUNT] = self.config_dir
-        return self.pods.start(hostname, self.name, pod, container, extra_env=env, mounts=mounts, claims=self.claims)
+        hosts = None
+        if self.api is not None:
+            if role == "Worker":  # the Pod the operator creates (:1016), still Pending
+                index = self.workers.index(hostname)
+                self.api.create(hostname, {"metadata": {"labels": worker_labels(self.job, index)}, "spec": pod},
+                                self.name)
+            env, mounts, hosts = {**env, **self.api.env}, {**mounts, **self.api.mounts}, self.api.hosts
+        return self.pods.start(hostname, self.name, pod, container, extra_env=env, mounts=mounts, claims=self.claims,
+                               hosts=hosts)
 
     def start_workers(self) -> None:
-        """getOrCreateWorker (:976-1036); the discovery ConfigMap kept current from here on."""
+        """getOrCreateWorker (:976-1036); the discovery ConfigMap (and with ``api`` the pods' status) kept current
+        from here on."""
         for worker in self.workers:
             self._start("Worker", worker)
         self._discovery.start()
@@ -208,4 +257,6 @@ class MPIOperator:
 
     def close(self) -> None:
         self._stop.set()
+        if self._discovery.is_alive():  # its last report done before the API server goes
+            self._discovery.join(60)
 

@@ -1,7 +1,7 @@
 """How every backend's ``horovodrun`` finds its workers: a fixed host list, or for an elastic job
-(``min_workers``/``max_workers``) size bounds, Gloo's timeout and a discovery command that lists the running
-workers (the Kubernetes launchers' here; the local launcher's reads the job's slots in etcd). The twin of
-``torchrun`` for PyTorch jobs."""
+(``min_workers``/``max_workers``) size bounds, Gloo's timeout and a discovery command that lists the workers that
+can take a rank (every Kubernetes launcher's here: the job's Ready worker pods; the local launcher's reads the
+job's slots in etcd). The twin of ``torchrun`` for PyTorch jobs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
 
-# Written and kept current by the MPI operator (v2) in the launcher's /etc/mpi: the Running worker pods.
-MPI_OPERATOR_DISCOVERY = "/etc/mpi/discover_hosts.sh"
 # Gloo's timeout in an elastic job, on every backend: the longest a re-forming ring waits for a joining worker's
 # process to start and reach it (importing TensorFlow alone takes 4-10 s, 20+ s on a loaded machine, more with
 # CUDA to initialize; past it every rank aborts), and the longest a survivor may wait on a peer that is gone
@@ -33,9 +31,10 @@ def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str, sl
     ``--slots-per-host`` is what a discovery line without ``:<slots>`` counts as: Horovod 0.28.1's
     ``HostDiscoveryScript.find_available_hosts_and_slots`` (horovod/runner/elastic/discovery.py:238-252) gives
     such a host ``self._default_slots``, which is ``args.slots`` (runner/launch.py:448, 692), None without the
-    option: the MPI operator's discover_hosts.sh prints bare host names (kubeflow/mpi-operator v0.8.0
-    pkg/controller/mpi_job_controller.go:1376-1378, ``echo <pod>.<job>.<ns>.svc``), and summing None slots
-    raised TypeError. Where the script prints ``host:slots`` (the local and pod discovery) its value wins."""
+    option, and summing None slots raised TypeError: the MPI operator's discover_hosts.sh, which elastic MPIJobs
+    ran before the pod discovery, prints bare host names (kubeflow/mpi-operator v0.8.0
+    pkg/controller/mpi_job_controller.go:1376-1378, ``echo <pod>.<job>.<ns>.svc``). Where the script prints
+    ``host:slots`` (the local and pod discovery, every backend's now) its value wins."""
     start = ["--start-timeout", str(START_TIMEOUT_S)]
     if not spec.elastic:
         return [*fixed, *start]
@@ -45,6 +44,7 @@ def horovodrun_hosts(spec: TrainingJobSpec, fixed: list[str], discovery: str, sl
 
 
 def pod_discovery(selector: str, slots: int) -> str:
-    """The discovery command that reads the job's Running worker pods from the API (see runtime.pod_discovery)."""
+    """The discovery command of every Kubernetes backend's elastic launcher: the Ready pods that ``selector``
+    (the backend's labels of this job's worker pods) matches, read from the API (see runtime.pod_discovery)."""
     return shlex.join(["python", "-m", "airflow_ml_provider.runtime.pod_discovery", "--selector", selector,
                        "--slots", str(slots)])

@@ -5,8 +5,8 @@ Runs inside the launcher pod, once a second, as ``horovodrun --host-discovery-sc
 every worker pod that is Ready (its readiness probe passes: the provider's sshd workers have one on their sshd
 port, so horovodrun's first ssh to a host finds it listening) and not being deleted, so an evicted pod leaves
 the ring and a rescheduled or added one joins it once it can take a rank. It uses the pod's service account
-(which needs ``list pods`` in its namespace) and only the standard library, so any training image that holds
-this package can run it.
+(which needs ``list pods`` in its namespace: deploy/kubernetes/pod-discovery.yaml) and only the standard library,
+so any training image that holds this package can run it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import json
 import os
 import ssl
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
+from http import HTTPStatus
 from pathlib import Path
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -64,7 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=1, help="ranks per worker pod")
     parser.add_argument("--service-account-dir", type=Path, default=Path(SERVICE_ACCOUNT_DIR))
     args = parser.parse_args(argv)
-    for host in worker_hosts(list_pods(args.selector, args.service_account_dir)):
+    try:
+        pods = list_pods(args.selector, args.service_account_dir)
+    except urllib.error.HTTPError as exc:
+        if exc.code != HTTPStatus.FORBIDDEN:
+            raise
+        # authenticated, but its account may not list pods. Horovod 0.28.1 fails the job when its first discovery
+        # fails (runner/elastic/driver.py:197-202): the launcher's log says what the pod lacks
+        print(f"pod discovery: listing pods was refused ({exc.code} {exc.reason}): the pod's service account needs "
+              "'list' on pods in its namespace (deploy/kubernetes/pod-discovery.yaml)", file=sys.stderr)
+        return 1
+    for host in worker_hosts(pods):
         print(f"{host}:{args.slots}")
     return 0
 

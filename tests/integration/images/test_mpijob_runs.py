@@ -19,12 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from kube_cluster import TRAINER_TOKEN
 from kueue_controller import admit_mpijob
 from mpi_operator import MPIOperator
+from pod_api import PodApi
 from pod_containers import CLAIM, JOB_TIMEOUT_S, NAMESPACE, PodNetwork, json_events
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
+from support import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -110,20 +113,30 @@ def test_a_failing_mpijob_launcher_fails_and_is_not_restarted_in_place(tmp_path,
 
 
 def test_elastic_mpijob_loses_a_worker_container_mid_run_and_finishes_on_the_rest(tmp_path, training_image, network,
-                                                                                 claims):
-    """Elastic Horovod on MPIJob (F2 and F9, run): max_workers worker pods, the launcher at once (AtStartup), its
-    horovodrun reading the operator's discover_hosts.sh (bare names: --slots-per-host). One worker's container is
-    killed mid-run; the operator's script stops listing it (it is no longer Running) and the ring goes on without
-    it to the last step."""
+                                                                                 claims, api_server):
+    """Elastic Horovod on MPIJob (F9, run): max_workers worker pods, the launcher at once (AtStartup), its horovodrun
+    finding the workers by listing the job's Ready worker pods from the API server (runtime.pod_discovery, as a user
+    holding exactly the Role of deploy/kubernetes/pod-discovery.yaml: tests/pod_api.py makes the pods Pod objects
+    and reports their phase and readiness). One worker's container is killed mid-run; its pod is no longer Ready,
+    the discovery stops listing it and the ring goes on without it to the last step."""
     total = 200
     spec = TrainingJobSpec(framework="horovod", num_workers=3, min_workers=1, max_workers=3, image=training_image,
                            checkpoint_dir="/work/checkpoints", env={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"},
-                           kubernetes={"volumes": [CLAIM]},
+                           kubernetes={"volumes": [CLAIM], "service_account": "airflow-ml-launcher"},
                            command=["python", "-m", "airflow_ml_provider.runtime.horovod_elastic", "--total-steps",
                                     str(total)])
     job = _mpijob("ela", spec)
     assert job["spec"]["launcherCreationPolicy"] == "AtStartup" and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
-    operator = MPIOperator(job, network, tmp_path / "controller", claims)
+    launcher_pod = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    command = launcher_pod["containers"][0]["command"]
+    discovery = command[command.index("--host-discovery-script") + 1]
+    assert discovery.startswith("python -m airflow_ml_provider.runtime.pod_discovery --selector ")
+    assert launcher_pod["serviceAccountName"] == "airflow-ml-launcher"
+    shipped = yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "pod-discovery.yaml").read_text())
+    [role] = [doc for doc in shipped if doc["kind"] == "Role"]
+    api_server.grant(NAMESPACE, "trainer", role["rules"])
+    api = PodApi(api_server, NAMESPACE, network, tmp_path / "kubelet", TRAINER_TOKEN)
+    operator = MPIOperator(job, network, tmp_path / "controller", claims, api=api)
     outcome = {}
     runner = threading.Thread(target=lambda: outcome.update(code=operator.run_launcher(JOB_TIMEOUT_S + 300)))
     try:
@@ -143,6 +156,7 @@ def test_elastic_mpijob_loses_a_worker_container_mid_run_and_finishes_on_the_res
         if runner.is_alive():  # the launcher still runs: stop it, so that the thread ends before the network goes
             network.kill(operator.launcher)
             runner.join(60)
+        api.close()
     launcher = network.logs(operator.launcher)
     assert outcome.get("code") == 0, f"launcher exited {outcome.get('code')}:\n{launcher[-5000:]}"
     events = json_events(launcher)

@@ -40,9 +40,6 @@ COMMANDS = {
 }
 ELASTIC = {"min_workers": 1, "max_workers": 3}
 PS_ROLES = {"chief": {}, "ps": {}, "worker": {"count": 2}}  # a job of several roles (tensorflow-ps)
-# What a controller mounts into the pod rather than the image holding it: the MPI operator's discover_hosts.sh
-# (kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go:1376-1378, in the launcher's /etc/mpi).
-FROM_THE_CONTROLLER = {"/etc/mpi/discover_hosts.sh"}
 # How a program is shown to run without starting a job; --help for the rest.
 PROBES = {"sshd": ["-t"], "horovodrun": ["--check-build"]}
 # Run in the image by its own Python: each check's outcome as one JSON line.
@@ -99,12 +96,10 @@ def _checks_of(argv: list[str], command: list[str]) -> list[dict]:
     programs = [argv[0]]
     if argv != command and argv[-len(command):] == command:  # a launcher: the user's command is its tail, run by
         programs.append(command[0])  # it on this image (a server, sshd, runs none)
-    if "--host-discovery-script" in argv:
-        discovery = argv[argv.index("--host-discovery-script") + 1]
-        if discovery not in FROM_THE_CONTROLLER:
-            discovery_argv = shlex.split(discovery)
-            programs.append(discovery_argv[0])
-            argv = [*argv, *discovery_argv]
+    if "--host-discovery-script" in argv:  # every backend's discovery is a program of the image
+        discovery_argv = shlex.split(argv[argv.index("--host-discovery-script") + 1])
+        programs.append(discovery_argv[0])
+        argv = [*argv, *discovery_argv]
     checks = [{"program": p, "probe": PROBES.get(p.rsplit("/", 1)[-1], ["--help"])} for p in programs]
     for i, word in enumerate(argv[:-1]):
         if word == "-m" and argv[i - 1].rsplit("/", 1)[-1].startswith("python"):

@@ -1,12 +1,12 @@
 """Kubeflow MPIJob (kubeflow.org/v2beta1): the standard way to run Horovod on Kubernetes.
 
-A launcher pod runs ``horovodrun`` over the workers listed in the hostfile the MPI operator mounts;
-workers run sshd. The operator reports progress as conditions. A generic job's ranks are started the same
-way: the training image has no MPI (scripts/build_horovod.sh builds Horovod with ``HOROVOD_WITHOUT_MPI=1``
-and images/training/Dockerfile installs no OpenMPI), so ``mpirun`` would exit 127; horovodrun without MPI
-runs its Gloo launcher (Horovod 0.28.1 runner/launch.py:769-776, ``run_controller``: ``mpi_built()`` false,
-``gloo_built()`` true), which starts each rank over the operator's ssh with ``HOROVOD_RANK``/``HOROVOD_SIZE``
-in its environment (runner/gloo_run.py:70-71).
+A launcher pod runs ``horovodrun`` over the workers listed in the hostfile the MPI operator mounts (an elastic
+job's, over the Ready workers its pod discovery lists); workers run sshd. The operator reports progress as
+conditions. A generic job's ranks are started the same way: the training image has no MPI
+(scripts/build_horovod.sh builds Horovod with ``HOROVOD_WITHOUT_MPI=1`` and images/training/Dockerfile installs no
+OpenMPI), so ``mpirun`` would exit 127; horovodrun without MPI runs its Gloo launcher (Horovod 0.28.1
+runner/launch.py:769-776, ``run_controller``: ``mpi_built()`` false, ``gloo_built()`` true), which starts each rank
+over the operator's ssh with ``HOROVOD_RANK``/``HOROVOD_SIZE`` in its environment (runner/gloo_run.py:70-71).
 """
 
 from __future__ import annotations
@@ -23,14 +23,19 @@ from airflow_ml_provider.jobs.backends.kubernetes.pod_template import (
     user_argv,
 )
 from airflow_ml_provider.jobs.backends.kubernetes.status import ended, said
-from airflow_ml_provider.jobs.horovodrun import (
-    MPI_OPERATOR_DISCOVERY,
-    horovodrun_hosts,
-)
+from airflow_ml_provider.jobs.horovodrun import horovodrun_hosts, pod_discovery
 from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState, JobStatus
 
 HOSTFILE = "/etc/mpi/hostfile"
+# An elastic job's workers: the labels the MPI operator gives each worker pod of the MPIJob, over its template's
+# (kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go:1482-1484, newWorker, from defaultLabels
+# :1743-1749; keys and "mpi-operator": pkg/apis/kubeflow/v2beta1/constants.go:25, :39-45). It is the operator's own
+# workerSelector (:1751-1754), the pods its discover_hosts.sh is made of (:834-852). That script lists every Running
+# one (:846), also one whose sshd does not listen yet, and horovodrun's first ssh to it failed; the pod discovery
+# lists only the Ready ones (runtime.pod_discovery), so the launcher's service account needs ``list pods``.
+WORKER_SELECTOR = ("training.kubeflow.org/operator-name=mpi-operator,training.kubeflow.org/job-name={name},"
+                   "training.kubeflow.org/job-role=worker")
 # Each condition type the MPI operator sets, and what it means for the job while it is the latest true one.
 CONDITION_STATES = {
     "Created": JobState.PENDING,
@@ -71,7 +76,8 @@ class MPIJobBackend(KubernetesBackend):
                 raise ValueError("min_workers/max_workers: a generic job runs a fixed number of ranks; elastic "
                                  "bounds need framework 'horovod'")
             refuse_unused(spec, f"{self.name} (generic)", "slots_per_worker")  # one rank a worker, as everywhere
-        hosts = horovodrun_hosts(spec, ["--hostfile", HOSTFILE], MPI_OPERATOR_DISCOVERY, slots)
+        discovery = pod_discovery(WORKER_SELECTOR.format(name=name), slots)
+        hosts = horovodrun_hosts(spec, ["--hostfile", HOSTFILE], discovery, slots)
         launch = ["horovodrun", "-np", ranks, *hosts, *user_argv(spec)]
         run_policy = {
             "cleanPodPolicy": spec.kubernetes.clean_pod_policy,
@@ -113,8 +119,8 @@ class MPIJobBackend(KubernetesBackend):
                     # pastBackoffLimitOnFailure: with backoffLimit 0 any restart fails the Job): the kubelet had
                     # already started a second horovodrun before the Job failed.
                     "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher},
-                    # Elastic: max_workers pods, of which discover_hosts.sh lists the Running ones (:843-849,
-                    # :1376-1378); horovodrun grows the ring up to --max-np as they start.
+                    # Elastic: max_workers pods, of which the pod discovery lists the Ready ones; horovodrun grows
+                    # the ring up to --max-np as they start.
                     "Worker": {"replicas": spec.max_workers or spec.num_workers, "restartPolicy": "Never",
                                "template": worker},
                 },

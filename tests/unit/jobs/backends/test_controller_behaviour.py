@@ -1,8 +1,9 @@
-"""Issue 39, F1-F4 and F6-F9: what the controllers do with the rendered jobs, played by the controllers' own rules
+"""Issue 39, F1-F4 and F6-F10: what the controllers do with the rendered jobs, played by the controllers' own rules
 at the pinned refs (each step cites its upstream file and lines), not by this project's reading of them:
-Volcano's job controller and webhook on a crashed or evicted pod, the MPI operator's launcher Job and
-discover_hosts.sh, JobSet's defaults and the Job controller's backoff on a TrainJob's pods, and Horovod's own
-host discovery on what the operator's script prints.
+Volcano's job controller and webhook on a crashed or evicted pod, the MPI operator's launcher Job, worker pods and
+discover_hosts.sh (which an elastic MPIJob no longer runs: it lists workers that are not Ready), JobSet's defaults and
+the Job controller's backoff on a TrainJob's pods, and Horovod's own host discovery on what the launcher's discovery
+prints.
 
 Pinned refs: kubeflow/mpi-operator v0.8.0 (101db144e019e1de65aaded07745e9d805c2852a), volcano-sh/volcano
 ed72c7c815a9fd547a787134676f73d42e9d049c, kubeflow/trainer v2.3.0 (658725bdae5c7e3a0854d93ac6ff492e109a22ab),
@@ -16,16 +17,19 @@ import copy
 import json
 import math
 import re
+import shlex
 import subprocess
 
 import pytest
 import yaml
+from mpi_operator import worker_labels
 from trainer_controller import TORCH_DISTRIBUTED, jobset_for
 
 from airflow_ml_provider.jobs.backends import get_backend
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import JobState
 from airflow_ml_provider.runtime.metrics_log import worker_env
+from airflow_ml_provider.runtime.pod_discovery import worker_hosts
 from support import REPO, TRAINING_PYTHON, needs_training_env
 
 COMMAND = ["python", "-m", "train"]
@@ -86,10 +90,27 @@ def mpi_operator_warnings(mpijob: dict) -> list[str]:
 
 def discover_hosts_sh(mpijob: dict, running: int) -> str:
     """The script the operator keeps in the launcher's /etc/mpi for ``running`` Running workers of the ones it
-    made (``replicas`` pods, :1756-1762): updateDiscoverHostsInConfigMap, :1357-1381 (no launcher-as-worker)."""
+    made (``replicas`` pods, :1756-1762): updateDiscoverHostsInConfigMap, :1357-1381 (no launcher-as-worker), of
+    getRunningWorkerPods (:834-852), which checks the phase only (:846): Ready or not."""
     name = mpijob["metadata"]["name"]
     pods = sorted(f"{name}-worker-{i}" for i in range(mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]))
     return "#!/bin/sh\n" + "".join(f"echo {pod}.{name}.ml.svc\n" for pod in pods[:running])
+
+
+def mpi_worker_pods(mpijob: dict, ready: list[bool]) -> list[dict]:
+    """The worker pods newWorker makes (:1473-1526: its labels, tests/mpi_operator.py ``worker_labels``; hostname the
+    pod's name and subdomain the job, :1486-1487), Running, each Ready or not as the kubelet reports it."""
+    name = mpijob["metadata"]["name"]
+    return [{"metadata": {"name": f"{name}-worker-{i}", "labels": worker_labels(mpijob, i)},
+             "spec": {"hostname": f"{name}-worker-{i}", "subdomain": name},
+             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(is_ready)}]}}
+            for i, is_ready in enumerate(ready)]
+
+
+def launcher_discovery(mpijob: dict) -> list[str]:
+    """The argv of the launcher's --host-discovery-script."""
+    command = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    return shlex.split(command[command.index("--host-discovery-script") + 1])
 
 
 # --- Volcano's job controller and webhook ------------------------------------------------------------------------
@@ -214,15 +235,16 @@ def test_f8_the_mpijob_launcher_runs_backoff_limit_plus_one_times(backoff_limit)
 
 
 def test_f9_an_elastic_mpijob_can_grow_to_max_workers():
-    """F9: the operator makes ``replicas`` worker pods and discover_hosts.sh lists the Running ones: with replicas
-    num_workers, --max-np was never reached. The launcher must start before every worker pod is ready
-    (WaitForWorkersReady waits for all of them, mpi_job_controller.go:678)."""
+    """F9: the operator makes ``replicas`` worker pods and the launcher's discovery lists the Ready ones, each with
+    its slots: with replicas num_workers, --max-np was never reached. The launcher must start before every worker
+    pod is ready (WaitForWorkersReady waits for all of them, mpi_job_controller.go:678)."""
     job = manifest("mpijob", spec(min_workers=1, max_workers=4, kubernetes={"slots_per_worker": 2}))
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4
     command = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
     max_np = int(command[command.index("--max-np") + 1])
-    hosts = discover_hosts_sh(job, running=4).count("echo ")
-    assert hosts * int(command[command.index("--slots-per-host") + 1]) == max_np == 8
+    discovery = launcher_discovery(job)
+    hosts = worker_hosts(mpi_worker_pods(job, [True] * 4))
+    assert len(hosts) * int(discovery[discovery.index("--slots") + 1]) == max_np == 8
     assert job["spec"]["launcherCreationPolicy"] == "AtStartup"
     assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 2, "the launcher and min_workers"
     backend = get_backend("mpijob", api_client=None, namespace="ml")
@@ -230,6 +252,33 @@ def test_f9_an_elastic_mpijob_can_grow_to_max_workers():
               "replicaStatuses": {"Launcher": {"active": 1}, "Worker": {"active": 2}}}
     # Running is set only once every worker pod runs (mpi_job_controller.go:1163): 2 of 4 is a running job
     assert backend.job_status({"metadata": {"name": "job"}, "status": status}).state is JobState.RUNNING
+
+
+def test_f10_an_elastic_mpijob_s_launcher_lists_only_its_ready_workers():
+    """F10: the operator's discover_hosts.sh lists a Running worker whose sshd does not listen yet (its readiness
+    probe fails: :846 checks the phase only), and its headless Service publishes only Ready addresses
+    (publishNotReadyAddresses false without runLauncherAsWorker, :1407-1409), so horovodrun's ssh to it failed. The
+    launcher runs the provider's pod discovery instead, selecting this job's workers by the labels the operator gives
+    them (the operator's own workerSelector, :1751-1754); the selection by a real API server and the service account
+    that may list them: tests/integration/kubernetes/test_elastic_and_preemption.py."""
+    job = manifest("mpijob", spec(min_workers=1, max_workers=3))
+    pods = mpi_worker_pods(job, [True, False, True])
+    assert discover_hosts_sh(job, running=3).count("echo ") == 3, "the operator's script: every Running worker"
+    discovery = launcher_discovery(job)
+    assert discovery[:3] == ["python", "-m", "airflow_ml_provider.runtime.pod_discovery"]
+    selector = dict(term.split("=") for term in discovery[discovery.index("--selector") + 1].split(","))
+    launcher = {**job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"],  # :1564-1566
+                "training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-name": "job",
+                "training.kubeflow.org/job-role": "launcher"}
+    other_job = worker_labels({**job, "metadata": {"name": "other"}}, 0)
+    assert [selector.items() <= labels.items() for labels in [*(p["metadata"]["labels"] for p in pods), launcher,
+                                                              other_job]] == [True, True, True, False, False]
+    assert worker_hosts(pods) == ["job-worker-0.job", "job-worker-2.job"]
+    assert "/etc/mpi/discover_hosts.sh" not in json.dumps(job)
+    # a fixed-size MPIJob is unchanged: horovodrun over the operator's hostfile
+    fixed = manifest("mpijob", spec())["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert fixed["command"] == ["horovodrun", "-np", "2", "--hostfile", "/etc/mpi/hostfile", "--start-timeout", "120",
+                                *COMMAND]
 
 
 def test_f9_an_elastic_volcano_job_can_grow_to_max_workers():
@@ -289,20 +338,31 @@ if __name__ == "__main__":  # safe_shell_exec runs the script through a spawned 
 
 @needs_training_env
 @pytest.mark.parametrize("slots", [1, 2])
-def test_f2_horovods_own_discovery_reads_the_operators_script(tmp_path, slots):
-    """F2: the operator's discover_hosts.sh prints bare host names; without --slots-per-host Horovod's discovery gave
-    each None slots and counting them raised TypeError. Horovod's own argument parser and HostDiscoveryScript run on
-    the rendered launcher command and the script the operator writes."""
+@pytest.mark.parametrize("source", ["pod discovery", "operator's script"])
+def test_f2_horovods_own_discovery_gives_every_host_its_slots(tmp_path, slots, source):
+    """F2: Horovod's own argument parser and HostDiscoveryScript run on the rendered launcher command, its discovery
+    printing what the launcher's pod discovery prints for two Ready workers (``host:slots``, its ``--slots``), or what
+    the operator's discover_hosts.sh prints, bare host names: without --slots-per-host Horovod's discovery gave each
+    None slots and counting them raised TypeError."""
     job = manifest("mpijob", spec(min_workers=1, max_workers=3, kubernetes={"slots_per_worker": slots}))
     command = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
-    script = tmp_path / "discover_hosts.sh"
-    script.write_text(discover_hosts_sh(job, running=2))
+    script = tmp_path / "discovery.sh"
+    if source == "pod discovery":
+        listed = launcher_discovery(job)
+        per_host = listed[listed.index("--slots") + 1]
+        script.write_text("#!/bin/sh\n" + "".join(f"echo {host}:{per_host}\n"
+                                                  for host in worker_hosts(mpi_worker_pods(job, [True, True]))))
+        hosts = ["job-worker-0.job", "job-worker-1.job"]
+    else:
+        script.write_text(discover_hosts_sh(job, running=2))
+        hosts = ["job-worker-0.job.ml.svc", "job-worker-1.job.ml.svc"]
     script.chmod(0o755)
-    argv = [str(script) if arg == "/etc/mpi/discover_hosts.sh" else arg for arg in command]
+    at = command.index("--host-discovery-script") + 1
+    argv = [*command[:at], str(script), *command[at + 1:]]
     probe = tmp_path / "probe.py"
     probe.write_text(_DISCOVERY_PROBE)
     done = subprocess.run([str(TRAINING_PYTHON), str(probe), json.dumps(argv)], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found == {"hosts": {"job-worker-0.job.ml.svc": slots, "job-worker-1.job.ml.svc": slots}, "slots": 2 * slots}
+    assert found == {"hosts": dict.fromkeys(hosts, slots), "slots": 2 * slots}
