@@ -11,7 +11,7 @@ ends (``T1``), so the sides differ only in what runs around the ranks. Alternate
 
 Printed per side, medians: submit to the first ``T0`` ("before the first rank"), the first ``T0`` to the last
 ``T1`` (the ranks), the last ``T1`` to the end ("after the last rank": for (a), until the follower has read
-the end), and for (a) the launcher's own ``workers_started_at`` after submit (its start: interpreter, imports,
+the end), and for (a) the launcher's own ``launched_at`` after submit (its start: interpreter, imports,
 the sandbox's set-up). Numbers only, never asserted.
 
     AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/job_phases.py [--framework generic|pytorch|horovod]
@@ -64,7 +64,7 @@ def through_backend(backend: LocalBackend, name: str, framework: str, command: l
         sys.exit(f"job {name}: {step.message}")
     first, last = rank_times((backend.job_dir(name) / "output.log").read_text())
     status = json.loads((backend.job_dir(name) / "status.json").read_text())
-    return first - start, last - first, end - last, status["workers_started_at"] - start
+    return first - start, last - first, end - last, status["launched_at"] - start
 
 
 def bare(framework: str, command: list[str], cwd: str) -> tuple[float, ...]:

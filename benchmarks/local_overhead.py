@@ -6,15 +6,17 @@
     in an event loop of its own (without the trigger's XCom save of its state). Both wake on
     ``backend.statuses()`` (the local backend notices the end of a job within ~50 ms). The launcher,
     the log file and following (every line read, passed through the follow core, logged) all count.
-(b) the same trainer under bare ``horovodrun`` from the training environment, output read to EOF, doing the
-    same work: the TensorBoard directory every backend gives a job (``AIRFLOW_ML_TENSORBOARD_DIR``, whose scalars
-    the trainer then writes) is given to it too, so the ratio is the provider's own cost, not the scalars'.
+(b) the same trainer under the same ``horovodrun`` the job runs (``horovodrun_main``: horovodrun without its
+    per-run build probe, from the training environment), bare: output read to EOF, doing the same work: the
+    TensorBoard directory every backend gives a job (``AIRFLOW_ML_TENSORBOARD_DIR``, whose scalars the trainer
+    then writes) is given to it too, so the ratio is the provider's own cost, not the scalars'.
 
 The runs alternate (a, b, a, b, ...) so both sides see the same machine load; every run gets a fresh job
 name and fresh model/checkpoint dirs, so none resumes from another. Target: median(a) / median(b) <= 1.05,
 i.e. running through the provider costs at most 5% over launching Horovod by hand. On a shared machine
 whose load swings between runs, the printed "within (a)" ratio (each run of (a) against the horovodrun
-its launcher ran, timed in status.json) isolates the provider's own share.
+its launcher ran, from the moment it runs in its sandbox to its end, timed in status.json; target <= 1.01)
+isolates the provider's own share: submit, the launcher, the sandbox's start, the end and following.
 
     AIRFLOW_HOME=/tmp/bench-home .venv/bin/python benchmarks/local_overhead.py [--runs 5] [--epochs 5]
         [--follow sync|deferred]
@@ -37,6 +39,7 @@ from pathlib import Path
 from airflow_ml_provider.artifact_layout import TENSORBOARD_ENV, tensorboard_dir
 from airflow_ml_provider.jobs.backends.base import JobSubmissionError
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend
+from airflow_ml_provider.jobs.backends.local.launcher import HOROVODRUN_MAIN
 from airflow_ml_provider.jobs.drivers import SyncDriver, follow_async
 from airflow_ml_provider.jobs.follow import Action, Decision, Follower, FollowOptions
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
@@ -46,6 +49,7 @@ TRAIN_ENV = Path(__file__).resolve().parent.parent / ".venv-train"
 POLL_INTERVAL = FollowOptions().poll_interval  # what a training task polls at by default
 RANKS = 2
 TARGET = 1.05
+WITHIN_TARGET = 1.01
 LOG = logging.getLogger("benchmark.local_overhead")  # the task log's stand-in: records made, written nowhere
 LOG.propagate = False
 LOG.addHandler(logging.NullHandler())
@@ -53,7 +57,8 @@ LOG.addHandler(logging.NullHandler())
 
 def run_job(backend: LocalBackend, name: str, spec: TrainingJobSpec, follow: str) -> tuple[float, list[LogLine], float]:
     """Submit ``spec`` and follow it to the end (see the module docstring); return (seconds, the lines read,
-    seconds horovodrun itself ran, as the launcher recorded in status.json). A job that is refused or
+    seconds horovodrun itself ran, as the launcher recorded in status.json: from the sandbox's report that it
+    runs to its end). A job that is refused or
     does not succeed ends the benchmark (exit 1) with the reason the follower gave."""
     start = time.perf_counter()
     try:
@@ -156,12 +161,15 @@ def main() -> int:
     trainer = ["python", "-m", "airflow_ml_provider.runtime.horovod_keras", "--epochs", str(args.epochs)]
     print(f"{RANKS} ranks, {args.epochs} epochs, {args.runs} runs per side; following {args.follow}, operator "
           f"poll_interval {POLL_INTERVAL} s; training env {TRAIN_ENV}")
-    horovodrun = ["horovodrun", "-np", str(RANKS), "-H", f"localhost:{RANKS}", "--gloo", "--network-interface", "lo"]
+    horovodrun = ["python", str(HOROVODRUN_MAIN), "-np", str(RANKS), "-H", f"localhost:{RANKS}", "--gloo",
+                  "--network-interface", "lo", "--disable-cache"]  # as the job runs it (launcher.launch_plan)
     times, within = alternate(args.runs, "horovod", RANKS, trainer, args.follow,
                               lambda command, cwd, env: run_bare(horovodrun, command, cwd, env))
     report(times, "bare horovodrun")
-    print(f"{'within (a)':<22}{statistics.median(within):>10.3f}  median of (a) / the horovodrun inside it: "
-          "the launcher's and following's share alone, immune to load that differs between (a) and (b)")
+    ratio = statistics.median(within)
+    print(f"{'within (a)':<22}{ratio:>10.3f}  median of (a) / the horovodrun inside it (target <= {WITHIN_TARGET}: "
+          f"{'met' if ratio <= WITHIN_TARGET else 'NOT met'}): submit, the launcher, the sandbox's start, the end and "
+          "following, immune to load that differs between (a) and (b)")
     return 0
 
 

@@ -42,7 +42,7 @@ def run_job(backend: LocalBackend, name: str) -> tuple[float, float]:
     if status.state is not JobState.SUCCEEDED:
         sys.exit(f"job {name} ended {status.state.value}: {status.message}")
     timing = json.loads((backend.job_dir(name) / "status.json").read_text())
-    return wall, timing["workers_ended_at"] - timing["workers_started_at"]
+    return wall, timing["workers_ended_at"] - timing["launched_at"]
 
 
 def main() -> int:

@@ -71,7 +71,7 @@ def orchestration(root: Path, shards: int, small: int, workers: int) -> None:
     spans = {}
     for count in (small, shards):
         status = _run(backend, f"noop-{count}", _spec(root, f"noop-{count}", ["python", "-c", NOOP], count, workers))
-        spans[count] = status["workers_ended_at"] - status["workers_started_at"]
+        spans[count] = status["workers_ended_at"] - status["launched_at"]
         print(f"{count:>7,} no-op shards, {workers} workers: the workers' span {spans[count]:.2f} s")
     per_shard = (spans[shards] - spans[small]) / (shards - small) * 1000
     print(f"orchestration per shard: {per_shard:.3f} ms of wall time, {per_shard * workers:.3f} ms of a worker's "

@@ -2,8 +2,9 @@
 launcher (the launcher included), can read them; explicit job secrets reach the workers and no record;
 every job record is private whatever the umask.
 
-The worker reports its own environment and, through /proc, that of every ancestor that belongs to
-the job (horovodrun's middlemen, the launcher), as one JSON line.
+The worker reports its own environment and, through /proc, that of every ancestor up to init (horovodrun's
+middlemen, the launcher, and the warm launcher that forked it: a forked launcher's /proc environment is the
+server's), as one JSON line.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def environ_of(pid):
 def parent_of(pid):
     with open(f"/proc/{pid}/stat") as handle:
         return int(handle.read().rsplit(")", 1)[1].split()[1])
-uid, chain, pid = os.environ["AIRFLOW_ML_JOB_UID"], {}, os.getppid()
-while pid > 1 and (env := environ_of(pid)).get("AIRFLOW_ML_JOB_UID") == uid:
-    chain[pid] = env
+chain, pid = {}, os.getppid()
+while pid > 1:
+    chain[pid] = environ_of(pid)
     pid = parent_of(pid)
 redact = lambda env: {k: "<present>" if k == "OBJECT_STORE_KEY" else v for k, v in env.items()}
 print(json.dumps({"environ": redact(dict(os.environ)), "chain": {p: redact(e) for p, e in chain.items()}}), flush=True)
@@ -94,6 +95,8 @@ def test_no_worker_nor_its_launcher_can_read_the_task_processs_secrets(tmp_path,
     assert len(reports) == 2
     launcher = str(json.loads((job_dir / "launcher.json").read_text())["pid"])
     for report in reports:
+        for ancestor in report["chain"].values():
+            assert not set(TASK_SECRETS) & set(ancestor), "an ancestor of the worker holds the task's secrets"
         environ = report["environ"]
         assert environ["JOB_SETTING"] == "visible" and environ[EXPLICIT[0]] == "<present>"
         assert environ["PATH"].startswith(f"{TRAINING_IMAGE}/bin{os.pathsep}")

@@ -164,7 +164,7 @@ def test_a_job_whose_owning_task_was_sigkilled_is_stopped_after_the_orphan_grace
 
 
 _KILLED_SUBMITTER = textwrap.dedent("""
-    import os, signal, subprocess, sys
+    import os, signal, sys
     from airflow_ml_provider.jobs.backends.local import backend as local
     from airflow_ml_provider.jobs.spec import Framework, TrainingJobSpec
     root, image, when = sys.argv[1:4]
@@ -176,12 +176,12 @@ _KILLED_SUBMITTER = textwrap.dedent("""
         real_write = local.write_json
         local.write_json = lambda path, data: (real_write(path, data), path.name == "job.json" and die())
     else:
-        class Popen(subprocess.Popen):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                if any("local.launcher" in str(arg) for arg in args[0]):  # not the sandbox probe's bwrap
-                    die()
-        local.subprocess.Popen = Popen
+        start_launcher = local.launcher_server.start_launcher
+
+        def started(*args, **kwargs):  # the launcher forked, its secrets not yet written
+            start_launcher(*args, **kwargs)
+            die()
+        local.launcher_server.start_launcher = started
     spec = TrainingJobSpec(framework="generic", num_workers=1,
                            command=["python", "-c", "print('the job ran', flush=True)"])
     local.LocalBackend(root, image=image).submit("interrupted", spec, {})
@@ -207,17 +207,17 @@ def test_a_submitter_killed_mid_submit_leaves_nothing_running_and_a_retry_starts
 
 
 _PAUSED_SUBMITTER = textwrap.dedent("""
-    import os, signal, subprocess, sys
+    import os, signal, sys
     from airflow_ml_provider.jobs.backends.local import backend as local
     from airflow_ml_provider.jobs.spec import TrainingJobSpec
     root, image = sys.argv[1:3]
 
-    class Popen(subprocess.Popen):
-        def __init__(self, *args, **kwargs):
-            if any("local.launcher" in str(arg) for arg in args[0]):  # its record written, its launcher not started
-                os.kill(os.getpid(), signal.SIGSTOP)
-            super().__init__(*args, **kwargs)
-    local.subprocess.Popen = Popen
+    start_launcher = local.launcher_server.start_launcher
+
+    def paused(*args, **kwargs):  # its record written, its launcher not started
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return start_launcher(*args, **kwargs)
+    local.launcher_server.start_launcher = paused
     spec = TrainingJobSpec(framework="generic", num_workers=1,
                            command=["python", "-c", "import time; print('the job ran', flush=True); time.sleep(60)"])
     local.LocalBackend(root, image=image).submit("early", spec, {})

@@ -6,6 +6,7 @@ outlived its job's runner (it waited on its shard channel) kept the spawner, the
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -23,10 +24,10 @@ def test_closing_the_control_pipe_kills_the_workers_still_running_and_ends_the_s
     plan = {"workers": [{"argv": [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"],
                          "env": {}, "cwd": str(tmp_path), "fd": write_end}]}
     spawner = subprocess.Popen([sys.executable, "-I", "-S", sandboxed.SPAWNER], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, pass_fds=(write_end,), text=True)
+                               stdout=subprocess.PIPE, pass_fds=(write_end,))
     os.close(write_end)
     try:
-        spawner.stdin.write(json.dumps(plan) + "\n")
+        spawner.stdin.write(marshal.dumps(plan))
         spawner.stdin.flush()
         assert json.loads(spawner.stdout.readline()) == {"started": 1}
         with os.fdopen(read_end, "rb") as output:

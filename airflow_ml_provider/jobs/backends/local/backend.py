@@ -33,7 +33,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -50,6 +49,7 @@ from airflow_ml_provider.jobs.backends.base import (
     JobSubmissionError,
 )
 from airflow_ml_provider.jobs.backends.local import egress as local_egress
+from airflow_ml_provider.jobs.backends.local import launcher_server
 from airflow_ml_provider.jobs.backends.local import sandbox as local_sandbox
 from airflow_ml_provider.jobs.backends.local import workdirs as local_workdirs
 from airflow_ml_provider.jobs.backends.local.common import (
@@ -76,7 +76,6 @@ from airflow_ml_provider.runtime.local_discovery import ETCD_ENV, slots_prefix, 
 
 __all__ = ["JOB_UID_ENV", "LocalBackend", "SandboxMode", "job_processes"]
 
-_LAUNCHER = "airflow_ml_provider.jobs.backends.local.launcher"
 # A job name becomes a directory name: no separators, no "..", nothing hidden.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -146,7 +145,6 @@ class LocalBackend(Backend):
         self.cancel_grace_s = cancel_grace_s
         self.etcd = etcd or os.environ.get(ETCD_ENV) or None
         self.orphan_grace_s = orphan_grace_s
-        self._launchers: dict[str, subprocess.Popen] = {}
 
     def job_dir(self, name: str) -> Path:
         if not _NAME.match(name) or ".." in name:
@@ -280,8 +278,7 @@ class LocalBackend(Backend):
             return
         if not self._status_or_none(name, JobState.CANCELLED).state.is_terminal:
             _mark_cancelled(job_dir, reason)
-        terminate(lambda: job_processes(record["uid"]), self.cancel_grace_s)
-        self._reap(name)
+        terminate(lambda: self._processes(job_dir, record), self.cancel_grace_s)
 
     def delete(self, name: str) -> None:
         with self._claim(name):
@@ -370,33 +367,30 @@ class LocalBackend(Backend):
         return self.status(name).state.is_terminal
 
     def _start_launcher(self, name: str, job_dir: Path, uid: str, secrets: dict[str, str]) -> None:
-        """Start the launcher with a minimal environment (none of the Airflow process's secrets), then
-        complete the submission by writing the secrets to its stdin and closing it."""
+        """Have the root's warm launcher fork the job's launcher (``launcher_server``) with a minimal environment
+        (none of the Airflow process's secrets), then complete the submission by writing the secrets to its stdin
+        and closing it."""
         env = allowed_env(os.environ) | {JOB_UID_ENV: uid}
         if "PYTHONPATH" in os.environ:  # how this interpreter found the package, if not installed
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        secrets_in, secrets_out = os.pipe()
         log_fd = open_private(job_dir / "launcher.log", append=True)
         try:
-            launcher = subprocess.Popen(
-                [sys.executable, "-m", _LAUNCHER, str(job_dir)], env=env, cwd=job_dir, stdin=subprocess.PIPE,
-                stdout=log_fd, stderr=subprocess.STDOUT,
-                start_new_session=True,  # survives the task process; its own process group
-                close_fds=True,
-            )
+            pid = launcher_server.start_launcher(self.root, job_dir, env, secrets_in, log_fd)
         except OSError as exc:
+            os.close(secrets_out)
             shutil.rmtree(job_dir, ignore_errors=True)
-            raise JobSubmissionError(f"could not start the local launcher {sys.executable!r}: {exc}") from None
+            raise JobSubmissionError(f"could not start the local launcher: {exc}") from None
         finally:
+            os.close(secrets_in)
             os.close(log_fd)
-        self._launchers[name] = launcher
-        write_json(job_dir / "launcher.json", {"pid": launcher.pid, "create_time": _create_time(launcher.pid)})
+        write_json(job_dir / "launcher.json", {"pid": pid, "create_time": _create_time(pid)})
         try:
-            launcher.stdin.write(json.dumps({"secrets": secrets}).encode())
-            launcher.stdin.close()
-        except BrokenPipeError:  # the interpreter died before reading (a broken environment)
-            code = launcher.wait()
+            with os.fdopen(secrets_out, "wb") as stdin:
+                stdin.write(json.dumps({"secrets": secrets}).encode())
+        except BrokenPipeError:  # it died before reading (a broken environment)
             write_json(job_dir / "status.json", JobStatus(
-                JobState.FAILED, f"the launcher exited with {code} before starting the job; see {job_dir}/launcher.log",
+                JobState.FAILED, f"the launcher exited before starting the job; see {job_dir}/launcher.log",
             ).to_dict())
 
     def _write_slots(self, name: str, spec: TrainingJobSpec) -> None:
@@ -502,24 +496,32 @@ class LocalBackend(Backend):
             return JobStatus(missing)
 
     def _launcher_alive(self, name: str, launcher: dict) -> bool:
-        self._reap(name)
         try:
             proc = psutil.Process(launcher["pid"])
             return proc.create_time() == launcher["create_time"] and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
 
-    def _reap(self, name: str) -> None:
-        """Collect our own launcher child once it exits, so it does not linger as a zombie."""
-        if (proc := self._launchers.get(name)) is not None and proc.poll() is not None:
-            del self._launchers[name]
+    @staticmethod
+    def _processes(job_dir: Path, record: dict) -> list:
+        """Every live process of the job: its launcher (forked by the warm launcher, so its environment in /proc
+        is the server's: named by ``launcher.json``) and whatever it started (by the job's marker)."""
+        found = job_processes(record["uid"])
+        launcher = read_json(job_dir / "launcher.json") or {}
+        try:
+            proc = psutil.Process(launcher["pid"])
+            if proc.create_time() == launcher["create_time"] and all(p.pid != proc.pid for p in found):
+                found.append(proc)
+        except (KeyError, TypeError, psutil.Error):
+            pass
+        return found
 
     def _stop_leftovers(self, job_dir: Path) -> None:
         """Stop whatever the ended attempt left running before a new one takes its name: the workers of
         an attempt whose launcher was killed (PREEMPTED) outlive it, with no watchdog left to enforce
         their lease or deadline. Called under the name's lock."""
         if (record := self._record(job_dir.name)) is not None:
-            terminate(lambda: job_processes(record["uid"]), self.cancel_grace_s)
+            terminate(lambda: self._processes(job_dir, record), self.cancel_grace_s)
 
     @staticmethod
     def _archive(job_dir: Path) -> None:

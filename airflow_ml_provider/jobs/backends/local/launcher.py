@@ -278,8 +278,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing: dict[str, float]) -> JobStatus:
-    """Run the job; ``timing`` gets when its processes started and ended (epoch seconds), which tells
-    the launcher's own cost apart from the job's."""
+    """Run the job; ``timing`` gets when the launcher began starting it, when its workers ran and when they
+    ended (epoch seconds), which tells the launcher's and the sandbox's cost apart from the job's."""
     record = read_json(job_dir / "job.json")
     plan, spec = record["plan"], record["spec"]
     # A sandboxed job's user has no home of its own on the host: its private /tmp is (the job's env may say else)
@@ -294,7 +294,7 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
         _make_directories(spec)
     start = sandbox.start if sandbox is not None else _popen_all
     watchdog = _Watchdog(job_dir, record, writer)
-    sampler = ResourceSampler(lambda: job_processes(record["uid"]), writer.write)
+    sampler = ResourceSampler(lambda: _launcher_and_job(record["uid"]), writer.write)
     runner = {"horovod": _run_horovod, "pytorch": _run_torchrun}.get(plan["framework"], _run_ranks)
     if spec.get("shards"):
         # here, not at the top: its pydantic import would add ~60 ms to every job's start
@@ -305,9 +305,14 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
         from airflow_ml_provider.jobs.backends.local import roles as local_roles
 
         runner = functools.partial(local_roles.run_roles, on_started=_forward_sigterm)
+    def started(*args, **kwargs) -> list:
+        workers = start(*args, **kwargs)
+        timing.setdefault("workers_started_at", time.time())  # the first workers run: their sandbox has started
+        return workers
+
     try:
-        timing["workers_started_at"] = time.time()
-        status = runner(spec, plan, env, writer, start)
+        timing["launched_at"] = time.time()  # the launcher starts the workers (their sandbox first)
+        status = runner(spec, plan, env, writer, started)
         timing["workers_ended_at"] = time.time()
     finally:
         sampler.finish()
@@ -320,6 +325,14 @@ def _launch(job_dir: Path, secrets: dict[str, str], writer: _LineWriter, timing:
     if watchdog.reason is not None and status.state is not JobState.SUCCEEDED:
         return JobStatus(watchdog.reason.state, watchdog.reason.message, status.exit_codes)
     return status
+
+
+def _launcher_and_job(uid: str) -> list:
+    """This launcher and every process of its job (a launcher forked by the warm launcher has the server's
+    environment in /proc, not the job's marker)."""
+    import psutil
+
+    return [psutil.Process(), *job_processes(uid, exclude=os.getpid())]
 
 
 def _make_directories(spec: dict) -> None:

@@ -20,12 +20,19 @@ _RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 def free_ports(count: int) -> list[int]:
     """``count`` distinct loopback ports free right now, outside the ephemeral range where there is room."""
     sockets: list[socket.socket] = []
+    tried: set[int] = set()
+    low = _ephemeral_low()
     try:
-        candidates = _below_ephemeral()
         while len(sockets) < count:
+            port = 0  # the kernel's choice, once the range below the ephemeral one is used up
+            if low is not None and len(tried) < low - LOWEST:
+                port = random.randrange(LOWEST, low)  # two launchers choosing at once rarely try the same ports
+                if port in tried:
+                    continue
+                tried.add(port)
             sock = socket.socket()
             try:
-                sock.bind(("127.0.0.1", candidates.pop() if candidates else 0))
+                sock.bind(("127.0.0.1", port))
             except OSError:  # in use: try the next one
                 sock.close()
                 continue
@@ -36,11 +43,9 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _below_ephemeral() -> list[int]:
+def _ephemeral_low() -> int | None:
     try:
         low = int(_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return []
-    ports = list(range(LOWEST, low))
-    random.shuffle(ports)  # two launchers choosing at once rarely try the same ports
-    return ports
+        return None
+    return low if low > LOWEST else None

@@ -15,6 +15,7 @@ killed: a stop, the OOM killer) ended by SIGKILL.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import signal
 import subprocess
@@ -137,7 +138,7 @@ class JobSandbox:
                             for index, ((argv, worker_env, cwd), (_, write)) in enumerate(zip(workers, pipes))],
                 "relays": self.relays.sockets, "user": self.config.get("uid")}
         try:
-            self._proc.stdin.write((json.dumps(plan) + "\n").encode())
+            self._proc.stdin.write(marshal.dumps(plan))
             self._proc.stdin.flush()
             first = json.loads(self._proc.stdout.readline() or b'{"failed": -1}')
         except (OSError, ValueError):
@@ -146,8 +147,10 @@ class JobSandbox:
             for read, _ in pipes:
                 os.close(read)
             self._stopped_at_start()
-            raise OSError(first.get("error") or f"the job's sandbox could not start (exit {self._proc.returncode}; "
-                                                "its reason is in the job's [launcher] lines)")
+            if isinstance(code := first.get("errno"), int) and code > 0:
+                raise OSError(code, os.strerror(code))
+            raise OSError(f"the job's sandbox could not start (exit {self._proc.returncode}; its reason is in the "
+                          "job's [launcher] lines)")
         threading.Thread(target=self._read_ends, args=(len(workers),), daemon=True).start()
         return [SandboxedWorker(self, index, os.fdopen(read, "rb"))
                 for index, (read, _) in enumerate(pipes)]
@@ -183,7 +186,7 @@ class JobSandbox:
         """Send ``signum`` to worker ``index`` (nothing once the sandbox is gone)."""
         with self._control_lock:
             try:
-                self._proc.stdin.write((json.dumps({"worker": index, "signal": signum}) + "\n").encode())
+                self._proc.stdin.write(marshal.dumps((index, int(signum))))  # (marshal takes no Signals enum)
                 self._proc.stdin.flush()
             except (OSError, ValueError):
                 pass

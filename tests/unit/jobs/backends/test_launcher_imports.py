@@ -6,9 +6,13 @@ socket, the roles runner, traceback, logging, platform, the owner token's hashli
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+from airflow_ml_provider.jobs.backends.local import sandboxed
 
 IMPORTED = ("import json, sys; import airflow_ml_provider.jobs.backends.local.launcher; "
             "print(json.dumps(sorted(sys.modules)))")
@@ -23,3 +27,15 @@ def test_the_launcher_process_imports_only_what_every_job_needs():
                             "platform", "traceback", "hashlib", "hmac", "secrets"}, sorted(top_level)
     assert not modules & {"airflow_ml_provider.runtime.xgboost_tracker", "airflow_ml_provider.jobs.xgboost",
                           "airflow_ml_provider.jobs.backends.local.roles", "airflow_ml_provider.jobs.roles"}
+
+
+def test_the_sandboxs_spawner_imports_neither_json_nor_subprocess_nor_socket():
+    """The spawner starts in every job's sandbox: a plan in ``marshal`` (no ``json``, whose ``re`` is most of
+    its import), workers by ``posix_spawn`` (no ``subprocess``), ``socket`` only for a job with relays."""
+    imported = ("import sys; sys.path.insert(0, sys.argv[1]); before = set(sys.modules); import spawner; "
+                "print(sorted(set(sys.modules) - before))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", imported, str(Path(sandboxed.SPAWNER).parent)],
+                          capture_output=True, text=True, check=True)
+    added = set(ast.literal_eval(done.stdout))
+    assert "spawner" in added
+    assert not added & {"json", "subprocess", "socket", "selectors", "re"}, sorted(added)
