@@ -142,6 +142,21 @@ def rank_process(job_dir: Path, rank: int, trainer: str, rank_env: str = "HOROVO
     return None
 
 
+def processes_naming(path: Path) -> list:
+    """Live processes (psutil.Process) whose command line names ``path``, but for this one and a backend root's warm
+    launcher (``launcher_server``), which outlives its jobs by design; the launchers it forks count."""
+    import psutil
+
+    from airflow_ml_provider.jobs.backends.local.launcher_server import SERVER_NAME
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "name"]):
+        if (str(path) in " ".join(proc.info["cmdline"] or []) and proc.pid != os.getpid()
+                and proc.info["name"] != SERVER_NAME):
+            found.append(proc)
+    return found
+
+
 def assert_steps_once(steps: list[int], first: int, last: int, every: int = 1, what: str = "round") -> None:
     """A run's step lines from ``first`` to ``last`` (every ``every``-th) as the bundled trainers print them
     (runtime.metrics_log.StepLines: in order, a burst of 50, then about one a second, and the last): none

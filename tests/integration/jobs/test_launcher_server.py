@@ -58,6 +58,9 @@ def test_one_server_forks_every_launcher_of_a_root_each_with_its_own_submissions
     backend.submit("second", job(3), {})
     assert server_of(backend, "second").pid == first_server.pid
     assert launcher_of(backend, "second").pid != launcher_of(backend, "first").pid
+    # told apart in ps, though a fork keeps the server's command line (the launcher names itself once it runs)
+    assert first_server.name() == launcher_server.SERVER_NAME
+    wait_for(lambda: launcher_of(backend, "second").name() == launcher_server.LAUNCHER_NAME, what="the launcher's name")
     for name, tz in (("first", "Etc/GMT+1"), ("second", "Etc/GMT+2")):
         assert final_status(backend, name).state is JobState.SUCCEEDED, job_log(backend, name)
         assert f"[rank 0] tz {tz}" in job_log(backend, name)

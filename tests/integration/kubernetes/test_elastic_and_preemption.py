@@ -152,7 +152,7 @@ def test_an_elastic_mpijob_s_launcher_lists_its_workers_only_once_they_are_ready
     assert refused.returncode == 1 and "needs 'list' on pods" in refused.stderr, refused.stderr
 
 
-def test_an_elastic_volcano_job_gangs_the_minimum_and_discovers_running_worker_pods(kube_cluster, namespace):
+def test_an_elastic_volcano_job_gangs_the_minimum_and_discovers_ready_worker_pods(kube_cluster, namespace):
     jobs = get_backend("volcano", api_client=kube_cluster.api_client(), namespace=namespace)
     jobs.submit(IDENTITY.name, ELASTIC, IDENTITY.labels())
     stored = jobs.get("Job", IDENTITY.name)

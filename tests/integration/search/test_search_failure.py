@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 from optuna.trial import TrialState
 
@@ -22,7 +21,7 @@ from airflow_ml_provider.search.runner import TrialScheduler
 from airflow_ml_provider.search.space import parse_settings, parse_space
 from airflow_ml_provider.search.study import open_storage, open_study
 from airflow_ml_provider.triggers.search import SearchTrigger
-from support import TRAINING_IMAGE, wait_for
+from support import TRAINING_IMAGE, processes_naming, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,11 +42,6 @@ SPACE = {"mode": ["gate", "sleep"]}
 def _spec(root: Path) -> dict:
     return {"framework": "generic", "num_workers": 1,
             "command": ["python", "-c", _TRIAL, "{{ params.mode }}", str(root)]}
-
-
-def _trial_processes(root: Path) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"]) if str(root) in " ".join(p.info["cmdline"] or [])
-            and p.pid != psutil.Process().pid]
 
 
 def _both_running(study, backend: LocalBackend) -> bool:
@@ -81,7 +75,7 @@ def _fail_mid_search(root: Path, study, backend: LocalBackend, search: Callable[
         journal.mkdir()
         gate.touch()
         thread.join(timeout=120)
-        return thread.is_alive(), backend.status(sleeping).state.value, _trial_processes(root)
+        return thread.is_alive(), backend.status(sleeping).state.value, processes_naming(root)
     finally:
         gate.touch()
         for job in (root / "ml" / "jobs").glob("*"):

@@ -10,7 +10,6 @@ import sys
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
 import search_setup
 from optuna.trial import TrialState
@@ -21,7 +20,7 @@ from airflow_ml_provider.jobs.drivers import replay
 from airflow_ml_provider.jobs.spec import TrainingJobSpec
 from airflow_ml_provider.jobs.state import NEVER_LAUNCHED
 from airflow_ml_provider.search.runner import summarize
-from support import REPO, wait_for
+from support import REPO, processes_naming, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +229,7 @@ def test_a_trial_worse_than_the_others_is_pruned_and_its_running_job_deleted(tmp
     with pytest.raises(JobNotFound):
         search.backend.status(bad.user_attrs["job_name"])
     assert not search.backend.job_dir(bad.user_attrs["job_name"]).exists()
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(markers) in " ".join(p.info["cmdline"] or [])]
+    leftovers = processes_naming(markers)
     assert not leftovers, "the pruned trial's worker is still running"
     for name in ("good_a", "good_b"):
         assert trials[name].state is TrialState.COMPLETE and trials[name].value == 0.9
@@ -254,7 +253,7 @@ def test_cancelling_the_running_trials_stops_their_jobs(tmp_path):
     trials = search.study.get_trials(deepcopy=False)
     assert [t.state for t in trials] == [TrialState.FAIL] * 2
     assert all("CANCELLED" in t.user_attrs["failure"] for t in trials)
-    assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert not processes_naming(tmp_path)
 
 
 def test_a_systematic_failure_stops_the_search_instead_of_spending_its_budget(tmp_path):

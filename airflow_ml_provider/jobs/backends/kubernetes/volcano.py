@@ -52,7 +52,7 @@ TORCH_PLUGIN_PORT = 23456  # the plugin's DefaultPort, named in its arguments
 _TORCH_PLUGIN_RENDEZVOUS = {"nnodes": "$(WORLD_SIZE)", "node-rank": "$(RANK)", "master-addr": "$(MASTER_ADDR)",
                             "master-port": "$(MASTER_PORT)"}
 # A fixed-size Horovod job's master runs horovodrun once every worker's sshd answers. An elastic one's starts at
-# once: its ring forms from the workers its discovery lists (Running pods), whenever they join.
+# once: its ring forms from the workers its discovery lists (Ready pods), whenever they join.
 SSH_GATE = "airflow_ml_provider.runtime.ssh_gate"
 # Why a Horovod job's pods cannot be "restricted": its workers run sshd as root, and the ssh plugin mounts the job's
 # key at its sshKeyFilePath, /root/.ssh by default (pkg/controllers/job/plugins/ssh/ssh.go:68, const.go:33).
@@ -146,7 +146,7 @@ class VolcanoBackend(KubernetesBackend):
                               restart_policy="OnFailure", as_root=True, **_deadline(spec))
         workers_task = {"name": "worker", "replicas": spec.max_workers or spec.num_workers, "template": worker}
         if spec.elastic:
-            # max_workers pods (the pod discovery lists the Running ones), min_workers of them in the gang: a task's
+            # max_workers pods (the pod discovery lists the Ready ones), min_workers of them in the gang: a task's
             # minAvailable defaults to its replicas (mutate_job.go:205-217), and the scheduler holds a job whose
             # tasks have fewer than their minAvailable placed (pkg/scheduler/api/job_info.go:1073-1101)
             workers_task["minAvailable"] = spec.min_workers or spec.num_workers

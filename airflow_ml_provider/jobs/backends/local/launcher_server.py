@@ -40,6 +40,7 @@ _ANSWER_S = 30.0  # the most a submitter waits for the server's answer, or for a
 _MAX_REQUEST = 1 << 20
 _STALE = b'{"stale": true}'  # nothing was forked: ask a fresh server
 _SERVER = "airflow_ml_provider.jobs.backends.local.launcher_server"
+SERVER_NAME, LAUNCHER_NAME = "ml-launcher-srv", "ml-launcher"  # their names in ps (at most 15 characters)
 _PACKAGE = "airflow_ml_provider"
 
 
@@ -154,6 +155,7 @@ def serve(root: Path, idle_s: float) -> None:
     if os.fork():  # the starter's child exits once the server listens: the server is nobody's child
         os._exit(0)
     os.setsid()
+    _call_me(SERVER_NAME)
     sys.stdout.buffer.write(b"ready\n")
     sys.stdout.flush()
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -230,6 +232,7 @@ def _become_launcher(main, request: dict, fds: list[int], sockets: list[socket.s
             server_socket.close()
         os.close(dir_fd)
         os.setsid()
+        _call_me(LAUNCHER_NAME)
         stdin, log = fds
         os.dup2(stdin, 0)
         os.dup2(log, 1)
@@ -250,6 +253,12 @@ def _become_launcher(main, request: dict, fds: list[int], sockets: list[socket.s
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)  # never back into the server's loop
+
+
+def _call_me(name: str) -> None:
+    """This process's name in ``ps``/``top`` (its command line stays the server's, as a fork's does)."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write(name)
 
 
 def _sources() -> dict[str, tuple[int, int]]:
