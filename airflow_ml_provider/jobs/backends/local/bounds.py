@@ -2,8 +2,9 @@
 
 The launcher makes one cgroup per controller for the job, a child of the launcher's own (cgroup v1: under
 ``/sys/fs/cgroup/memory`` and ``/sys/fs/cgroup/pids``; v2: one cgroup under the unified hierarchy), sets
-``memory`` and ``pids`` limits there, and puts the job's sandbox in them (``enter``) while bubblewrap holds it
-before it forks the sandbox's first process, so every process of the job, however deep, is counted. The sandbox's ``/tmp`` and ``/dev/shm`` are tmpfs,
+``memory`` and ``pids`` limits there, and puts the job's sandbox in them (``enter``: its first process, the
+spawner, before it starts any worker), so every process of the job, however deep, is counted. The sandbox's
+``/tmp`` and ``/dev/shm`` are tmpfs,
 whose pages are charged to the job's memory too. After the job ends, ``exceeded`` reads the cgroups'
 counters: an OOM kill or a refused fork is the job's failure, named, never a preemption.
 
@@ -60,10 +61,13 @@ def create(name: str, memory_bytes: int, max_processes: int) -> Bounds:
 
 def enter(bounds: Bounds, pid: int) -> None:
     """Put process ``pid`` (the job's sandbox, before it starts anything) in the job's cgroups, where it has
-    them, and give it the process floor (RLIMIT_NPROC): what it forks inherits both. OSError if it cannot."""
+    them, and give it the process floor (RLIMIT_NPROC): what it forks inherits both. OSError if it cannot.
+    Where the pids cgroup counts the same processes, the floor lies one above it: the cgroup refuses first and
+    records it (``pids.events``), which names the bound in the job's failure."""
     for directory in sorted(set(bounds.paths.values())):
         _write(directory, "cgroup.procs", pid)
-    resource.prlimit(pid, resource.RLIMIT_NPROC, (bounds.max_processes, bounds.max_processes))
+    floor = bounds.max_processes + (1 if "pids" in bounds.paths else 0)
+    resource.prlimit(pid, resource.RLIMIT_NPROC, (floor, floor))
 
 
 def exceeded(bounds: Bounds) -> str | None:

@@ -1,10 +1,12 @@
 """The launcher's side of a job's sandbox: one bubblewrap sandbox for all the job's workers, started within
 the job's bounds and as its user, its egress relayed, its workers' ends reported.
 
-Bubblewrap reports its sandbox's process (``--info-fd``) and holds it (``--block-fd``) before that process forks
-the sandbox's command; meanwhile the launcher puts it in the job's cgroups and gives it the process floor
-(``bounds.enter``), then lets it go: nothing of the job runs outside its bounds, and no interpreter starts just
-to enter them.
+Bubblewrap reports its sandbox's process (``--info-fd``), which becomes the spawner itself (``--as-pid-1``: the
+spawner is the sandbox's init). While it starts, the launcher puts it in the job's cgroups and gives it the
+process floor (``bounds.enter``); only then does it send the spawner its plan, and the spawner starts no worker
+before its plan: nothing of the job runs outside its bounds, and the bounds cost the start nothing (bubblewrap
+used to hold the process, ``--block-fd``, until they were entered: ~5 ms of every job's start, a memory cgroup's
+entry).
 
 ``JobSandbox.start`` hands the workers to the sandbox's ``spawner`` and returns one ``SandboxedWorker`` per
 worker, which the launcher's runners use as they use a ``Popen``: ``stdout`` (the worker's output pipe),
@@ -106,21 +108,19 @@ class JobSandbox:
         launcher's, e.g. a sharded job's channel; else none); OSError (as Popen raises it) if one cannot start."""
         pipes = [os.pipe() for _ in workers]
         seccomp_fd = local_seccomp.program_fd()
-        (info, info_end), (hold_end, hold) = os.pipe(), os.pipe()
-        inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else [])
-        inherited += [info_end, hold_end]
+        info, info_end = os.pipe()
+        inherited = [write for _, write in pipes] + ([seccomp_fd] if seccomp_fd is not None else []) + [info_end]
         inheritable = list(stdins or [])  # (the caller's: passed on, not closed here)
         bwrap, *options = local_sandbox.argv(self.config, seccomp_fd, str(self._egress_dir), str(self._hosts),
                                              self._low_ports)
-        command = [bwrap, "--info-fd", str(info_end), "--block-fd", str(hold_end), *options,
+        command = [bwrap, "--info-fd", str(info_end), *options,
                    sys.executable, "-I", "-S", SPAWNER]
         env = allowed_env(os.environ) | {JOB_UID_ENV: workers[0][1][JOB_UID_ENV]}
         try:
             self._proc = subprocess.Popen(command, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, pass_fds=inherited + inheritable)
         except OSError:
-            for fd in (info, hold):
-                os.close(fd)
+            os.close(info)
             raise
         finally:
             for fd in inherited:
@@ -128,7 +128,7 @@ class JobSandbox:
         self._stderr = threading.Thread(target=self._relay_stderr, daemon=True)
         self._stderr.start()
         try:
-            self._bound(info, hold)
+            self._bound(info)
         except OSError:
             for read, _ in pipes:
                 os.close(read)
@@ -155,9 +155,9 @@ class JobSandbox:
         return [SandboxedWorker(self, index, os.fdopen(read, "rb"))
                 for index, (read, _) in enumerate(pipes)]
 
-    def _bound(self, info: int, hold: int) -> None:
-        """The sandbox's process, held by bubblewrap, into the job's bounds, then let go; OSError (the sandbox
-        stopped) if bubblewrap did not start it or it cannot be bounded."""
+    def _bound(self, info: int) -> None:
+        """The sandbox's process (the spawner, starting) into the job's bounds; OSError (the sandbox stopped) if
+        bubblewrap did not start it or it cannot be bounded."""
         try:
             with os.fdopen(info, "rb") as reports:  # bubblewrap closes it once it has said, or as it dies
                 child = json.loads(reports.read() or b"{}").get("child-pid")
@@ -168,13 +168,10 @@ class JobSandbox:
                 local_bounds.enter(self.bounds, child)
             except OSError as exc:
                 raise OSError(f"the job's sandbox could not be put in its bounds: {exc}") from None
-            os.write(hold, b"\n")
         except (OSError, ValueError) as exc:
             self._proc.kill()
             self._stopped_at_start()
             raise OSError(str(exc)) from None
-        finally:
-            os.close(hold)
 
     def _stopped_at_start(self) -> None:
         """The sandbox that did not start, reaped, and what it said relayed before the job's end is written (the

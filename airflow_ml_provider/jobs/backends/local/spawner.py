@@ -2,8 +2,9 @@
 
 One sandbox holds all of a job's workers, so that they share one network namespace of their own (their
 rendezvous meets on its loopback, which no other job and no host service shares). The launcher, outside,
-runs ``python -I -S spawner.py`` as the sandbox's command (the standard library only: nothing of the job's
-environment is imported) and talks to it over two pipes:
+runs ``python -I -S spawner.py`` as the sandbox's command and init (the standard library only: nothing of the job's
+environment is imported; as init it also reaps the orphans of the job's processes, and no signal from inside the
+sandbox ends it) and talks to it over two pipes:
 
 - stdin, from the launcher (``marshal``: the launcher is this interpreter, and the trusted side): first the plan,
   ``{"workers": [{"argv", "env", "cwd", "fd", "stdin"?}], "relays": [{"listen": [address, port], "socket": path}],
