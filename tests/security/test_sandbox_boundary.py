@@ -413,6 +413,26 @@ def test_the_sandbox_refuses_user_namespaces_ptrace_and_mounts(tmp_path):
     assert not (found["ptrace_init"] or found["unshare_user"] or found["mount"] or found["keyctl"]), found
 
 
+def test_no_signal_from_inside_the_sandbox_ends_its_init_the_spawner(tmp_path):
+    """The spawner is the sandbox's init (its end is the sandbox's): a job that signals it, as the user it shares,
+    changes nothing, and the job runs to its own end."""
+    backend = backend_at(tmp_path)
+    assert backend.submit("signals", job("""
+        import json, os, signal, time
+        sent = {}
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGKILL):
+            try:
+                os.kill(1, signum)
+                sent[signum.name] = True
+            except OSError as exc:
+                sent[signum.name] = exc.strerror
+        time.sleep(1)
+        print("REPORT " + json.dumps(sent), flush=True)
+    """), {})
+    assert final_status(backend, "signals").state is JobState.SUCCEEDED, job_log(backend, "signals")
+    assert set(report(backend, "signals")) == {"SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGKILL"}
+
+
 _UNPRIVILEGED_SUBMITTER = """
 import json, sys, time
 from airflow_ml_provider.jobs.backends.local.backend import LocalBackend, job_processes

@@ -38,6 +38,9 @@ _RESET = (signal.SIGPIPE, signal.SIGXFSZ)  # which Python ignores, and a worker 
 
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)  # a stop's SIGTERM is for the workers; the sandbox ends at SIGKILL
+    # Python's handler would raise in here; as the sandbox's init, a signal left at its default is dropped when it
+    # comes from inside, so no process of the job can end its sandbox this way (a worker inherits the default)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     control, report = sys.stdin.buffer, sys.stdout
     plan = marshal.load(control)
     for worker in plan["workers"]:  # each worker gets its own descriptors only
