@@ -9,8 +9,8 @@ its objective (``{"event": "result", "auc": x}``, x being a searched parameter).
     job bookkeeping, follow rounds). ms/trial = wall time / trials; peak RSS of the process that ran
     it (a fresh interpreter per sampler, so each search's memory is its own). Targets: random/grid
     <= 50 ms/trial, TPE <= 200 ms/trial.
-(2) On the local backend: the same no-op job as real processes (the job's ``echo``, under the launcher
-    interpreter the local backend starts for every job). Cost beyond the jobs = (search wall time -
+(2) On the local backend: the same no-op job as real processes (the job's ``echo``, under the launcher the
+    local backend forks for every job, in its sandbox). Cost beyond the jobs = (search wall time -
     wall time of running the jobs' own processes bare, 64 at a time, per job over up to 512 of them) /
     trials, printed with the search process's own CPU time per trial: the rest is the local backend's
     per-job launcher, not the search. With ``--local-trials`` below 4,096 the 4,096-trial wall time is
@@ -193,7 +193,7 @@ def main() -> None:
               f"{args.parallel}: {r['wall_s']:.1f} s = {per:.1f} ms/trial; the jobs' own processes bare "
               f"({r['bare_trials']} of them, {args.parallel} at a time): {job:.1f} ms/trial")
         print(f"  cost beyond the jobs: {per - job:.1f} ms/trial, of which the search process's own CPU is "
-              f"{cpu:.1f} ms/trial; the rest is the local backend's launcher (a Python interpreter per job)")
+              f"{cpu:.1f} ms/trial; the rest is the local backend's (a launcher and a sandbox per job)")
         if r["trials"] < args.trials:
             print(f"  (extrapolated to {args.trials} trials, linearly: {r['wall_s'] * args.trials / r['trials']:.0f} s)")
 

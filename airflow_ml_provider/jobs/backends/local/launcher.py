@@ -1,11 +1,12 @@
 """The local backend's launcher: runs one job's workers, merges their output by rank, records the end.
 
 ``LocalBackend.submit`` computes the plan (``launch_plan``: argv, the job's variables, cwd), stores it
-in ``job.json`` and starts ``python -m airflow_ml_provider.jobs.backends.local.launcher JOB_DIR`` in a
-session of its own, with an allow-listed environment. On the launcher's stdin it writes the job's
-explicit secrets as one JSON document and closes it once the submission is complete: a launcher that
-reads an incomplete document knows its submitter died mid-submit and starts nothing. Secrets thus
-never touch a file. Commands are argv lists, never a shell string.
+in ``job.json`` and has the root's warm launcher (``launcher_server``) fork a launcher that runs ``main``
+in a session of its own, with an allow-listed environment (``python -m
+airflow_ml_provider.jobs.backends.local.launcher JOB_DIR`` runs one by hand). On the launcher's stdin the
+submitter writes the job's explicit secrets as one JSON document and closes it once the submission is
+complete: a launcher that reads an incomplete document knows its submitter died mid-submit and starts
+nothing. Secrets thus never touch a file. Commands are argv lists, never a shell string.
 
 What ends a job, and the state written to ``status.json`` (always after the job's last log line):
 - every worker exited 0: SUCCEEDED; one exited non-zero: FAILED, naming the first such rank;
