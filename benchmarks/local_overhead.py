@@ -129,8 +129,8 @@ def alternate(runs: int, framework: str, workers: int, trainer: list[str], follo
             seconds, lines, inner = run_job(backend, name, spec, follow)  # the spec's dirs: the sandbox binds them
             times["operator"].append(seconds)
             within.append(seconds / inner)
-            print(f"run {run}  (a) operator path {seconds:6.1f} s  ({len(lines)} lines; its workers {inner:.1f} s)",
-                  flush=True)
+            print(f"run {run}  (a) operator path {seconds:6.1f} s  ({len(lines)} lines; its workers {inner:.1f} s, "
+                  f"{1000 * (seconds - inner):.0f} ms outside them)", flush=True)
             bare_dir = Path(tmp, f"bare-{run}")
             bare_dir.mkdir()
             seconds, count = bare(trainer + artifact_args(bare_dir), bare_dir, same_work_env(bare_dir))
@@ -167,6 +167,8 @@ def main() -> int:
                               lambda command, cwd, env: run_bare(horovodrun, command, cwd, env))
     report(times, "bare horovodrun")
     ratio = statistics.median(within)
+    outside = statistics.median(t - t / w for t, w in zip(times["operator"], within))
+    print(f"{'outside (a)':<22}{1000 * outside:>10.0f}  ms, median: the provider's own time around the horovodrun")
     print(f"{'within (a)':<22}{ratio:>10.3f}  median of (a) / the horovodrun inside it (target <= {WITHIN_TARGET}: "
           f"{'met' if ratio <= WITHIN_TARGET else 'NOT met'}): submit, the launcher, the sandbox's start, the end and "
           "following, immune to load that differs between (a) and (b)")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import fcntl
+import functools
 import hmac
 import json
 import logging
@@ -643,17 +644,24 @@ def _editable_sources(image: str) -> list[str]:
     points at: a ``.pth`` line naming a folder, or a package of the ``MAPPING`` of setuptools'
     ``__editable___*_finder.py`` (the package folder alone, not the checkout around it). A job reads them
     read-only like the image itself; a checkout under ``/tmp`` would else be hidden with it."""
-    sources = []
-    for site in Path(image).glob("lib/python*/site-packages"):
-        for pth in site.glob("*.pth"):
-            sources += [line for line in pth.read_text(errors="replace").splitlines()
-                        if line.startswith("/") and os.path.isdir(line)]
-        for finder in site.glob("__editable___*_finder.py"):
-            for node in ast.parse(finder.read_text(errors="replace")).body:
-                if isinstance(node, ast.AnnAssign | ast.Assign) and "MAPPING" in ast.unparse(node).split("=")[0]:
-                    mapping = ast.literal_eval(node.value)
-                    sources += [path for path in mapping.values() if os.path.isdir(path)]
-    return sources
+    files = [(str(path), path.stat().st_mtime_ns) for site in Path(image).glob("lib/python*/site-packages")
+             for path in (*site.glob("*.pth"), *site.glob("__editable___*_finder.py"))]
+    return [path for path in _sources_named(tuple(files)) if os.path.isdir(path)]
+
+
+@functools.lru_cache(maxsize=32)
+def _sources_named(files: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
+    """What the files name (parsed once per file and version: every submission asks)."""
+    sources: list[str] = []
+    for name, _mtime in files:
+        text = Path(name).read_text(errors="replace")
+        if name.endswith(".pth"):
+            sources += [line for line in text.splitlines() if line.startswith("/")]
+            continue
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.AnnAssign | ast.Assign) and "MAPPING" in ast.unparse(node).split("=")[0]:
+                sources += list(ast.literal_eval(node.value).values())
+    return tuple(sources)
 
 
 def _interpreter_prefix(image: str) -> str | None:

@@ -37,7 +37,7 @@ from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV
 IDLE_S = 60.0  # idle servers go: a root's first job after a quiet minute pays one cold start (~50 ms)
 _CHECK_S = 5.0  # how often an idle server looks at its socket
 _ANSWER_S = 30.0  # the most a submitter waits for the server's answer, or for a new server to be ready
-_MAX_REQUEST = 1 << 20
+_MAX_REQUEST = 1 << 16  # a job's directory and an allow-listed environment
 _STALE = b'{"stale": true}'  # nothing was forked: ask a fresh server
 _SERVER = "airflow_ml_provider.jobs.backends.local.launcher_server"
 SERVER_NAME, LAUNCHER_NAME = "ml-launcher-srv", "ml-launcher"  # their names in ps (at most 15 characters)
