@@ -78,8 +78,8 @@ class HyperparameterSearchOperator(BaseOperator):
 
     Returns (XCom): ``{"best_params", "best_value", "best_trial", "best_job_name", "best_model_path",
     "n_complete", "n_pruned", "n_failed", "trials": [{"number", "state", "value", "params", "job_name"}],
-    "study_name", "mlflow_run_id"}``; with ``track_mlflow``, also ``"mlflow_url"`` (the parent run's page) and each
-    trial's ``"mlflow_run_id"`` and ``"mlflow_url"`` (its child run's).
+    "objective_metric", "direction", "study_name", "mlflow_run_id"}``; with ``track_mlflow``, also ``"mlflow_url"``
+    (the parent run's page) and each trial's ``"mlflow_run_id"`` and ``"mlflow_url"`` (its child run's).
     """
 
     template_fields: Sequence[str] = ("search_space", "search", "backend", "storage_url", "mlflow_experiment")
@@ -224,7 +224,8 @@ class HyperparameterSearchOperator(BaseOperator):
             summary = mlflow.links(summary)
         self.log.info("Best trial %d: %s = %s with %s", summary["best_trial"], settings.objective_metric,
                       summary["best_value"], summary["best_params"])
-        return {**summary, "study_name": study.study_name, "mlflow_run_id": run_id}
+        return {**summary, "objective_metric": settings.objective_metric, "direction": settings.direction,
+                "study_name": study.study_name, "mlflow_run_id": run_id}
 
     def on_kill(self) -> None:
         if self._scheduler is not None:

@@ -43,9 +43,18 @@ def _study(task: Any, dag_id: str, task_id: str, run_id: str, map_index: int):
         return {"note": f"its study could not be read here ({type(exc).__name__})"}
 
 
+def _objective(storage, study) -> dict[str, Any]:
+    """The objective as the search recorded it in its study: its metric (``search.study.OBJECTIVE_ATTR``; None in a
+    study an older search created) and the study's direction."""
+    from airflow_ml_provider.search.study import OBJECTIVE_ATTR
+
+    return {"objective_metric": storage.get_study_user_attrs(study).get(OBJECTIVE_ATTR),
+            "direction": storage.get_study_directions(study)[0].name.lower()}
+
+
 def live_trials(task: Any, dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, Any] | None:
-    """``{"trials": [...], "best_trial": n | None}`` of the search task's study so far, ``{"note": why}`` where it
-    cannot be read here, None for a task that is no search."""
+    """``{"trials": [...], "best_trial": n | None, "objective_metric", "direction"}`` of the search task's study so
+    far, ``{"note": why}`` where it cannot be read here, None for a task that is no search."""
     found = _study(task, dag_id, task_id, run_id, map_index)
     if not isinstance(found, tuple):
         return found
@@ -56,20 +65,21 @@ def live_trials(task: Any, dag_id: str, task_id: str, run_id: str, map_index: in
 
     try:
         trials = storage.get_all_trials(study, deepcopy=False)
+        objective = _objective(storage, study)
     except Exception as exc:  # noqa: BLE001 - as above
         return {"note": f"its study could not be read here ({type(exc).__name__})"}
     try:
         best = storage.get_best_trial(study).number
     except ValueError:  # no trial completed yet
         best = None
-    return {"trials": trial_table(trials[-MAX_TRIALS_SHOWN:]), "best_trial": best}
+    return {"trials": trial_table(trials[-MAX_TRIALS_SHOWN:]), "best_trial": best, **objective}
 
 
 def one_trial(task: Any, dag_id: str, task_id: str, run_id: str, map_index: int, number: int) -> dict[str, Any] | None:
     """Trial ``number`` of the search task's study as its trial page shows it: its row of the trials table, its
     objective per step (``[[step, value], ...]``, what the runner reported to Optuna), its failure, the search's
-    MLflow run (``mlflow_url``, while the search runs); ``{"note": why}`` where the study cannot be read here or
-    has no such trial, None for a task that is no search."""
+    MLflow run (``search_mlflow_url``, while the search runs), the objective's metric and direction;
+    ``{"note": why}`` where the study cannot be read here or has no such trial, None for a task that is no search."""
     found = _study(task, dag_id, task_id, run_id, map_index)
     if not isinstance(found, tuple):
         return found
@@ -82,6 +92,7 @@ def one_trial(task: Any, dag_id: str, task_id: str, run_id: str, map_index: int,
     try:
         trial = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study, number))
         parent = storage.get_study_user_attrs(study).get(PARENT_URL_ATTR)
+        objective = _objective(storage, study)
     except KeyError:
         return {"note": f"its study has no trial {number}"}
     except Exception as exc:  # noqa: BLE001 - as above
@@ -90,4 +101,4 @@ def one_trial(task: Any, dag_id: str, task_id: str, run_id: str, map_index: int,
     stride = max(1, -(-len(steps) // MAX_STEPS_SHOWN))
     kept = steps[::stride] + ([steps[-1]] if steps and (len(steps) - 1) % stride else [])
     return {**trial_table([trial])[0], "steps": [[step, value] for step, value in kept],
-            "failure": trial.user_attrs.get(FAILURE_ATTR), "search_mlflow_url": parent}
+            "failure": trial.user_attrs.get(FAILURE_ATTR), "search_mlflow_url": parent, **objective}

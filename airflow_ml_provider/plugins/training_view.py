@@ -3,8 +3,9 @@ what the follow core saved (``ml_training_view`` while the task follows the job,
 deferred) and the task's result, never by reading the job's log again: metric curves (the gate's threshold
 drawn, the other ranks' curves beside the followed one's), progress and ETA, the job's state timeline, the
 workers' CPU and memory (a local job's launcher's, GPUs where NVML answers; a cluster's metrics API's), the workers'
-last lines, the scalars of the job's TensorBoard directory, links to MLflow; for a search, its trials as a table and
-plots with the best marked. Every text from a job or a person is escaped."""
+last lines, the scalars of the job's TensorBoard directory, links to MLflow; for a search (and a recipe sweep's
+``.best``), its trials as a table and plots with the best marked, the objective named by its metric. Every text from
+a job or a person is escaped."""
 
 from __future__ import annotations
 
@@ -70,13 +71,19 @@ def page(data: dict[str, Any], now: float | None = None) -> str:
     view, ti = data.get("view") or {}, data["ti"]
     running = ti["state"] not in ENDED
     parts = [*head(ti["task_id"], running),
-             f"<h1>{escape(ti['dag_id'])} / {escape(ti['task_id'])}: task {escape(str(ti['state']))}"
+             f"<h1>{escape(ti['dag_id'])} / {escape(ti['task_id'])}{_index(ti)}: task {escape(str(ti['state']))}"
              f"{', job ' + escape(str(view['state'])) if view.get('state') else ''}</h1>",
              *job_sections(data, running, _search(data.get("search") or {}, ti), now)]
     if not view and not data.get("result"):
         parts.append("<p>No job followed by this task yet.</p>")
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def _index(ti: dict[str, Any]) -> str:
+    """`` [3]`` after a mapped task instance's task id, as Airflow's UI names it; nothing for an unmapped one."""
+    index = int(ti.get("map_index", -1))
+    return f" [{index}]" if index >= 0 else ""
 
 
 def head(title: str, running: bool) -> list[str]:
@@ -128,6 +135,18 @@ def ti_path(ti: dict[str, Any]) -> str:
 def trial_href(ti: dict[str, Any], number: int) -> str:
     """Trial ``number``'s page, relative to the task instance's view (``/ti/<dag>/<run>/<task>``)."""
     return f"../../../trial/{ti_path(ti)}/{int(number)}?map_index={int(ti.get('map_index', -1))}"
+
+
+def mapped_href(ti: dict[str, Any], task_id: str, map_index: int) -> str:
+    """The view of map index ``map_index`` of the run's task ``task_id``, relative to a task instance's view."""
+    return f"../../../ti/{ti_path({**ti, 'task_id': task_id})}?map_index={int(map_index)}"
+
+
+def log_href(ti: dict[str, Any], task_id: str, map_index: int) -> str:
+    """Airflow's own page of that task instance (its log), relative to a task instance's view (under the API
+    server's root, as ``/ml-training`` is)."""
+    dag, run, task = (quote(str(part), safe="") for part in (ti["dag_id"], ti["run_id"], task_id))
+    return f"../../../../dags/{dag}/runs/{run}/tasks/{task}/mapped/{int(map_index)}"
 
 
 def _curves(view: dict[str, Any], targets: dict[str, float]) -> list[str]:
@@ -195,42 +214,57 @@ def _resources(sample: Any) -> list[str]:
     return parts
 
 
+def objective(found: dict[str, Any]) -> tuple[str, str]:
+    """The objective as a search (or a sweep's ``.best``) recorded it: its metric's name ("objective" where none
+    was recorded) and its direction as the pages add it (`` (minimize)``; "" where unknown)."""
+    metric, direction = found.get("objective_metric"), found.get("direction")
+    return (metric if isinstance(metric, str) and metric else "objective",
+            f" ({direction})" if direction in ("maximize", "minimize") else "")
+
+
 def _search(result: dict[str, Any], ti: dict[str, Any]) -> list[str]:
-    """A search's trials: a table, the objective per trial and each numeric parameter against it, best marked (a
-    running search's so far, from its study: ``plugins.search_trials``), every row and point linking to the
-    trial's page."""
+    """A search's trials: a table, the objective (named by its metric) per trial and each numeric parameter against
+    it, best marked (a running search's so far, from its study: ``plugins.search_trials``), every row and point
+    linking to the trial's page; a sweep's (``plugins.sweep_trials``: its mapped task instances) linking to each
+    one's view and its log."""
     trials = [t for t in result.get("trials") or [] if isinstance(t, dict)]
     if result.get("note"):
         return [f"<h2>Trials</h2><p>Not shown while the search runs: {escape(str(result['note']))}</p>"]
     if not trials:
         return []
-    best = result.get("best_trial")
+    best, sweep = result.get("best_trial"), result.get("sweep")
+    name, way = objective(result)
 
     def href(t: dict[str, Any]) -> str | None:
         number = t.get("number")
-        return trial_href(ti, number) if isinstance(number, int) and not isinstance(number, bool) else None
+        if not isinstance(number, int) or isinstance(number, bool):
+            return None
+        return mapped_href(ti, sweep, number) if isinstance(sweep, str) else trial_href(ti, number)
 
     scored = [t for t in trials if isinstance(t.get("value"), int | float)]
     marked = next((i for i, t in enumerate(scored) if t.get("number") == best), None)
-    parts = ["<h2>Trials</h2>", line_chart("objective per trial", [[t["number"], t["value"]] for t in scored],
+    parts = ["<h2>Trials</h2>", line_chart(f"{name} per trial{way}", [[t["number"], t["value"]] for t in scored],
                                             x_label="trial", marked=marked, connect=False,
                                             hrefs=[href(t) for t in scored])]
-    names = sorted({name for t in scored for name, value in (t.get("params") or {}).items()
+    names = sorted({param for t in scored for param, value in (t.get("params") or {}).items()
                     if isinstance(value, int | float) and not isinstance(value, bool)})
-    for name in names:
-        points = [(t, t["params"][name]) for t in scored if isinstance((t.get("params") or {}).get(name), int | float)]
+    for param in names:
+        points = [(t, t["params"][param]) for t in scored if isinstance((t.get("params") or {}).get(param), int | float)]
         mark = next((i for i, (t, _) in enumerate(points) if t.get("number") == best), None)
-        parts.append(line_chart(f"objective against {name}", [[value, t["value"]] for t, value in points],
-                                x_label=name, marked=mark, connect=False, hrefs=[href(t) for t, _ in points]))
-    parts.append("<table><tr><th>trial</th><th>state</th><th>objective</th><th>parameters</th><th>job</th></tr>")
+        parts.append(line_chart(f"{name} against {param}", [[value, t["value"]] for t, value in points],
+                                x_label=param, marked=mark, connect=False, hrefs=[href(t) for t, _ in points]))
+    parts.append(f"<table><tr><th>trial</th><th>state</th><th>{escape(name + way)}</th><th>parameters</th>"
+                 f"<th>job</th>{'<th>log</th>' if isinstance(sweep, str) else ''}</tr>")
     for t in trials:
         params = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in sorted((t.get("params") or {}).items()))
         number = escape(str(t.get("number")))
         link = f"<a href='{escape(url, quote=True)}'>{number}</a>" if (url := href(t)) else number
+        log = f"<td><a href='{escape(log_href(ti, sweep, t['number']), quote=True)}'>log</a></td>" \
+            if isinstance(sweep, str) and url else ""
         parts.append(f"<tr class='{'best' if t.get('number') == best else ''}'><td>{link}"
                      f"{' (best)' if t.get('number') == best else ''}</td><td>{escape(str(t.get('state')))}</td>"
                      f"<td>{escape(str(t.get('value')))}</td><td>{params}</td>"
-                     f"<td><code>{escape(str(t.get('job_name') or ''))}</code></td></tr>")
+                     f"<td><code>{escape(str(t.get('job_name') or ''))}</code></td>{log}</tr>")
     parts.append("</table>")
     return parts
 

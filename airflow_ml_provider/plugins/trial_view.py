@@ -1,7 +1,8 @@
 """A search trial's page: its job as the training view shows a training job (``training_view.job_sections``: state,
 curves, TensorBoard scalars, timeline, last lines, from the view the search saved of the trial's job as it followed
 it, ``reporting.live_view.trial_views``), with what the study records of the trial (state, parameters, objective
-per step, failure) and a link to its MLflow run. Every text from the study or the job is escaped."""
+per step, failure; the objective named by the metric and direction the search recorded) and a link to its MLflow
+run. Every text from the study or the job is escaped."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from html import escape
 from typing import Any
 
 from airflow_ml_provider.plugins.charts import line_chart
-from airflow_ml_provider.plugins.training_view import ENDED, head, job_sections, ti_path
+from airflow_ml_provider.plugins.training_view import ENDED, head, job_sections, objective, ti_path
 
 _TRIAL_ENDED = {"COMPLETE", "PRUNED", "FAIL"}
 
@@ -33,7 +34,8 @@ def trial_page(data: dict[str, Any], now: float | None = None) -> str:
              f"{' (the best trial)' if data.get('best') else ''}</p>"]
     if trial.get("note"):
         parts.append(f"<p>Its study: {escape(str(trial['note']))}</p>")
-    rows = [("objective", trial.get("value")), ("job", trial.get("job_name")), ("failure", trial.get("failure"))]
+    named, way = objective(data.get("objective") or {})
+    rows = [(named + way, trial.get("value")), ("job", trial.get("job_name")), ("failure", trial.get("failure"))]
     rows += [(f"parameter {name}", value) for name, value in sorted((trial.get("params") or {}).items())]
     shown = [(name, value) for name, value in rows if value is not None]
     if shown:
@@ -41,7 +43,7 @@ def trial_page(data: dict[str, Any], now: float | None = None) -> str:
                                          for name, value in shown) + "</table>")
     if steps := trial.get("steps"):
         parts += ["<h2>Objective per step</h2>",
-                  line_chart(f"{data.get('objective') or 'objective'} (reported to the study)", steps)]
+                  line_chart(f"{named}{way}, as reported to the study", steps)]
     parts += job_sections(data, running, None, now)
     if not view:
         parts.append(f"<p>{escape(data.get('view_note') or 'No view of its job was saved.')}</p>")

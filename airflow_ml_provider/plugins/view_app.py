@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow_ml_provider import xcom_keys
 from airflow_ml_provider.plugins.search_trials import is_search, live_trials, one_trial
+from airflow_ml_provider.plugins.sweep_trials import is_sweep_best, sweep_trials
 from airflow_ml_provider.plugins.training_view import gate_targets, page
 from airflow_ml_provider.plugins.trial_view import trial_page
 
@@ -39,13 +40,14 @@ def read(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[st
         serialized = SerializedDagModel.get(dag_id, session=session)
         targets = gate_targets(serialized.dag, (run.conf if run else None) or {}) if serialized else {}
         task = serialized.dag.task_dict.get(task_id) if serialized else None
-    own = (task_id, map_index)
+        own = (task_id, map_index)
+        result = values.get((*own, RESULT_KEY))
+        # a recipe sweep's ``.best``: the sweep's mapped task instances, with what it reported of them
+        sweep = sweep_trials(session, task, dag_id, run_id, result) if is_sweep_best(task) else None
     view = values.get((*own, xcom_keys.TRAINING_VIEW)) or _from_follow_state(values.get((*own, xcom_keys.FOLLOW_STATE)))
-    result = values.get((*own, RESULT_KEY))
-    # a search's trials: its summary once it ended, its study's so far while it runs; no other task's result (a
-    # recipe sweep's ``.best`` summary lists its trials too, by map index, with no trial pages)
+    # a search's trials: its summary once it ended, its study's so far while it runs; no other task's result
     search = (result if isinstance(result, dict) else live_trials(task, dag_id, task_id, run_id, map_index)) \
-        if is_search(task) else None
+        if is_search(task) else sweep
     links = [(f"MLflow{what} ({task}{'' if index < 0 else f'[{index}]'})", value.get(field))
              for (task, index, key), value in sorted(values.items()) if key == RESULT_KEY and isinstance(value, dict)
              for field, what in (("url", ""), ("artifacts_url", " artifacts")) if value.get(field)]
@@ -80,11 +82,13 @@ def read_trial(dag_id: str, run_id: str, task_id: str, map_index: int, number: i
     trial = {**(listed or {}), **stored} if "note" not in stored or listed is None else {**listed, "note": stored["note"]}
     view = values.get(xcom_keys.trial_view(number))
     view = view if isinstance(view, dict) else {}
-    objective = (getattr(task, "search", None) or {}).get("objective_metric")
+    # the objective as the search recorded it: in its summary, else in its study (a recipe search's serialized task
+    # has no settings: no template fields)
+    objective = {key: result.get(key) or stored.get(key) for key in ("objective_metric", "direction")}
     url = (listed or {}).get("mlflow_url") or stored.get("search_mlflow_url")
     links = [(f"MLflow (trial {number})" if (listed or {}).get("mlflow_url") else "MLflow (the search's run)", url)]
     return {"ti": ti, "number": number, "trial": trial, "view": view, "best": result.get("best_trial") == number if result else False,
-            "objective": objective if isinstance(objective, str) and "{{" not in objective else None,
+            "objective": objective,
             "links": links if url else [], "targets": {},
             "view_note": None if view else "No view of its job was saved (a trial that never started, or one an "
                                            "earlier try of the search task ran: a new try clears its XComs).",

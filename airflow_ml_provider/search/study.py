@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     import optuna
 
 JOURNAL_SCHEME = "journal://"
+# The objective's metric, kept in the study (its direction is the study's own): the training view names it from
+# what the search recorded, which a recipe search's serialized task (no template fields) does not carry.
+OBJECTIVE_ATTR = "objective_metric"
 
 
 def default_journal() -> Path:
@@ -111,7 +114,8 @@ def study_name(identity: JobIdentity) -> str:
 
 def open_study(storage: optuna.storages.BaseStorage, name: str, settings: SearchSettings,
                space: SearchSpace) -> optuna.Study:
-    """Create the study, or load the one an earlier try of the task created.
+    """Create the study, or load the one an earlier try of the task created; the objective's metric is recorded
+    as its user attr ``OBJECTIVE_ATTR``.
 
     Raises:
         SearchSpaceError: the stored study optimizes in the other direction.
@@ -128,6 +132,8 @@ def open_study(storage: optuna.storages.BaseStorage, name: str, settings: Search
     if study.direction.name.lower() != settings.direction:
         raise SearchSpaceError(f"direction: study {name!r} already exists and was created to "
                                f"{study.direction.name.lower()} (got {settings.direction!r})")
+    if study.user_attrs.get(OBJECTIVE_ATTR) != settings.objective_metric:  # once: a journal keeps every write
+        study.set_user_attr(OBJECTIVE_ATTR, settings.objective_metric)
     return study
 
 

@@ -7,9 +7,10 @@ ml_training_pipeline, ml_batch_scoring and ml_recipes DAGs, in this order:
 2. that champion (a Keras model) is scored by the ``ml_batch_scoring`` run its Asset event triggers;
 3. a run whose gate rejects registers a version that the next scoring run names and does not score;
 4. a finished training task cleared from the UI trains again as a new job, and a new version is registered;
-5. a recipe sweep triggered from its form reports its best trial;
-6. a recipe search's training view lists its trials with the best marked, and a trial's link opens the trial's
-   page: its parameters, its objective per step, its job's state and last lines.
+5. a recipe sweep triggered from its form reports its best trial, and its view lists the sweep's trials with the
+   best marked, each linking to its own view and, from the Training tab, to its log;
+6. a recipe search's training view lists its trials with the best marked, its objective named by its metric, and a
+   trial's link opens the trial's page: its parameters, its objective per step, its job's state and last lines.
 
 Every step leaves a screenshot named after it in the folder printed at the start; what is asserted is what
 the page shows, the task states and logs the REST API serves, and the registry (MLflow) where a version
@@ -232,9 +233,29 @@ def test_5_a_recipe_sweep_reports_its_best_trial(served, page, screenshots):
     line = f"Best trial of sweep: #{best['best_trial']}"
     assert line in log_text(served, SWEEP, run_id, "sweep.best")
     show_log(page, served, SWEEP, run_id, "sweep.best", line, screenshots / "5-sweep-best-trial.png")
-    # its training view: a page (the summary lists the trials by map index, as no search's does: it answered 500)
+    # its training view lists the sweep's trials (its mapped task instances), the best marked, its loss named
     page.goto(f"{served.url}/ml-training/ti/{SWEEP}/{quote(run_id, safe='')}/sweep.best")
     assert page.get_by_role("heading", level=1).inner_text() == f"{SWEEP} / sweep.best: task success"
+    index = best["best_trial"]  # a map index
+    assert page.locator("table tr:has(td)").count() == 6, page.inner_text("body")[:2000]
+    marked = page.locator("tr.best")
+    assert marked.count() == 1 and marked.locator("td").first.inner_text() == f"{index} (best)"
+    assert page.locator("svg text.title", has_text="loss per trial (minimize)").count() == 1
+    page.screenshot(path=screenshots / "5-sweep-trials.png", full_page=True)
+    marked.get_by_role("link", name=str(index), exact=True).click()  # the trial's own view: its job
+    page.wait_for_url(lambda url: urlsplit(url).path.endswith(f"/ti/{SWEEP}/{quote(run_id, safe='')}/sweep")
+                      and urlsplit(url).query == f"map_index={index}")
+    assert page.get_by_role("heading", level=1).inner_text() == f"{SWEEP} / sweep [{index}]: task success, job SUCCEEDED"
+    assert f"Job {best['best_job_name']} on backend local" in page.inner_text("body")
+    # its log link, from sweep.best's Training tab: Airflow's page of that task instance, inside the tab's frame
+    page.goto(f"{served.url}/dags/{SWEEP}/runs/{quote(run_id, safe='')}/tasks/sweep.best/plugin/ml-training")
+    frame = page.frame_locator("iframe")
+    frame.locator("tr.best").get_by_role("link", name="log", exact=True).click()
+    logged = frame.get_by_text(f"Job {best['best_job_name']} succeeded").first
+    try:
+        logged.wait_for(timeout=120_000)
+    finally:
+        page.screenshot(path=screenshots / "5-sweep-trial-log.png")
 
 
 # --- 6. a search's trials, and a trial's page ----------------------------------------------------------
@@ -254,6 +275,8 @@ def test_6_a_searchs_view_marks_its_best_trial_whose_link_opens_its_page(served,
     assert rows.count() == summary["n_complete"] == 4, page.inner_text("body")[:2000]
     marked = page.locator("tr.best")
     assert marked.count() == 1 and marked.locator("td").first.inner_text() == f"{best} (best)"
+    # its objective named as the recipe's search recorded it (its task has no settings the API server reads)
+    assert page.locator("svg text.title", has_text="loss per trial (minimize)").count() == 1
     page.screenshot(path=screenshots / "6-search-trials.png", full_page=True)
 
     marked.get_by_role("link", name=str(best), exact=True).click()  # the trial's page, as a person follows it
@@ -263,7 +286,7 @@ def test_6_a_searchs_view_marks_its_best_trial_whose_link_opens_its_page(served,
     assert page.get_by_text("All trials of the search (the best trial)").is_visible()
     cells = {row.locator("th").inner_text(): row.locator("td").inner_text()
              for row in page.locator("table").first.locator("tr").all()}
-    assert cells["job"] == trial["job_name"] and float(cells["objective"]) == trial["value"], cells
+    assert cells["job"] == trial["job_name"] and float(cells["loss (minimize)"]) == trial["value"], cells
     assert {name: cells[f"parameter {name}"] for name in trial["params"]} == {
         name: str(value) for name, value in trial["params"].items()}, cells
     # the loss the runner reported to the study as the job's lines came, up to its last round

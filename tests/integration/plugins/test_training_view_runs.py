@@ -95,7 +95,8 @@ def test_a_search_view_lists_the_trials_with_the_best_marked(run_dag):
     best = data["result"]["best_trial"]
     html = page(data)
     assert f">{best}</a> (best)</td>" in html and html.count("<tr class='best'>") == 1
-    assert "objective per trial" in html and "objective against learning_rate" in html
+    # named by the objective the search recorded (the default auc, maximized: in no setting of its serialized task)
+    assert "auc per trial (maximize)" in html and "auc against learning_rate" in html
 
 
 def test_each_trial_of_a_search_has_its_page_with_its_job_and_its_mlflow_run(run_dag, monkeypatch):
@@ -116,6 +117,8 @@ def test_each_trial_of_a_search_has_its_page_with_its_job_and_its_mlflow_run(run
         assert data["tensorboard"]["runs"]["."]["auc"][-1][0] == 15, data["tensorboard"]
         html = trial_page(data)
         assert f"trial {row['number']} COMPLETE, job SUCCEEDED" in html and "Objective per step" in html
+        assert f"<tr><th>auc (maximize)</th><td>{row['value']}</td></tr>" in html
+        assert "auc (maximize), as reported to the study" in html
         assert ("(the best trial)" in html) == (row["number"] == summary["best_trial"])
     assert read_trial("ml_test_search", result.run_id, "search", -1, 99)["view"] == {}
     assert read_trial("ml_test_search", result.run_id, "search_data", -1, 0) is None  # no search

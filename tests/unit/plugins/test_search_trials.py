@@ -49,3 +49,34 @@ def test_a_recipe_search_is_a_search_in_the_serialized_dag_the_api_server_reads(
     recipe = dag_from_recipe(REPO / "tests" / "fixtures" / "recipes" / "view_search.yaml")
     served = DagSerialization.from_dict(DagSerialization.to_dict(recipe))
     assert {task_id: is_search(task) for task_id, task in served.task_dict.items()} == {"tune": True}
+
+
+def test_a_recipe_searchs_objective_is_read_from_what_its_search_recorded_in_its_study(tmp_path, monkeypatch):
+    """The serialized recipe search has no settings (no template fields): the view reads the objective's metric from
+    the study, where the search's own open_study recorded it, and its direction from the study."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_ml_provider.jobs.naming import JobIdentity
+    from airflow_ml_provider.plugins.search_trials import one_trial
+    from airflow_ml_provider.recipes import dag_from_recipe
+    from airflow_ml_provider.search.study import study_name
+    from support import REPO
+
+    monkeypatch.setenv("AIRFLOW__ML_TRAINING__SEARCH_STORAGE_URL", f"journal://{tmp_path / 'search.journal'}")
+    recipe = dag_from_recipe(REPO / "tests" / "fixtures" / "recipes" / "view_search.yaml")  # loss, minimize
+    served = DagSerialization.from_dict(DagSerialization.to_dict(recipe)).task_dict["tune"]
+    assert getattr(served, "search", None) is None  # what the view cannot read it from
+    study = recipe.task_dict["tune"].search_setup().study(study_name(JobIdentity(recipe.dag_id, "tune", "run-1", -1)))
+    trial = study.ask()
+    study.tell(trial, 0.25)
+    found = live_trials(served, recipe.dag_id, "tune", "run-1", -1)
+    assert (found["objective_metric"], found["direction"], found["best_trial"]) == ("loss", "minimize", 0)
+    trial = one_trial(served, recipe.dag_id, "tune", "run-1", -1, 0)
+    assert (trial["objective_metric"], trial["direction"], trial["value"]) == ("loss", "minimize", 0.25)
+
+
+def test_a_study_that_recorded_no_objective_gives_its_direction_only(tmp_path):
+    url = f"journal://{tmp_path / 'search.journal'}"
+    optuna.create_study(study_name="dag/search/run-1", storage=open_storage(url), direction="minimize")
+    found = live_trials(search_task(url), "dag", "search", "run-1", -1)
+    assert (found["objective_metric"], found["direction"]) == (None, "minimize")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
+from urllib.parse import urljoin
 
 from airflow_ml_provider.plugins.training_view import page, progress
 from airflow_ml_provider.reporting.live_view import planned_total
@@ -76,6 +78,32 @@ def test_a_search_lists_its_trials_and_marks_the_best():
     assert [(number, bool(best)) for best, number, _ in rows] == [("0", False), ("1", False), ("2", True)]
     assert html.count('class="best"') == 2  # the best trial's point, on the objective plot and on learning_rate's
     assert "script" not in _tags(html)
+    assert "objective per trial" in html and "objective against learning_rate" in html  # no metric recorded
+    named = {**result, "objective_metric": "auc", "direction": "maximize"}  # as the search recorded it
+    html = page(_data(None, named, state="success", search=named))
+    assert "auc per trial (maximize)" in html and "auc against learning_rate" in html
+    assert "<th>auc (maximize)</th>" in html and "objective" not in html
+
+
+def test_a_sweeps_best_lists_the_sweeps_task_instances_linking_their_views_and_logs():
+    """``plugins.sweep_trials``' listing: trial numbers are the sweep's map indexes; each links to that task
+    instance's view and to Airflow's page of it (its log), relative to the ``.best`` task's view."""
+    sweep = {"sweep": "sweep", "best_trial": 1, "objective_metric": "loss", "direction": "minimize", "trials": [
+        {"number": 0, "state": "success", "value": 0.4, "params": {"lr": 0.1}, "job_name": "aml-s0"},
+        {"number": 1, "state": "success", "value": 0.2, "params": {"lr": 0.2}, "job_name": "aml-s1"},
+        {"number": 2, "state": "running", "value": None, "params": {"lr": 0.3}, "job_name": None}]}
+    ti = {"dag_id": "d", "run_id": "manual__1+00:00", "task_id": "sweep.best", "map_index": -1, "state": "success"}
+    html = page({**_data(search=sweep), "ti": ti})
+    rows = re.findall(r"<tr class='(best)?'><td><a href='([^']+)'>(\d)</a>[^<]*</td><td>(\w+)</td>.*?"
+                      r"<td><a href='([^']+)'>log</a></td></tr>", html)
+    assert [(number, state, bool(best)) for best, _, number, state, _ in rows] == [
+        ("0", "success", False), ("1", "success", True), ("2", "running", False)]
+    base = "http://airflow/ml-training/ti/d/manual__1%2B00%3A00/sweep.best?map_index=-1"
+    assert [urljoin(base, unescape(view)) for _, view, _, _, _ in rows] == [
+        f"http://airflow/ml-training/ti/d/manual__1%2B00%3A00/sweep?map_index={i}" for i in range(3)]
+    assert [urljoin(base, unescape(log)) for _, _, _, _, log in rows] == [
+        f"http://airflow/dags/d/runs/manual__1%2B00%3A00/tasks/sweep/mapped/{i}" for i in range(3)]
+    assert "loss per trial (minimize)" in html and html.count('class="best"') == 2
 
 
 def test_a_result_listing_trials_is_no_search_unless_read_says_so():

@@ -6,6 +6,7 @@ view links each trial's row and plotted point to its page."""
 from __future__ import annotations
 
 import re
+from html import escape
 from types import SimpleNamespace
 from urllib.parse import urljoin
 
@@ -44,7 +45,8 @@ def test_a_trial_of_a_journal_study_with_its_steps_failure_and_the_searchs_mlflo
 
 
 def test_the_page_escapes_the_study_and_the_job_and_links_back():
-    data = {"ti": TI, "number": 3, "best": True, "objective": "auc", "targets": {},
+    data = {"ti": TI, "number": 3, "best": True, "targets": {},
+            "objective": {"objective_metric": HOSTILE, "direction": "maximize"},
             "trial": {"number": 3, "state": "RUNNING", "value": None, "params": {HOSTILE: HOSTILE},
                       "job_name": HOSTILE, "steps": [[1, 0.5], [2, 0.6]]},
             "view": {"job": HOSTILE, "backend": "local", "state": "RUNNING", "tail": [["0", HOSTILE]],
@@ -52,7 +54,12 @@ def test_the_page_escapes_the_study_and_the_job_and_links_back():
             "links": [("MLflow (trial 3)", "http://mlflow/#/experiments/1/runs/child")], "tensorboard": None}
     html = trial_page(data)
     assert HOSTILE not in html and "&lt;script&gt;" in html
-    assert "trial 3 RUNNING, job RUNNING" in html and "(the best trial)" in html and "auc (reported to the study)" in html
+    assert "trial 3 RUNNING, job RUNNING" in html and "(the best trial)" in html
+    named = escape(HOSTILE) + " (maximize)"  # the objective's metric, as the search recorded it
+    assert f"{named}, as reported to the study" in html
+    scored = {**data, "trial": {**data["trial"], "value": 0.75}}
+    assert f"<tr><th>{named}</th><td>0.75</td></tr>" in trial_page(scored)
+    assert "<tr><th>objective</th><td>0.75</td></tr>" in trial_page({**scored, "objective": {}})  # none recorded
     assert "<meta http-equiv='refresh'" in html  # a running trial's page reloads itself
     back = re.search(r"<a href='([^']+)'>All trials", html)[1]
     here = "http://airflow/ml-training/trial/d%20%3Cb%3E/manual__2026-01-01T00%3A00%3A00%2B00%3A00/search/3?map_index=-1"

@@ -57,3 +57,22 @@ def test_a_second_session_loads_the_same_study(tmp_path, scheme):
     assert [(t.number, t.state) for t in again.trials] == [(0, optuna.trial.TrialState.COMPLETE)]
     with pytest.raises(SearchSpaceError, match="direction: study 'dag/search/run' already exists"):
         open_study(open_storage(url), "dag/search/run", parse_settings(n_trials=4, direction="minimize"), SPACE)
+
+
+def test_the_study_records_its_objectives_metric_once(tmp_path):
+    """The training view names the objective from the study (``OBJECTIVE_ATTR``): written when a session opens the
+    study with another metric, not again by every later session (a journal keeps every write)."""
+    from airflow_ml_provider.search.study import OBJECTIVE_ATTR
+
+    journal = tmp_path / "search.journal"
+    storage = open_storage(f"journal://{journal}")
+    settings = parse_settings(n_trials=2, objective_metric="loss", direction="minimize")
+    def writes() -> int:
+        return journal.read_text().count(f'"{OBJECTIVE_ATTR}"')
+
+    assert open_study(storage, "dag/search/run", settings, SPACE).user_attrs[OBJECTIVE_ATTR] == "loss"
+    again = open_study(open_storage(f"journal://{journal}"), "dag/search/run", settings, SPACE)
+    assert again.user_attrs[OBJECTIVE_ATTR] == "loss" and writes() == 1
+    renamed = parse_settings(n_trials=2, objective_metric="log_loss", direction="minimize")
+    assert open_study(open_storage(f"journal://{journal}"), "dag/search/run", renamed, SPACE).user_attrs[
+        OBJECTIVE_ATTR] == "log_loss" and writes() == 2
