@@ -45,8 +45,9 @@ BARE = {
 
 
 def rank_command(sleep: float) -> list[str]:
-    return ["python", "-c", f"import time; print('T0', repr(time.time()), flush=True); time.sleep({sleep}); "
-                            "print('T1', repr(time.time()), flush=True)"]
+    """(Each line one write: unbuffered, print() writes its parts apart, and two ranks sharing a pipe interleave.)"""
+    line = "sys.stdout.write(f'{0} {{time.time()!r}}\\n'); sys.stdout.flush()"
+    return ["python", "-c", f"import sys, time; {line.format('T0')}; time.sleep({sleep}); {line.format('T1')}"]
 
 
 def rank_times(output: str) -> tuple[float, float]:
