@@ -73,26 +73,37 @@ def _log_path(root: Path) -> Path:
 
 def _ask(root: Path, request: bytes, fds: list[int]) -> int | None:
     """The pid the server forked for ``request``, or None where no server took it (nothing to connect to, stale)."""
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
-            try:  # (through the root's descriptor: a socket's path is at most 107 bytes, the root's may be longer)
-                conn.connect(f"/proc/self/fd/{dir_fd}/{_socket_name(root)}")
-            except (FileNotFoundError, ConnectionRefusedError):
+        conn = _connect(root)
+    except (FileNotFoundError, ConnectionRefusedError):
+        return None
+    with conn:
+        conn.settimeout(_ANSWER_S)
+        try:
+            socket.send_fds(conn, [request], fds)
+            answer = json.loads(conn.recv(4096))
+            if answer.get("stale"):
                 return None
-            conn.settimeout(_ANSWER_S)
-            try:
-                socket.send_fds(conn, [request], fds)
-                answer = json.loads(conn.recv(4096))
-                if answer.get("stale"):
-                    return None
-                return int(answer["pid"])
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                # it may have forked: asking again could start the job twice
-                raise ServerError(f"the launcher server of {root} failed to answer ({type(exc).__name__}: {exc}); "
-                                  f"see {_log_path(root)}") from None
+            return int(answer["pid"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            # it may have forked: asking again could start the job twice
+            raise ServerError(f"the launcher server of {root} failed to answer ({type(exc).__name__}: {exc}); "
+                              f"see {_log_path(root)}") from None
+
+
+def _connect(root: Path) -> socket.socket:
+    """A socket connected to ``root``'s server, through the root's descriptor (a socket's path is at most 107
+    bytes; the root's may be longer)."""
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(f"/proc/self/fd/{dir_fd}/{_socket_name(root)}")
+    except BaseException:
+        conn.close()
+        raise
     finally:
         os.close(dir_fd)
+    return conn
 
 
 def _start_server(root: Path, env: dict[str, str]) -> None:
@@ -117,15 +128,11 @@ def _start_server(root: Path, env: dict[str, str]) -> None:
 
 
 def _listening(root: Path) -> bool:
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
-            probe.connect(f"/proc/self/fd/{dir_fd}/{_socket_name(root)}")
+        _connect(root).close()
         return True
     except OSError:
         return False
-    finally:
-        os.close(dir_fd)
 
 
 def _read_line(stream, timeout: float) -> bytes:
