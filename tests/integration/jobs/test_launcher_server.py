@@ -110,7 +110,8 @@ def test_a_killed_server_leaves_its_launchers_running_and_the_next_job_gets_a_fr
 
 def test_concurrent_first_submissions_start_one_server(backend):
     names = [f"job-{n}" for n in range(4)]
-    threads = [threading.Thread(target=backend.submit, args=(name, job(3), {})) for name in names]
+    # (each job runs long enough to be asked for its launcher's parent once all are submitted)
+    threads = [threading.Thread(target=backend.submit, args=(name, job(10), {})) for name in names]
     for thread in threads:
         thread.start()
     for thread in threads:
