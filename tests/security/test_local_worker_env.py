@@ -91,7 +91,8 @@ def test_no_worker_nor_its_launcher_can_read_the_task_processs_secrets(tmp_path,
 
     for name, value in TASK_SECRETS.items():
         assert value not in log, f"{name} reached a process of the job"
-    reports = [json.loads(line.text) for line in backend.log_source("env").read().lines if line.text.startswith("{")]
+    reports = [report for line in backend.log_source("env").read().lines if line.text.startswith("{")
+               and "environ" in (report := json.loads(line.text))]  # (not the launcher's resources samples)
     assert len(reports) == 2
     launcher = str(json.loads((job_dir / "launcher.json").read_text())["pid"])
     for report in reports:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -49,7 +50,7 @@ def open_private(path: Path, append: bool = False) -> int:
 
 def write_private(path: Path, text: str) -> None:
     """Atomically replace ``path`` with ``text``, 0600 (readers never see a partial file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(_private_name(path.name))
     try:
         with os.fdopen(open_private(tmp), "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -57,6 +58,11 @@ def write_private(path: Path, text: str) -> None:
     except OSError:
         tmp.unlink(missing_ok=True)  # a full disk leaves no stray temporary file
         raise
+
+
+def _private_name(name: str) -> str:
+    """A temporary file's name beside ``name`` that no other process or thread writing it at once uses."""
+    return f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -94,7 +100,7 @@ def _owner_key(root: Path) -> bytes:
         pass
     import secrets
 
-    tmp = path.with_name(f".owner.key.{os.getpid()}.tmp")
+    tmp = path.with_name(_private_name(path.name))
     fd = open_private(tmp)
     try:
         os.write(fd, secrets.token_bytes(32))
