@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 import search_setup
 from optuna.trial import TrialState
@@ -81,13 +82,25 @@ def test_restart_keeps_finished_trials_and_reattaches_to_running_jobs(tmp_path):
                    and (backend.job_dir(t.user_attrs["job_name"]) / "launcher.json").exists()]
         return (done, running) if done and running else None
 
+    def crash_mid_search():
+        """Kill the search once a trial completed and another's job runs: checked again with the search stopped
+        (SIGSTOP), so that the state the crash leaves is the one checked (the search may otherwise finish the
+        running trial or start submitting the next one in between); else it goes on."""
+        if interrupted_mid_search() is None:
+            return None
+        child.send_signal(signal.SIGSTOP)
+        wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED, what="the search to stop")
+        if (state := interrupted_mid_search()) is not None:
+            child.send_signal(signal.SIGKILL)
+            return state
+        child.send_signal(signal.SIGCONT)
+        return None
+
     try:
-        wait_for(interrupted_mid_search, timeout=180, what="a completed trial and a running one")
+        done, running = wait_for(crash_mid_search, timeout=180, what="a completed trial and a running one")
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    done, running = interrupted_mid_search() or ([], [])  # the state at the crash; its jobs keep running
-    assert done and running
     uids = {t.number: json.loads((backend.job_dir(t.user_attrs["job_name"]) / "job.json").read_text())["uid"]
             for t in done + running}
     values = {t.number: t.value for t in done}
