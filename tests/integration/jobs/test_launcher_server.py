@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -210,3 +211,54 @@ def test_the_server_refuses_a_request_whose_job_dir_is_not_a_directory_without_e
     backend.submit("still", job(1), {})
     assert server_of(backend, "still").pid == server.pid
     assert final_status(backend, "still").state is JobState.SUCCEEDED
+
+
+def test_a_server_that_dies_before_it_listens_fails_the_start_naming_its_log(tmp_path):
+    """The submitter waits for a new server's ready line: a server whose interpreter cannot even start (here a
+    PYTHONHOME that does not exist) is a ServerError at once, naming the log its reason went to."""
+    root = tmp_path / "ml"
+    root.mkdir(mode=0o700)
+    with pytest.raises(launcher_server.ServerError, match="did not start") as refused:
+        launcher_server._start_server(root, {"PATH": os.environ["PATH"], "PYTHONHOME": str(tmp_path / "nowhere")})
+    assert str(root / "launcher-server.log") in str(refused.value)
+    assert "PYTHONHOME" in (root / "launcher-server.log").read_text()
+    assert not launcher_server._listening(root)
+
+
+def test_a_server_that_dies_after_taking_a_request_is_never_asked_again(tmp_path):
+    """A server that received a request may have forked a launcher before it died: the submitter fails the
+    submission (the launcher, if any, reads its stdin's end and starts nothing) instead of asking a fresh server,
+    which would start the job twice."""
+    root = tmp_path / "ml"
+    root.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # a server that takes one request and dies
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # (through the root's descriptor, as the server binds: a socket's path is at most 107 bytes)
+        listener.bind(f"/proc/self/fd/{dir_fd}/{launcher_server._socket_name(root)}")
+    finally:
+        os.close(dir_fd)
+    listener.listen(8)
+    requests = []
+
+    def take_and_die() -> None:
+        conn, _ = listener.accept()
+        message, fds, _flags, _address = socket.recv_fds(conn, 1 << 16, 2)
+        requests.append(json.loads(message))
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+    taker = threading.Thread(target=take_and_die)
+    taker.start()
+    read_end, write_end = os.pipe()
+    log = os.open(tmp_path / "launcher.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(launcher_server.ServerError, match="failed to answer"):
+            launcher_server.start_launcher(root, tmp_path / "job", {"PATH": os.environ["PATH"]}, read_end, log)
+    finally:
+        for fd in (read_end, write_end, log):
+            os.close(fd)
+        taker.join(timeout=30)
+        listener.close()
+    assert [request["job_dir"] for request in requests] == [str(tmp_path / "job")]  # asked once
+    assert not (root / "launcher-server.lock").exists()  # no fresh server was started to ask again

@@ -497,24 +497,16 @@ class LocalBackend(Backend):
             return JobStatus(missing)
 
     def _launcher_alive(self, name: str, launcher: dict) -> bool:
-        try:
-            proc = psutil.Process(launcher["pid"])
-            return proc.create_time() == launcher["create_time"] and proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
+        return _launcher_process(launcher) is not None
 
     @staticmethod
     def _processes(job_dir: Path, record: dict) -> list:
         """Every live process of the job: its launcher (forked by the warm launcher, so its environment in /proc
         is the server's: named by ``launcher.json``) and whatever it started (by the job's marker)."""
         found = job_processes(record["uid"])
-        launcher = read_json(job_dir / "launcher.json") or {}
-        try:
-            proc = psutil.Process(launcher["pid"])
-            if proc.create_time() == launcher["create_time"] and all(p.pid != proc.pid for p in found):
-                found.append(proc)
-        except (KeyError, TypeError, psutil.Error):
-            pass
+        launcher = read_json(job_dir / "launcher.json")
+        if launcher and (proc := _launcher_process(launcher)) is not None and all(p.pid != proc.pid for p in found):
+            found.append(proc)
         return found
 
     def _stop_leftovers(self, job_dir: Path) -> None:
@@ -668,6 +660,18 @@ def _interpreter_prefix(image: str) -> str | None:
     """Where the image's Python really lives (a virtual environment's ``bin/python`` links to its base)."""
     python = Path(image) / "bin" / "python"
     return str(Path(os.path.realpath(python)).parent.parent) if python.exists() else None
+
+
+def _launcher_process(launcher: dict) -> psutil.Process | None:
+    """The live launcher ``launcher.json`` names: its pid, unless a later process took it (its start time differs)
+    or it is a zombie."""
+    try:
+        proc = psutil.Process(launcher["pid"])
+        if proc.create_time() == launcher["create_time"] and proc.status() != psutil.STATUS_ZOMBIE:
+            return proc
+    except psutil.NoSuchProcess:
+        pass
+    return None
 
 
 def _create_time(pid: int) -> float | None:

@@ -121,6 +121,8 @@ def _start_server(root: Path, env: dict[str, str]) -> None:
             ready = _read_line(server.stdout, _ANSWER_S)
         finally:
             server.stdout.close()
+        if ready != b"ready\n":  # (one stuck past the wait is stopped, not waited for)
+            server.kill()
         server.wait()  # (it forks the server proper and exits: the server is nobody's child here)
         if ready != b"ready\n":
             raise ServerError(f"the launcher server of {root} did not start (exit {server.returncode}); see "
@@ -165,7 +167,9 @@ def serve(root: Path, idle_s: float) -> None:
     _call_me(SERVER_NAME)
     sys.stdout.buffer.write(b"ready\n")
     sys.stdout.flush()
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
     listener.settimeout(_CHECK_S)
     last = time.monotonic()
     while True:
