@@ -45,7 +45,9 @@ from airflow_ml_provider.jobs.backends.local.common import JOB_UID_ENV
 
 PRIVATE_TMP = "/tmp"  # each job gets its own, empty: what lies under the machine's /tmp is shown only when bound
 # --as-pid-1: the sandbox's command (the spawner) is its init, reaping what is left to it; no reaper of bubblewrap's
-# between, so the process bubblewrap reports is the spawner, bounded while it starts (sandboxed)
+# between, so the process bubblewrap reports is the spawner, bounded while it starts (sandboxed). bubblewrap v0.8.0
+# bubblewrap.c: the parent writes the child's pid to --info-fd right after cloning it (:2935-2941); the child forks
+# a pid 1 of bubblewrap's before running the command only without --as-pid-1 (:3284)
 _NAMESPACES = ["--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",
                "--new-session", "--cap-drop", "ALL"]
 # Made by an unprivileged user: in a user namespace of the sandbox's own, which may not nest another
